@@ -1,0 +1,651 @@
+"""Triton kernels and their launchers for rms_norm, fused_add_rms_norm and silu_and_mul.
+
+Why it looks like this:
+
+- Norm kernels keep a whole row (or ``BLOCK_M`` short rows) in registers, so ``x`` is read once
+  and the op costs one read and one write per element; fp32 accumulation. Rows wider than
+  :data:`MAX_ROW_BLOCK` take a two-pass kernel that streams the row in chunks instead.
+- Every norm kernel walks its row blocks with a grid-stride loop, so one compiled kernel serves
+  both the plain launch (one block per program) and a persistent launch (a few programs per SM).
+- The launch config is chosen per (op, hidden size, dtype, row-count bucket) by a small autotune
+  that runs on the first call of a key, times the candidates by CUDA-graph replay of back-to-back
+  launches (the figure that matters for decode), and caches the winner in a dict. A steady-state
+  call costs one dict lookup plus Triton's own launch. Tuning never runs while a CUDA graph is
+  being captured (a heuristic config is used and not cached) nor under ``TRITON_INTERPRET=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = [
+    "MAX_ROW_BLOCK",
+    "NormConfig",
+    "SiluConfig",
+    "clear_configs",
+    "fused_add_rms_norm",
+    "fused_add_rms_norm_",
+    "interpreting",
+    "rms_norm",
+    "set_config",
+    "silu_and_mul",
+    "tuned_configs",
+]
+
+#: Widest row (in elements, a power of two) that is held in registers in one pass.
+MAX_ROW_BLOCK = 32768
+
+# Row-count buckets: a config is tuned once per bucket. Bucket upper bounds are the row counts the
+# tuning runs at (the last one is open-ended and tuned at _TOP_BUCKET_ROWS, within a memory cap).
+_BUCKET_ROWS = (1, 16, 128, 1024, 8192)
+_TOP_BUCKET_ROWS = 32768
+_TUNE_MAX_ELEMENTS = 1 << 26  # scratch tensors for tuning stay <= 128 MiB each in 16-bit
+
+
+def _make_bucket_table() -> tuple[int, ...]:
+    # Indexed by (rows - 1).bit_length(); maps to a bucket index.
+    table = []
+    for bits in range(64):
+        upper = 1 << bits  # largest row count with this bit length of (rows - 1)
+        idx = next((i for i, b in enumerate(_BUCKET_ROWS) if upper <= b), len(_BUCKET_ROWS))
+        table.append(idx)
+    return tuple(table)
+
+
+_BUCKET_OF_BITS = _make_bucket_table()
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+_INTERPRET = interpreting()
+_AUTOTUNE = os.environ.get("IRCORE_TRITON_AUTOTUNE", "1") not in ("", "0") and not _INTERPRET
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit(do_not_specialize=["n_rows", "eps"])
+def _rms_norm_kernel(
+    X,
+    R,
+    Y,
+    RO,
+    W,
+    n_rows,
+    N,
+    var_n,
+    stride_x,
+    stride_r,
+    stride_y,
+    stride_ro,
+    eps,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    PARTIAL: tl.constexpr,
+):
+    """Single pass: BLOCK_M rows x the whole row (BLOCK_N >= N) in registers.
+
+    With HAS_RES: s = (x + r) rounded to the residual dtype is stored to RO and normalised.
+    Y/RO may alias X/R (in place): every element is read before it is written by the same program.
+    """
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    num_blocks = tl.cdiv(n_rows, BLOCK_M)
+    for blk in tl.range(pid, num_blocks, nprog):
+        rows = (blk * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+        mask = (rows < n_rows)[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(
+            tl.float32
+        )
+        if HAS_RES:
+            r = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
+            s = (x + r.to(tl.float32)).to(RO.dtype.element_ty)
+            tl.store(RO + rows[:, None] * stride_ro + cols[None, :], s, mask=mask)
+            x = s.to(tl.float32)
+        sq = x * x
+        if PARTIAL:
+            sq = tl.where(cols[None, :] < var_n, sq, 0.0)
+        rstd = tl.rsqrt(tl.sum(sq, axis=1) / var_n + eps)
+        y = x * rstd[:, None]
+        if HAS_W:
+            y = y * w[None, :]
+        tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=["n_rows", "eps"])
+def _rms_norm_chunked_kernel(
+    X,
+    R,
+    Y,
+    RO,
+    W,
+    n_rows,
+    N,
+    var_n,
+    stride_x,
+    stride_r,
+    stride_y,
+    stride_ro,
+    eps,
+    BLOCK_N: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    PARTIAL: tl.constexpr,
+):
+    """Two passes over chunks of BLOCK_N for rows too wide for registers; one row per program.
+
+    Pass 1 accumulates sum(x^2) (and writes the rounded residual to RO); pass 2 re-reads the
+    row (from RO with HAS_RES, which is what the norm is taken of) and writes Y.
+    """
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    offs = tl.arange(0, BLOCK_N)
+    for row in tl.range(pid, n_rows, nprog):
+        row64 = tl.cast(row, tl.int64)  # the loop variable is a plain int under the interpreter
+        x_row = X + row64 * stride_x
+        ro_row = RO + row64 * stride_ro
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for start in tl.range(0, N, BLOCK_N):
+            cols = start + offs
+            m = cols < N
+            x = tl.load(x_row + cols, mask=m, other=0.0).to(tl.float32)
+            if HAS_RES:
+                r = tl.load(R + row64 * stride_r + cols, mask=m, other=0.0)
+                s = (x + r.to(tl.float32)).to(RO.dtype.element_ty)
+                tl.store(ro_row + cols, s, mask=m)
+                x = s.to(tl.float32)
+            sq = x * x
+            if PARTIAL:
+                sq = tl.where(cols < var_n, sq, 0.0)
+            acc += sq
+        rstd = tl.rsqrt(tl.sum(acc, axis=0) / var_n + eps)
+        for start in tl.range(0, N, BLOCK_N):
+            cols = start + offs
+            m = cols < N
+            if HAS_RES:
+                x = tl.load(ro_row + cols, mask=m, other=0.0).to(tl.float32)
+            else:
+                x = tl.load(x_row + cols, mask=m, other=0.0).to(tl.float32)
+            y = x * rstd
+            if HAS_W:
+                y = y * tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
+            tl.store(Y + row64 * stride_y + cols, y.to(Y.dtype.element_ty), mask=m)
+
+
+@triton.jit(do_not_specialize=["n_rows"])
+def _silu_and_mul_kernel(
+    X,
+    Y,
+    n_rows,
+    D,
+    stride_x,
+    stride_y,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """y = silu(x[:, :D]) * x[:, D:] in fp32; a 2-D grid of (row blocks, column blocks)."""
+    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask = (rows < n_rows)[:, None] & (cols < D)[None, :]
+    x_ptr = X + rows[:, None] * stride_x + cols[None, :]
+    a = tl.load(x_ptr, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(x_ptr + D, mask=mask, other=0.0).to(tl.float32)
+    y = a * tl.sigmoid(a) * b
+    tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+# --------------------------------------------------------------------------------------------
+# Configs, candidates and the tuning cache
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NormConfig:
+    """Launch config of a norm kernel.
+
+    ``block_n < N`` selects the chunked two-pass kernel (chunks of ``block_n``).
+    ``max_programs`` caps the grid (a persistent launch); 0 means one program per row block.
+    """
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    max_programs: int = 0
+
+
+@dataclass(frozen=True)
+class SiluConfig:
+    """Launch config of silu_and_mul: a ``block_m x block_d`` tile per program."""
+
+    block_m: int
+    block_d: int
+    num_warps: int
+
+
+_CONFIGS: dict[tuple, NormConfig | SiluConfig] = {}
+
+
+def tuned_configs() -> dict[tuple, NormConfig | SiluConfig]:
+    """A copy of the config cache: ``(op, hidden, dtype, bucket) -> config``."""
+    return dict(_CONFIGS)
+
+
+def clear_configs() -> None:
+    """Forget every cached config (the next call of each key tunes again)."""
+    _CONFIGS.clear()
+
+
+def set_config(
+    op: str, hidden: int, dtype: torch.dtype, rows: int, config: NormConfig | SiluConfig
+) -> None:
+    """Pin ``config`` for ``op`` ("rms_norm", "fused_add_rms_norm", "silu_and_mul") at the bucket of
+    ``rows``; ``hidden`` is the norm's row width, or silu_and_mul's output width ``d``."""
+    _CONFIGS[(op, hidden, dtype, _bucket(rows))] = config
+
+
+def _bucket(rows: int) -> int:
+    return _BUCKET_OF_BITS[(rows - 1).bit_length()]
+
+
+def _bucket_rows(bucket: int, hidden: int) -> int:
+    rows = _BUCKET_ROWS[bucket] if bucket < len(_BUCKET_ROWS) else _TOP_BUCKET_ROWS
+    return max(1, min(rows, _TUNE_MAX_ELEMENTS // max(hidden, 1)))
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+_SM_COUNT: dict[tuple[str, int], int] = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    key = (device.type, device.index or 0)
+    count = _SM_COUNT.get(key)
+    if count is None:
+        count = 0
+        try:
+            props = getattr(torch, device.type).get_device_properties(key[1])
+            count = getattr(props, "multi_processor_count", 0) or getattr(
+                props, "gpu_subslice_count", 0
+            )
+        except Exception:  # an unknown backend: a plain launch is always correct
+            count = 0
+        _SM_COUNT[key] = count = int(count) or 128
+    return count
+
+
+def _warp_choices(elements: int, elem_bytes: int) -> list[int]:
+    """Warps giving 1 to 4 16-byte vectors per thread for a block of ``elements``."""
+    vec = max(1, 16 // elem_bytes)
+    ws = [
+        w
+        for w in (1, 2, 4, 8, 16, 32)
+        if w * 32 * vec <= max(elements, 32 * vec) and elements <= w * 32 * vec * 4
+    ]
+    if not ws:
+        ws = [32]
+    return ws
+
+
+def _norm_heuristic(n: int, rows: int, elem_bytes: int) -> NormConfig:
+    bn = max(_pow2(n), 16)
+    if bn > MAX_ROW_BLOCK:
+        return NormConfig(1, 8192, 16)
+    bm = 1 if bn >= 1024 else max(1, min(_pow2(rows), 2048 // bn))
+    ws = _warp_choices(bm * bn, elem_bytes)
+    return NormConfig(bm, bn, ws[len(ws) // 2])
+
+
+def _norm_candidates(n: int, rows: int, elem_bytes: int, sm_count: int) -> list[NormConfig]:
+    bn = max(_pow2(n), 16)
+    if bn > MAX_ROW_BLOCK:
+        return [NormConfig(1, 4096, 8), NormConfig(1, 8192, 8), NormConfig(1, 8192, 16)]
+    if bn >= 2048:
+        bms = [1]
+    else:
+        bms = sorted({max(1, min(_pow2(rows), e // bn)) for e in (2048, 4096)})
+    out = []
+    for bm in bms:
+        for w in _warp_choices(bm * bn, elem_bytes):
+            out.append(NormConfig(bm, bn, w))
+            blocks = -(-rows // bm)
+            resident = sm_count * max(1, min(32, 64 // w))  # programs resident at once (by threads)
+            if blocks > 2 * resident:
+                out.append(NormConfig(bm, bn, w, resident))
+    return out
+
+
+def _silu_heuristic(d: int, rows: int, elem_bytes: int) -> SiluConfig:
+    bd = min(max(_pow2(d), 16), 1024 if rows <= 16 else 2048)
+    bm = max(1, min(_pow2(rows), 2048 // bd))
+    return SiluConfig(bm, bd, 4)
+
+
+def _silu_candidates(d: int, rows: int, elem_bytes: int) -> list[SiluConfig]:
+    pd = max(_pow2(d), 16)
+    if pd <= 1024:
+        out = []
+        for e in (2048, 4096):
+            bm = max(1, min(_pow2(rows), e // pd))
+            for w in (4, 8):
+                if SiluConfig(bm, pd, w) not in out:
+                    out.append(SiluConfig(bm, pd, w))
+        return out
+    bds = (512, 1024, 2048) if rows <= 16 else (1024, 2048, 4096)
+    return [SiluConfig(1, bd, w) for bd in bds if bd <= pd for w in (4, 8)]
+
+
+# --------------------------------------------------------------------------------------------
+# Timing for the autotune
+# --------------------------------------------------------------------------------------------
+
+
+def _capturing(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_current_stream_capturing()
+    return False
+
+
+def _time_candidates(launches: list[Callable[[], None]], device: torch.device) -> list[float]:
+    """Per-launch time (ms) of each launch fn: the median of a few replays of back-to-back calls.
+
+    On CUDA/ROCm the calls are captured in a CUDA graph, so the host's launch cost is not
+    measured (it is what graph replay in serving sees); elsewhere they run in a plain loop.
+    """
+    mod = getattr(torch, device.type)
+    for fn in launches:  # compile and warm up
+        fn()
+    mod.synchronize()
+    start, end = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
+    start.record()
+    for fn in launches:
+        for _ in range(3):
+            fn()
+    end.record()
+    end.synchronize()
+    estimate = max(start.elapsed_time(end) / (3 * len(launches)), 1e-3)
+    reps = int(min(100, max(5, 0.5 / estimate)))
+
+    runners: list[Callable[[], None]] = []
+    graphs = []
+    if device.type == "cuda":
+        try:
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                for fn in launches:
+                    g = torch.cuda.CUDAGraph()
+                    g.capture_begin()
+                    for _ in range(reps):
+                        fn()
+                    g.capture_end()
+                    graphs.append(g)
+            torch.cuda.current_stream(device).wait_stream(side)
+            runners = [g.replay for g in graphs]
+        except Exception:  # capture unsupported here: time plain launches
+            graphs, runners = [], []
+    if not runners:
+
+        def _loop(fn: Callable[[], None]) -> Callable[[], None]:
+            def run() -> None:
+                for _ in range(reps):
+                    fn()
+
+            return run
+
+        runners = [_loop(fn) for fn in launches]
+
+    times: list[list[float]] = [[] for _ in launches]
+    for _ in range(5):  # rounds interleave candidates, so clock drift hits all alike
+        for i, run in enumerate(runners):
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            times[i].append(start.elapsed_time(end) / reps)
+    del graphs
+    return [statistics.median(t) for t in times]
+
+
+def _pick(key: tuple, candidates: list, make_launch: Callable, device: torch.device):
+    """Time ``candidates`` (ordered by preference) and cache the fastest under ``key``.
+
+    A candidate that fails to compile or launch (out of registers or shared memory on some
+    GPU) is dropped; if all fail, the last error propagates.
+    """
+    launches, kept = [], []
+    error: Exception | None = None
+    for c in candidates:
+        fn = make_launch(c)
+        try:
+            fn()
+        except Exception as e:
+            error = e
+            continue
+        launches.append(fn)
+        kept.append(c)
+    if not kept:
+        assert error is not None
+        raise error
+    candidates = kept
+    if len(candidates) == 1:
+        _CONFIGS[key] = candidates[0]
+        return candidates[0]
+    times = _time_candidates(launches, device)
+    best = min(range(len(candidates)), key=lambda i: (times[i], i))
+    _CONFIGS[key] = candidates[best]
+    return candidates[best]
+
+
+# --------------------------------------------------------------------------------------------
+# Launchers
+# --------------------------------------------------------------------------------------------
+
+
+def _launch_norm(
+    cfg: NormConfig,
+    x: torch.Tensor,
+    r: torch.Tensor | None,
+    y: torch.Tensor,
+    ro: torch.Tensor | None,
+    w: torch.Tensor | None,
+    rows: int,
+    n: int,
+    var_n: int,
+    eps: float,
+) -> None:
+    has_res = r is not None
+    r_ = r if has_res else x
+    ro_ = ro if has_res else y
+    w_ = w if w is not None else x
+    if cfg.block_n >= n:
+        grid_n = -(-rows // cfg.block_m)
+        if cfg.max_programs:
+            grid_n = min(grid_n, cfg.max_programs)
+        _rms_norm_kernel.run(
+            x, r_, y, ro_, w_, rows, n, var_n,
+            x.stride(0), r_.stride(0), y.stride(0), ro_.stride(0), eps,
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_W=w is not None, HAS_RES=has_res,
+            PARTIAL=var_n != n, num_warps=cfg.num_warps, grid=(grid_n,), warmup=False,
+        )  # fmt: skip
+    else:
+        grid_n = min(rows, cfg.max_programs) if cfg.max_programs else rows
+        _rms_norm_chunked_kernel.run(
+            x, r_, y, ro_, w_, rows, n, var_n,
+            x.stride(0), r_.stride(0), y.stride(0), ro_.stride(0), eps,
+            BLOCK_N=cfg.block_n, HAS_W=w is not None, HAS_RES=has_res,
+            PARTIAL=var_n != n, num_warps=cfg.num_warps, grid=(grid_n,), warmup=False,
+        )  # fmt: skip
+
+
+def _norm_config(op: str, x: torch.Tensor, rows: int, n: int, has_res: bool) -> NormConfig:
+    key = (op, n, x.dtype, _BUCKET_OF_BITS[(rows - 1).bit_length()])
+    cfg = _CONFIGS.get(key)
+    if cfg is not None:
+        return cfg  # type: ignore[return-value]
+    elem_bytes = x.element_size()
+    if not _AUTOTUNE or _capturing(x.device):
+        return _norm_heuristic(n, rows, elem_bytes)
+    t_rows = _bucket_rows(key[3], n)
+    dev = x.device
+    xs = torch.randn(t_rows, n, dtype=x.dtype, device=dev)
+    ws = torch.randn(n, dtype=x.dtype, device=dev)
+    ys = torch.empty_like(xs)
+    rs = torch.randn_like(xs) if has_res else None
+    ros = torch.empty_like(xs) if has_res else None
+    cands = _norm_candidates(n, t_rows, elem_bytes, _sm_count(dev))
+
+    def make(c: NormConfig) -> Callable[[], None]:
+        return lambda: _launch_norm(c, xs, rs, ys, ros, ws, t_rows, n, n, 1e-6)
+
+    return _pick(key, cands, make, dev)
+
+
+def _as_rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """``t`` as a 2-D (rows, n) tensor with unit column stride, a view where possible."""
+    t2 = t if t.dim() == 2 else t.reshape(-1, n)
+    if n > 1 and t2.stride(1) != 1:
+        t2 = t2.contiguous()
+    return t2
+
+
+def _weight(w: torch.Tensor | None) -> torch.Tensor | None:
+    if w is not None and w.stride(-1) != 1:
+        return w.contiguous()
+    return w
+
+
+def rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+    config: NormConfig | None = None,
+) -> torch.Tensor:
+    """RMSNorm of the last dim into a new contiguous tensor (``config`` overrides the tuned one)."""
+    n = x.shape[-1]
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    rows = y.numel() // n if n else 0
+    if rows == 0:
+        return y
+    x2 = _as_rows(x, n)
+    cfg = config or _norm_config("rms_norm", x2, rows, n, False)
+    var_n = n if variance_size is None else variance_size
+    _launch_norm(cfg, x2, None, y.view(rows, n), None, _weight(weight), rows, n, var_n, epsilon)
+    return y
+
+
+def fused_add_rms_norm_(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+    config: NormConfig | None = None,
+) -> None:
+    """In place: ``x_residual <- x + x_residual`` (in x's dtype), ``x <- rms_norm(x_residual)``.
+
+    When a tensor cannot be viewed as unit-stride rows, the result is computed out of place and
+    copied back, so the contract holds for any layout.
+    """
+    n = x.shape[-1]
+    rows = x.numel() // n if n else 0
+    if rows == 0:
+        return
+    try:
+        x2 = x.view(rows, n)
+        r2 = x_residual.view(rows, n)
+        direct = n == 1 or (x2.stride(1) == 1 and r2.stride(1) == 1)
+    except RuntimeError:
+        direct = False
+    if not direct:
+        out, res = fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size, config)
+        x_residual.copy_(res)
+        x.copy_(out)
+        return
+    cfg = config or _norm_config("fused_add_rms_norm", x2, rows, n, True)
+    var_n = n if variance_size is None else variance_size
+    _launch_norm(cfg, x2, r2, x2, r2, _weight(weight), rows, n, var_n, epsilon)
+
+
+def fused_add_rms_norm(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+    config: NormConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Out of place: returns new contiguous ``(rms_norm(x + x_residual), x + x_residual)``."""
+    n = x.shape[-1]
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    res = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    rows = out.numel() // n if n else 0
+    if rows == 0:
+        return out, res
+    x2 = _as_rows(x, n)
+    r2 = _as_rows(x_residual, n)
+    cfg = config or _norm_config("fused_add_rms_norm", x2, rows, n, True)
+    var_n = n if variance_size is None else variance_size
+    _launch_norm(
+        cfg, x2, r2, out.view(rows, n), res.view(rows, n), _weight(weight), rows, n, var_n, epsilon
+    )
+    return out, res
+
+
+def _launch_silu(cfg: SiluConfig, x: torch.Tensor, y: torch.Tensor, rows: int, d: int) -> None:
+    grid = (-(-rows // cfg.block_m), -(-d // cfg.block_d))
+    _silu_and_mul_kernel.run(
+        x, y, rows, d, x.stride(0), y.stride(0),
+        BLOCK_M=cfg.block_m, BLOCK_D=cfg.block_d, num_warps=cfg.num_warps, grid=grid, warmup=False,
+    )  # fmt: skip
+
+
+def _silu_config(x: torch.Tensor, rows: int, d: int) -> SiluConfig:
+    key = ("silu_and_mul", d, x.dtype, _BUCKET_OF_BITS[(rows - 1).bit_length()])
+    cfg = _CONFIGS.get(key)
+    if cfg is not None:
+        return cfg  # type: ignore[return-value]
+    elem_bytes = x.element_size()
+    if not _AUTOTUNE or _capturing(x.device):
+        return _silu_heuristic(d, rows, elem_bytes)
+    t_rows = _bucket_rows(key[3], 2 * d)
+    xs = torch.randn(t_rows, 2 * d, dtype=x.dtype, device=x.device)
+    ys = torch.empty(t_rows, d, dtype=x.dtype, device=x.device)
+
+    def make(c: SiluConfig) -> Callable[[], None]:
+        return lambda: _launch_silu(c, xs, ys, t_rows, d)
+
+    return _pick(key, _silu_candidates(d, t_rows, elem_bytes), make, x.device)
+
+
+def silu_and_mul(x: torch.Tensor, config: SiluConfig | None = None) -> torch.Tensor:
+    """``silu(x[..., :d]) * x[..., d:]`` with ``d = x.shape[-1] // 2``, into a new tensor."""
+    d = x.shape[-1] // 2
+    y = torch.empty((*x.shape[:-1], d), dtype=x.dtype, device=x.device)
+    rows = y.numel() // d if d else 0
+    if rows == 0:
+        return y
+    x2 = _as_rows(x, x.shape[-1])
+    cfg = config or _silu_config(x2, rows, d)
+    _launch_silu(cfg, x2, y.view(rows, d), rows, d)
+    return y

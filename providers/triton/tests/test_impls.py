@@ -1,0 +1,106 @@
+"""The registered functions: exact native signatures, and what the predicates accept."""
+
+import inspect
+
+import pytest
+import torch
+from conftest import GPU
+from ircore_triton import impls
+from torch import Tensor
+
+DEVICE = GPU or "cpu"  # CPU counts as a Triton device only under the interpreter (tests)
+
+
+# The native signatures, as the op library declares them.
+def rms_norm(
+    x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
+) -> Tensor: ...
+
+
+def fused_add_rms_norm(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> tuple[Tensor, Tensor]: ...
+
+
+def silu_and_mul(x: Tensor) -> Tensor: ...
+
+
+@pytest.mark.parametrize(
+    "native,impl,pred",
+    [
+        (rms_norm, impls.rms_norm, impls.rms_norm_supports),
+        (fused_add_rms_norm, impls.fused_add_rms_norm, impls.fused_add_rms_norm_supports),
+        (silu_and_mul, impls.silu_and_mul, impls.silu_and_mul_supports),
+    ],
+    ids=["rms_norm", "fused_add_rms_norm", "silu_and_mul"],
+)
+def test_signatures(native, impl, pred) -> None:
+    assert inspect.signature(impl) == inspect.signature(native)
+    assert inspect.signature(pred).parameters == inspect.signature(native).parameters
+    assert inspect.signature(pred).return_annotation is bool
+
+
+def _x(*shape: int, dtype: torch.dtype = torch.bfloat16, device: str = DEVICE) -> Tensor:
+    return torch.zeros(*shape, dtype=dtype, device=device)
+
+
+def test_rms_norm_supports() -> None:
+    x, w = _x(4, 64), _x(64)
+    assert impls.rms_norm_supports(x, w, 1e-6)
+    assert impls.rms_norm_supports(x, None, 1e-6, 64)
+    assert impls.rms_norm_supports(_x(8, 80)[:, :64], w, 1e-6)  # row stride != hidden size
+    assert impls.rms_norm_supports(
+        _x(4, 64, dtype=torch.float32), _x(64, dtype=torch.float32), 1e-6
+    )
+    assert not impls.rms_norm_supports(x, _x(64, dtype=torch.float32), 1e-6)  # weight dtype
+    assert not impls.rms_norm_supports(_x(4, 64, dtype=torch.float64), None, 1e-6)
+    assert not impls.rms_norm_supports(_x(64, 4).t(), None, 1e-6)  # last-dim stride != 1
+    assert not impls.rms_norm_supports(x, w, 1e-6, 0)
+    assert not impls.rms_norm_supports(x, w, 1e-6, 65)
+    assert not impls.rms_norm_supports(_x(4, 64, device="meta"), None, 1e-6)
+    assert not impls.rms_norm_supports(_x(4, 0), None, 1e-6)
+
+
+def test_fused_add_rms_norm_supports() -> None:
+    x, r, w = _x(4, 64), _x(4, 64), _x(64)
+    assert impls.fused_add_rms_norm_supports(x, r, w, 1e-6)
+    assert impls.fused_add_rms_norm_supports(x, r, None, 1e-6, 32)
+    assert not impls.fused_add_rms_norm_supports(x, _x(4, 64, dtype=torch.float16), w, 1e-6)
+    assert not impls.fused_add_rms_norm_supports(x, _x(64, 4).t(), w, 1e-6)
+    assert not impls.fused_add_rms_norm_supports(x, _x(2, 64), w, 1e-6)
+
+
+def test_silu_and_mul_supports() -> None:
+    assert impls.silu_and_mul_supports(_x(4, 64))
+    assert impls.silu_and_mul_supports(_x(2, 3, 64, dtype=torch.float16))
+    assert not impls.silu_and_mul_supports(_x(4, 63))
+    assert not impls.silu_and_mul_supports(_x(64, 4).t())
+    assert not impls.silu_and_mul_supports(_x(4, 64, dtype=torch.int32))
+    assert not impls.silu_and_mul_supports(_x(4, 64, device="meta"))
+
+
+@pytest.mark.skipif(
+    GPU is None, reason="needs a GPU: on CPU, the interpreter makes CPU a Triton device"
+)
+def test_cpu_rejected_on_gpu_machines() -> None:
+    assert not impls.rms_norm_supports(_x(4, 64, device="cpu"), None, 1e-6)
+    assert not impls.silu_and_mul_supports(_x(4, 64, device="cpu"))
+
+
+@pytest.mark.parametrize(
+    "native,impl",
+    [
+        (rms_norm, impls.rms_norm),
+        (fused_add_rms_norm, impls.fused_add_rms_norm),
+        (silu_and_mul, impls.silu_and_mul),
+    ],
+    ids=["rms_norm", "fused_add_rms_norm", "silu_and_mul"],
+)
+def test_schema_matches_native(native, impl) -> None:
+    """The core checks implementations by the torch schema their annotations imply."""
+    infer = torch.library.infer_schema
+    assert infer(impl, mutates_args=()) == infer(native, mutates_args=())
