@@ -1,0 +1,40 @@
+# The README's two commands: `make demo` and `make test`. Each sets everything up first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch; an unpinned torch would pull a multi-GB CUDA build.
+TORCH_PIN ?= torch==2.13.0
+PROVIDERS := $(wildcard providers/*/pyproject.toml)
+STAMP := $(VENV)/.ircore-installed
+
+.PHONY: setup demo test lint bench clean
+
+$(STAMP): pyproject.toml $(PROVIDERS) Makefile
+	@echo "==> creating $(VENV) and installing $(TORCH_PIN), ircore and its providers"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install -q $(TORCH_PIN) numpy ninja
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@for p in $(dir $(PROVIDERS)); do \
+		echo "==> installing provider $$p"; \
+		$(BIN)/python -m pip install -q --no-build-isolation --no-deps -e $$p || exit 1; \
+	done
+	@touch $@
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/python examples/demo.py
+
+test: setup
+	$(BIN)/python -m ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/python -m ruff check .
+
+bench: setup
+	$(BIN)/python benchmarks/dispatch_overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,58 @@
+"""ircore: tensor ops declared by their semantics, dispatched to the best installed kernel.
+
+Importing ircore imports no provider, touches no GPU and compiles nothing.
+"""
+
+from ircore import ops
+from ircore.dispatch import Explanation, get_priority, priority, set_priority
+from ircore.errors import (
+    ConfigError,
+    ImplRegistrationError,
+    InvalidArgumentError,
+    IrcoreError,
+    OpDeclarationError,
+    PriorityError,
+    ProviderLoadError,
+)
+from ircore.op import Impl, IrOp, Sample, Tolerance, all_ops, get_op, register_op
+from ircore.platform import Platform, current_platform
+from ircore.plugins.config import configure
+from ircore.plugins.hookspecs import API_VERSION, hookimpl, hookspec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "API_VERSION",
+    "ConfigError",
+    "Explanation",
+    "Impl",
+    "ImplRegistrationError",
+    "InvalidArgumentError",
+    "IrOp",
+    "IrcoreError",
+    "OpDeclarationError",
+    "Platform",
+    "PriorityError",
+    "ProviderLoadError",
+    "Sample",
+    "Tolerance",
+    "__version__",
+    "all_ops",
+    "configure",
+    "current_platform",
+    "explain",
+    "get_op",
+    "get_priority",
+    "hookimpl",
+    "hookspec",
+    "ops",
+    "priority",
+    "register_op",
+    "set_priority",
+]
+
+
+def explain(op: "str | IrOp", *args: object, **kwargs: object) -> Explanation:
+    """Which implementation a call of ``op`` with these arguments runs, and why not the others."""
+    target = get_op(op) if isinstance(op, str) else op
+    return target.explain(*args, **kwargs)

@@ -1,0 +1,400 @@
+"""Which implementation runs: priority lists, scoped priorities, plans and ``explain``.
+
+One rule serves eager calls, the compile-time lowering and introspection: walk the op's
+effective priority list (``native`` always last) and take the first implementation whose
+provider is usable and whose ``supports_args`` accepts the arguments.
+
+The effective list comes from the highest source that names the op: a ``with ircore.priority``
+scope, then ``ircore.set_priority``/``ircore.configure``, then ``IRCORE_PRIORITY``, then the config
+file, then the providers' suggested ranks. A resolved list is cached on the op as a *plan*,
+stamped with :attr:`DispatchState.generation`; anything that could change a plan replaces the
+generation, so the eager path needs one identity check to know its plan is current.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ircore.errors import PriorityError
+
+if TYPE_CHECKING:
+    from ircore.op import Impl, IrOp
+
+__all__ = [
+    "set_priority",
+    "get_priority",
+    "priority",
+    "explain",
+    "Explanation",
+    "DEFAULT_RANK",
+]
+
+_log = logging.getLogger("ircore")
+NATIVE = "native"
+DEFAULT_RANK = 100
+
+# An entry: (provider, functional callable, raw callable, supports_args or None).
+Entry = tuple[str, Callable[..., Any], Callable[..., Any], Any]
+Plan = tuple[object, tuple[Entry, ...]]
+
+
+@dataclass(frozen=True, eq=False)
+class _Scope:
+    """The priorities set by the innermost ``with ircore.priority(...)`` (merged with outer ones)."""
+
+    priorities: Mapping[str, tuple[str, ...]]
+    plans: dict[str, Plan] = field(default_factory=dict)
+
+
+SCOPE: ContextVar[_Scope | None] = ContextVar("ircore_priority_scope", default=None)
+
+
+@dataclass(frozen=True)
+class PriorityLayer:
+    """Priority lists from one configuration source, e.g. ``IRCORE_PRIORITY``."""
+
+    source: str
+    priorities: Mapping[str, tuple[str, ...]]
+
+
+class DispatchState:
+    """Everything plans are computed from. Mutations go through functions that bump generation."""
+
+    def __init__(self) -> None:
+        self.generation: object = object()
+        self.lock = threading.RLock()
+        self.api_priority: dict[str, tuple[str, ...]] = {}
+        self.layers: list[PriorityLayer] = []  # env, then file; set by ircore.plugins.config
+        self.ranks: dict[str, dict[str, int]] = {}  # op -> provider -> suggested rank
+        self.blocked: dict[str, str] = {}  # provider -> why it must not run (config)
+        # Called before any plan is resolved: discovers and loads providers (ircore.plugins).
+        self.loader: Callable[[], None] | None = None
+        # Names of providers known without loading them (discovered entry points).
+        self.discovered: Callable[[], set[str]] | None = None
+
+
+STATE = DispatchState()
+
+
+def bump_generation() -> None:
+    """Invalidate every cached plan."""
+    STATE.generation = object()
+
+
+def note_impl_registered(impl: Impl) -> None:
+    bump_generation()
+
+
+def _ensure_loaded() -> None:
+    loader = STATE.loader
+    if loader is not None:
+        loader()
+
+
+def known_providers() -> set[str]:
+    """Providers a priority list may name: those with implementations, and discovered ones."""
+    from ircore.op import all_ops
+
+    names = {p for op in all_ops().values() for p in op.impls}
+    if STATE.discovered is not None:
+        names |= STATE.discovered()
+    return names
+
+
+# ---------------------------------------------------------------------- priority sources
+def validate_priority(
+    priorities: Mapping[str, Sequence[str] | str | None], source: str
+) -> dict[str, tuple[str, ...] | None]:
+    """Check op and provider names of a priority mapping; raise naming ``source`` and the key."""
+    from ircore.op import all_ops
+
+    ops = all_ops()
+    known = known_providers() | {NATIVE}
+    out: dict[str, tuple[str, ...] | None] = {}
+    for op_name, providers in priorities.items():
+        if op_name not in ops:
+            raise PriorityError(
+                f"{source}: unknown op {op_name!r} in priority; known ops: {sorted(ops)}"
+            )
+        if providers is None:
+            out[op_name] = None
+            continue
+        if isinstance(providers, str):
+            providers = [p.strip() for p in providers.split(",") if p.strip()]
+        names: list[str] = []
+        for provider in providers:
+            if not isinstance(provider, str) or provider not in known:
+                raise PriorityError(
+                    f"{source}: unknown provider {provider!r} in the priority of {op_name!r}; "
+                    f"known providers: {sorted(known)}"
+                )
+            if provider not in names:
+                names.append(provider)
+        out[op_name] = tuple(names)
+    return out
+
+
+def set_priority(
+    priorities: Mapping[str, Sequence[str] | None] | None = None, /, **ops: Sequence[str] | None
+) -> None:
+    """Set the process-wide priority list of ops: ``set_priority(rms_norm=["vllm_c", "triton"])``.
+
+    ``None`` for an op removes the setting, so lower sources apply again. ``native`` is always
+    appended. Raises :class:`~ircore.errors.PriorityError` for unknown ops or providers.
+    """
+    _ensure_loaded()
+    validated = validate_priority({**(priorities or {}), **ops}, "ircore.set_priority()")
+    with STATE.lock:
+        for op_name, names in validated.items():
+            if names is None:
+                STATE.api_priority.pop(op_name, None)
+            else:
+                STATE.api_priority[op_name] = names
+        bump_generation()
+
+
+@contextlib.contextmanager
+def priority(
+    priorities: Mapping[str, Sequence[str]] | None = None, /, **ops: Sequence[str]
+) -> Iterator[None]:
+    """Within the block, in this thread or task only, use these priority lists.
+
+    Built on :mod:`contextvars`: other threads and asyncio tasks keep their own priorities.
+    Nested blocks merge, the inner one winning per op.
+    """
+    _ensure_loaded()
+    validated = validate_priority({**(priorities or {}), **ops}, "ircore.priority()")
+    outer = SCOPE.get()
+    merged = dict(outer.priorities) if outer is not None else {}
+    for op_name, names in validated.items():
+        if names is None:
+            merged.pop(op_name, None)
+        else:
+            merged[op_name] = names
+    token = SCOPE.set(_Scope(merged))
+    try:
+        yield
+    finally:
+        SCOPE.reset(token)
+
+
+def default_priority(op: IrOp) -> tuple[str, ...]:
+    """Providers' suggested order for ``op``: by rank, then by registration order."""
+    ranks = STATE.ranks.get(op.name, {})
+    order = {p: i for i, p in enumerate(op.impls)}
+    return tuple(sorted(op.impls, key=lambda p: (ranks.get(p, DEFAULT_RANK), order[p])))
+
+
+def effective_priority(op: IrOp, scope: _Scope | None) -> tuple[tuple[str, ...], str]:
+    """The list that decides ``op`` under ``scope`` (``native`` last) and the source it came from."""
+    if scope is not None and op.name in scope.priorities:
+        names, source = scope.priorities[op.name], "ircore.priority() scope"
+    elif op.name in STATE.api_priority:
+        names, source = STATE.api_priority[op.name], "ircore.set_priority()/configure()"
+    else:
+        for layer in STATE.layers:
+            if op.name in layer.priorities:
+                names, source = layer.priorities[op.name], layer.source
+                break
+        else:
+            names, source = default_priority(op), "provider defaults"
+    if NATIVE not in names:
+        names = (*names, NATIVE)
+    return names, source
+
+
+def get_priority(op_name: str) -> list[str]:
+    """The effective priority list of ``op_name`` in this context, ``native`` last."""
+    from ircore.op import get_op
+
+    _ensure_loaded()
+    return list(effective_priority(get_op(op_name), SCOPE.get())[0])
+
+
+# ---------------------------------------------------------------------- plans
+def _entries(op: IrOp, names: Sequence[str]) -> tuple[Entry, ...]:
+    entries: list[Entry] = []
+    for name in names:
+        if name == NATIVE:
+            entries.append((NATIVE, op.native, op.native, None))
+            break  # native runs everything: nothing after it is reached
+        impl = op.impls.get(name)
+        if impl is None or name in STATE.blocked:
+            continue
+        entries.append((name, op.functional_call(impl), impl.fn, impl.supports_args))
+    return tuple(entries)
+
+
+def refresh_plan(op: IrOp) -> Plan:
+    """Resolve and cache ``op``'s plan outside any priority scope."""
+    _ensure_loaded()
+    generation = STATE.generation
+    plan = (generation, _entries(op, effective_priority(op, None)[0]))
+    op._plan = plan
+    return plan
+
+
+def scoped_plan(op: IrOp, scope: _Scope) -> Plan:
+    """``op``'s plan under ``scope``, cached on the scope object."""
+    plan = scope.plans.get(op.name)
+    if plan is None or plan[0] is not STATE.generation:
+        _ensure_loaded()
+        generation = STATE.generation
+        plan = (generation, _entries(op, effective_priority(op, scope)[0]))
+        scope.plans[op.name] = plan
+    return plan
+
+
+def current_plan(op: IrOp) -> Plan:
+    scope = SCOPE.get()
+    if scope is not None and op.name in scope.priorities:
+        return scoped_plan(op, scope)
+    plan = op._plan
+    if plan[0] is not STATE.generation:
+        plan = refresh_plan(op)
+    return plan
+
+
+_warned_predicates: set[tuple[str, str]] = set()
+
+
+def _predicate_raised(op_name: str, provider: str, exc: BaseException) -> None:
+    key = (op_name, provider)
+    if key not in _warned_predicates:
+        _warned_predicates.add(key)
+        _log.warning(
+            "provider %r: supports_args of %s raised %s: %s; treating it as 'not supported'",
+            provider, op_name, type(exc).__name__, exc,
+        )
+
+
+def call_first_supported(
+    op_name: str, entries: tuple[Entry, ...], args: tuple[Any, ...], which: int
+) -> Any:
+    """Run the first entry whose predicate accepts ``args``; ``which`` picks the callable.
+
+    ``which`` is 1 for the functional callable (clones before an in-place implementation) and 2
+    for the raw one (``maybe_inplace``). A predicate that raises counts as "not supported".
+    """
+    for entry in entries:
+        pred = entry[3]
+        if pred is not None:
+            try:
+                if not pred(*args):
+                    continue
+            except Exception as exc:
+                _predicate_raised(op_name, entry[0], exc)
+                continue
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("%s: running %s", op_name, entry[0])
+        try:
+            return entry[which](*args)
+        except Exception as exc:
+            note_failure(op_name, entry[0], exc)
+            raise
+    raise AssertionError(f"ircore op {op_name!r}: plan has no native entry")
+
+
+def note_failure(op_name: str, provider: str, exc: BaseException) -> None:
+    """Say in the traceback which provider's implementation raised, and how to bypass it."""
+    if provider != NATIVE:
+        exc.add_note(
+            f"raised in provider {provider!r}'s implementation of ircore op {op_name!r}; "
+            f"to bypass it: ircore.set_priority({op_name}=[...]) or IRCORE_DISABLE={provider}"
+        )
+
+
+def run(op: IrOp, args: tuple[Any, ...], *, allow_inplace: bool) -> Any:
+    """Validate and run ``op`` on real tensors (the torch kernel and ``maybe_inplace`` path)."""
+    op.check_args(*args)
+    return call_first_supported(op.name, current_plan(op)[1], args, 2 if allow_inplace else 1)
+
+
+# ---------------------------------------------------------------------- explain
+@dataclass(frozen=True)
+class Step:
+    """One provider considered for a call, and what became of it."""
+
+    provider: str
+    outcome: str  # "chosen", "skipped", "not reached", "not in priority"
+    reason: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The answer of :func:`explain`: which implementation runs for a call, and why."""
+
+    op: str
+    chosen: str
+    priority: tuple[str, ...]
+    source: str
+    steps: tuple[Step, ...]
+
+    def __str__(self) -> str:
+        lines = [
+            f"{self.op}: runs {self.chosen}",
+            f"  priority: {', '.join(self.priority)}  (from {self.source})",
+        ]
+        lines += [f"  {s.provider:<12} {s.outcome:<15} {s.reason}" for s in self.steps]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "chosen": self.chosen,
+            "priority": list(self.priority),
+            "source": self.source,
+            "steps": [s.__dict__ for s in self.steps],
+        }
+
+
+def _predicate_verdict(pred: Any, args: tuple[Any, ...]) -> tuple[bool, str]:
+    if pred is None:
+        return True, "accepts every call (no supports_args)"
+    try:
+        ok = bool(pred(*args))
+    except Exception as exc:
+        return False, f"supports_args raised {type(exc).__name__}: {exc}"
+    return ok, "supports_args accepted these arguments" if ok else (
+        "supports_args rejected these arguments"
+    )
+
+
+def explain(op: IrOp, args: tuple[Any, ...]) -> Explanation:
+    """Walk ``op``'s priority for ``args`` exactly as a call would, recording every decision."""
+    _ensure_loaded()
+    op.check_args(*args)
+    names, source = effective_priority(op, SCOPE.get())
+    steps: list[Step] = []
+    chosen: str | None = None
+    for name in names:
+        if chosen is not None:
+            steps.append(Step(name, "not reached", f"{chosen} runs first"))
+            continue
+        if name == NATIVE:
+            chosen = NATIVE
+            steps.append(Step(NATIVE, "chosen", "the native reference runs every call"))
+            continue
+        impl = op.impls.get(name)
+        if name in STATE.blocked:
+            steps.append(Step(name, "skipped", STATE.blocked[name]))
+        elif impl is None:
+            steps.append(Step(name, "skipped", f"provider {name!r} has no active {op.name}"))
+        else:
+            ok, why = _predicate_verdict(impl.supports_args, args)
+            if ok:
+                chosen = name
+                steps.append(Step(name, "chosen", why))
+            else:
+                steps.append(Step(name, "skipped", why))
+    for name in op.impls:
+        if name not in names:
+            steps.append(Step(name, "not in priority", f"not listed by {source}"))
+    assert chosen is not None
+    return Explanation(op.name, chosen, names, source, tuple(steps))

@@ -1,0 +1,41 @@
+"""The exceptions ircore raises, one class per kind of mistake, so callers can catch precisely."""
+
+from __future__ import annotations
+
+__all__ = [
+    "IrcoreError",
+    "OpDeclarationError",
+    "ImplRegistrationError",
+    "InvalidArgumentError",
+    "PriorityError",
+    "ConfigError",
+    "ProviderLoadError",
+]
+
+
+class IrcoreError(Exception):
+    """Base class of every error ircore raises on purpose."""
+
+
+class OpDeclarationError(IrcoreError, ValueError):
+    """``register_op`` was given a function or name it cannot turn into an op."""
+
+
+class ImplRegistrationError(IrcoreError, ValueError):
+    """An implementation does not fit its op (schema, predicate, provider name, in-place)."""
+
+
+class InvalidArgumentError(IrcoreError, ValueError):
+    """An op was called with bad input; the message names the op and the argument."""
+
+
+class PriorityError(IrcoreError, ValueError):
+    """A priority list names an unknown op or provider."""
+
+
+class ConfigError(IrcoreError, ValueError):
+    """Configuration from a file, the environment or the API is wrong; names source and key."""
+
+
+class ProviderLoadError(IrcoreError, RuntimeError):
+    """Strict mode (``IRCORE_STRICT=1``) found a provider that is not active or disabled."""

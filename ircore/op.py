@@ -1,0 +1,452 @@
+"""Declaring ops and their implementations.
+
+An op is declared once, by its native PyTorch function (``register_op``); that function *is* the
+op's semantics. The op becomes ``torch.ops.ircore.<name>`` in the core's one ``Library`` so that
+graphs can hold it, and a Python callable (:class:`IrOp`) whose eager call skips the torch
+dispatcher. Providers attach implementations with :meth:`IrOp.register_impl`; which one runs is
+decided in :mod:`ircore.dispatch`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ircore import dispatch as _dispatch
+from ircore.errors import ImplRegistrationError, OpDeclarationError
+
+__all__ = [
+    "IrOp",
+    "Impl",
+    "Sample",
+    "Tolerance",
+    "register_op",
+    "get_op",
+    "all_ops",
+    "NAME_PATTERN",
+    "RESERVED_PROVIDER_NAMES",
+]
+
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+RESERVED_PROVIDER_NAMES = frozenset({"native", "unfused"})
+LIBRARY_NAMESPACE = "ircore"
+
+_LIBRARY = torch.library.Library(LIBRARY_NAMESPACE, "FRAGMENT")
+_OPS: dict[str, IrOp] = {}
+
+# Bound once: these run on every eager call.
+_Tensor = torch.Tensor
+_is_compiling = torch.compiler.is_compiling
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack
+_SCOPE = _dispatch.SCOPE
+_STATE = _dispatch.STATE
+_call_first_supported = _dispatch.call_first_supported
+_log = logging.getLogger("ircore")
+_log_enabled = _log.isEnabledFor
+_DEBUG = logging.DEBUG
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far an implementation may be from the fp64 reference: ``|a-b| <= atol + rtol*|b|``."""
+
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One set of arguments for an op, with a label that says what it exercises."""
+
+    args: tuple[Any, ...]
+    label: str
+
+
+@dataclass(frozen=True, eq=False)
+class Impl:
+    """One provider's implementation of one op."""
+
+    op_name: str
+    provider: str
+    fn: Callable[..., Any]
+    supports_args: Callable[..., bool] | None
+    inplace: bool
+    source: str
+
+    @property
+    def name(self) -> str:
+        return self.provider
+
+
+def _source_of(obj: object) -> str:
+    """``file:line`` of a function, for messages that must say where something is."""
+    target = inspect.unwrap(obj) if callable(obj) else obj
+    code = getattr(target, "__code__", None)
+    if code is not None:
+        return f"{code.co_filename}:{code.co_firstlineno}"
+    return getattr(target, "__module__", None) or repr(target)
+
+
+def _infer_schema(fn: Callable[..., Any]) -> str:
+    return torch.library.infer_schema(fn, mutates_args=())
+
+
+def _reject(op: str, provider: str, fn: object, why: str) -> ImplRegistrationError:
+    return ImplRegistrationError(
+        f"cannot register provider {provider!r}'s implementation of op {op!r} "
+        f"({_source_of(fn)}): {why}"
+    )
+
+
+def _no_checks(*args: Any) -> None:
+    """The argument check of an op declared without one."""
+
+
+@dataclass(eq=False)
+class IrOp:
+    """An op: its native semantics, its torch custom op, and its implementations.
+
+    Calling the object runs the op: outside tracing it validates the arguments and calls the
+    first implementation the priority list allows and whose ``supports_args`` accepts them;
+    under ``torch.compile``, ``make_fx`` or any dispatch mode it calls ``torch.ops.ircore.<name>``
+    instead, so the graph records the op.
+    """
+
+    name: str
+    native: Callable[..., Any]
+    inplace_args: tuple[str, ...] = ()
+    check_args: Callable[..., None] = _no_checks
+    tolerances: dict[torch.dtype, Tolerance] = field(default_factory=dict)
+    sample_inputs: Callable[..., Iterator[Sample]] | None = None
+    make_inputs: Callable[..., tuple[Any, ...]] | None = None
+    reference: Callable[..., Any] | None = None
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        self.signature = inspect.signature(self.native)
+        self.param_names = tuple(self.signature.parameters)
+        self._arity = len(self.param_names)
+        params = self.signature.parameters.values()
+        self._required = sum(p.default is p.empty for p in params)
+        self._defaults = tuple(p.default for p in params)
+        self._inplace_indices = tuple(self.param_names.index(a) for a in self.inplace_args)
+        self.schema = _infer_schema(self.native)
+        self.impls: dict[str, Impl] = {}
+        # (generation, entries): see ircore.dispatch.resolve_plan
+        self._plan: tuple[object, tuple[tuple[str, Callable[..., Any], Any], ...]] = (None, ())
+        self.__doc__ = self.doc or self.native.__doc__
+        self.torch_op: Any = None
+
+    # ------------------------------------------------------------------ eager call (hot path)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Every line here runs on every eager call: see benchmarks/dispatch_overhead.py.
+        if _is_compiling() or _dispatch_stack_len():
+            return self.torch_op(*args, **kwargs)
+        if kwargs or len(args) != self._arity:
+            if not kwargs and self._required <= len(args):
+                args += self._defaults[len(args) :]
+            else:
+                args = self._complete(args, kwargs)
+        if type(args[0]) is not _Tensor:  # fake/proxy/subclass tensors: let torch dispatch
+            return self.torch_op(*args)
+        self.check_args(*args)
+        scope = _SCOPE.get()
+        if scope is None or self.name not in scope.priorities:
+            plan = self._plan
+            if plan[0] is not _STATE.generation:
+                plan = _dispatch.refresh_plan(self)
+        else:
+            plan = _dispatch.scoped_plan(self, scope)
+        try:
+            for entry in plan[1]:
+                pred = entry[3]
+                if pred is None or pred(*args):
+                    break
+        except Exception:  # a predicate raised: let the careful path report and skip it
+            return _call_first_supported(self.name, plan[1], args, 1)
+        if _log_enabled(_DEBUG):
+            _log.debug("%s: running %s", self.name, entry[0])
+        try:
+            return entry[1](*args)
+        except Exception as exc:
+            _dispatch.note_failure(self.name, entry[0], exc)
+            raise
+
+    def maybe_inplace(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the op, allowing an in-place implementation to overwrite ``inplace_args``.
+
+        For callers that no longer need those inputs: it saves the clone that the functional
+        call makes before an in-place implementation. Use only the returned tensors.
+        """
+        if _is_compiling() or _dispatch_stack_len():
+            return self.torch_op(*args, **kwargs)
+        args = self._complete(args, kwargs)
+        return _dispatch.run(self, args, allow_inplace=True)
+
+    def _complete(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """Bind keyword and default arguments into one positional tuple."""
+        if not kwargs and self._required <= len(args) < self._arity:
+            return args + self._defaults[len(args) :]
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"ircore.ops.{self.name}{self.signature}: {exc}") from None
+        bound.apply_defaults()
+        return tuple(bound.arguments.values())
+
+    # ------------------------------------------------------------------ implementations
+    def register_impl(
+        self,
+        provider: str,
+        fn: Callable[..., Any],
+        supports_args: Callable[..., bool] | None = None,
+        inplace: bool = False,
+    ) -> Impl:
+        """Attach ``provider``'s implementation ``fn``; validate everything first.
+
+        ``fn`` must have exactly the native signature (checked through the torch schema it
+        implies); ``supports_args`` takes the same parameters and returns whether ``fn``
+        handles that call; ``inplace=True`` says ``fn`` may overwrite the op's
+        ``inplace_args`` (allowed only where the op declares some).
+        """
+        impl = self.validate_impl(provider, fn, supports_args, inplace)
+        self.impls[provider] = impl
+        _dispatch.note_impl_registered(impl)
+        return impl
+
+    def validate_impl(
+        self,
+        provider: str,
+        fn: Callable[..., Any],
+        supports_args: Callable[..., bool] | None = None,
+        inplace: bool = False,
+    ) -> Impl:
+        """Check an implementation without registering it; returns the :class:`Impl`."""
+        if not isinstance(provider, str) or not NAME_PATTERN.match(provider):
+            raise _reject(
+                self.name, str(provider), fn,
+                f"provider name {provider!r} must match {NAME_PATTERN.pattern}",
+            )
+        if provider in RESERVED_PROVIDER_NAMES:
+            raise _reject(
+                self.name, provider, fn,
+                f"{provider!r} is reserved (reserved names: {sorted(RESERVED_PROVIDER_NAMES)})",
+            )
+        if provider in self.impls:
+            raise _reject(
+                self.name, provider, fn,
+                f"provider {provider!r} already registered an implementation of {self.name!r} "
+                f"({self.impls[provider].source})",
+            )
+        if not callable(fn):
+            raise _reject(self.name, provider, fn, f"{fn!r} is not callable")
+        try:
+            schema = _infer_schema(fn)
+        except Exception as exc:
+            raise _reject(
+                self.name, provider, fn,
+                f"cannot infer its schema ({exc}); annotate it exactly like the native "
+                f"function: {self.name}{self.signature}",
+            ) from None
+        if schema != self.schema:
+            raise _reject(
+                self.name, provider, fn,
+                f"its schema {schema} differs from the native schema {self.schema}",
+            )
+        if supports_args is not None:
+            if not callable(supports_args):
+                raise _reject(
+                    self.name, provider, fn, f"supports_args {supports_args!r} is not callable"
+                )
+            try:
+                pred_params = tuple(inspect.signature(supports_args).parameters)
+            except (TypeError, ValueError) as exc:
+                raise _reject(
+                    self.name, provider, fn, f"cannot read supports_args' signature: {exc}"
+                ) from None
+            if pred_params != self.param_names:
+                raise _reject(
+                    self.name, provider, fn,
+                    f"supports_args ({_source_of(supports_args)}) takes "
+                    f"({', '.join(pred_params)}) but must take the op's parameters "
+                    f"({', '.join(self.param_names)})",
+                )
+        if inplace and not self.inplace_args:
+            raise _reject(
+                self.name, provider, fn,
+                f"op {self.name!r} does not allow in-place implementations "
+                "(it declares no inplace_args)",
+            )
+        return Impl(
+            op_name=self.name,
+            provider=provider,
+            fn=fn,
+            supports_args=supports_args,
+            inplace=bool(inplace),
+            source=_source_of(fn),
+        )
+
+    def unregister_impl(self, provider: str) -> None:
+        """Remove ``provider``'s implementation (used to roll back a rejected provider)."""
+        if self.impls.pop(provider, None) is not None:
+            _dispatch.bump_generation()
+
+    def functional_call(self, impl: Impl) -> Callable[..., Any]:
+        """What dispatch calls for ``impl`` from a functional caller: clones inputs it may mutate."""
+        if not impl.inplace:
+            return impl.fn
+        fn = impl.fn
+        indices = self._inplace_indices
+
+        def call_on_clones(*args: Any) -> Any:
+            cloned = list(args)
+            for i in indices:
+                cloned[i] = cloned[i].clone()
+            return fn(*cloned)
+
+        call_on_clones.__qualname__ = f"{impl.provider}.{self.name}[on clones]"
+        return call_on_clones
+
+    # ------------------------------------------------------------------ introspection
+    def tolerance(self, dtype: torch.dtype) -> Tolerance:
+        try:
+            return self.tolerances[dtype]
+        except KeyError:
+            raise KeyError(f"op {self.name!r} has no tolerance for {dtype}") from None
+
+    def explain(self, *args: Any, **kwargs: Any) -> _dispatch.Explanation:
+        """Which implementation a call with these arguments runs, and why the others don't."""
+        return _dispatch.explain(self, self._complete(args, kwargs))
+
+    def __repr__(self) -> str:
+        return f"<ircore op {self.name}{self.signature} impls={list(self.impls)}>"
+
+
+def _check_native(name: str | None, native: Callable[..., Any], inplace_args: Sequence[str]) -> str:
+    """Validate a native function for ``register_op``; return the op's name."""
+    if not callable(native):
+        raise OpDeclarationError(f"register_op needs a function, got {native!r}")
+    op_name = getattr(native, "__name__", "") if name is None else name
+    where = _source_of(native)
+    if not isinstance(op_name, str) or not NAME_PATTERN.match(op_name):
+        raise OpDeclarationError(
+            f"op name {op_name!r} ({where}) must match {NAME_PATTERN.pattern}"
+        )
+    if op_name in _OPS:
+        raise OpDeclarationError(
+            f"op {op_name!r} ({where}) is already declared by {_source_of(_OPS[op_name].native)}"
+        )
+    params = inspect.signature(native).parameters
+    for param in params.values():
+        if param.kind is param.KEYWORD_ONLY:
+            raise OpDeclarationError(
+                f"op {op_name!r} ({where}): parameter {param.name!r} is keyword-only; ops take "
+                "positional-or-keyword parameters only, so every call can be positional"
+            )
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise OpDeclarationError(
+                f"op {op_name!r} ({where}): *args/**kwargs parameter {param.name!r} is not "
+                "allowed; declare every parameter"
+            )
+    if not params:
+        raise OpDeclarationError(f"op {op_name!r} ({where}) takes no arguments")
+    for arg in inplace_args:
+        if arg not in params:
+            raise OpDeclarationError(
+                f"op {op_name!r} ({where}): inplace_args names {arg!r}, which is not a "
+                f"parameter (parameters: {list(params)})"
+            )
+    try:
+        _infer_schema(native)
+    except Exception as exc:
+        raise OpDeclarationError(
+            f"op {op_name!r} ({where}): cannot infer a torch schema from its annotations: {exc}"
+        ) from None
+    return op_name
+
+
+def _define_torch_op(op: IrOp, fake: Callable[..., Any] | None) -> None:
+    """Make ``torch.ops.ircore.<name>``: one kernel for every device, and a fake."""
+    _LIBRARY.define(op.name + op.schema)
+    qualname = f"{LIBRARY_NAMESPACE}::{op.name}"
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != op._arity:
+            args = op._complete(args, kwargs)
+        return _dispatch.run(op, args, allow_inplace=False)
+
+    kernel.__qualname__ = f"ircore.{op.name}[kernel]"
+    _LIBRARY.impl(op.name, kernel, "CompositeExplicitAutograd")
+
+    native, check = op.native, op.check_args
+    if fake is None:
+
+        def fake(*args: Any, **kwargs: Any) -> Any:
+            if kwargs or len(args) != op._arity:
+                args = op._complete(args, kwargs)
+            check(*args)
+            return native(*args)
+
+    torch.library.register_fake(qualname, fake, lib=_LIBRARY)
+    op.torch_op = getattr(getattr(torch.ops, LIBRARY_NAMESPACE), op.name).default
+
+
+def register_op(
+    native: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    inplace_args: Sequence[str] = (),
+    check_args: Callable[..., None] | None = None,
+    tolerances: dict[torch.dtype, Tolerance] | None = None,
+    sample_inputs: Callable[..., Iterator[Sample]] | None = None,
+    make_inputs: Callable[..., tuple[Any, ...]] | None = None,
+    reference: Callable[..., Any] | None = None,
+    fake: Callable[..., Any] | None = None,
+) -> Any:
+    """Declare an op from its native function; usable as ``@register_op`` or ``@register_op(...)``.
+
+    ``inplace_args`` names the tensor arguments that an in-place implementation may overwrite
+    (none: in-place implementations are refused). ``check_args`` raises
+    :class:`~ircore.errors.InvalidArgumentError` for bad input before any implementation runs.
+    ``fake`` overrides the fake implementation (default: native on fake tensors).
+    """
+
+    def declare(fn: Callable[..., Any]) -> IrOp:
+        op_name = _check_native(name, fn, inplace_args)
+        op = IrOp(
+            name=op_name,
+            native=fn,
+            inplace_args=tuple(inplace_args),
+            check_args=check_args or _no_checks,
+            tolerances=dict(tolerances or {}),
+            sample_inputs=sample_inputs,
+            make_inputs=make_inputs,
+            reference=reference,
+        )
+        _define_torch_op(op, fake)
+        _OPS[op_name] = op
+        _dispatch.bump_generation()
+        return op
+
+    if native is not None:
+        return declare(native)
+    return declare
+
+
+def get_op(name: str) -> IrOp:
+    """The op called ``name``; the error lists the ops there are."""
+    try:
+        return _OPS[name]
+    except KeyError:
+        raise KeyError(f"no ircore op named {name!r}; known ops: {sorted(_OPS)}") from None
+
+
+def all_ops() -> dict[str, IrOp]:
+    """Every declared op, by name (a copy)."""
+    return dict(_OPS)

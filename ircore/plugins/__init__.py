@@ -1,0 +1,1 @@
+"""Providers: the contract (hookspecs), discovery, loading, states and configuration."""

@@ -1,0 +1,48 @@
+"""Core test setup: no installed provider leaks into core tests, and dispatch state is restored."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+# Core tests register their own implementations; providers installed in this environment (the
+# repo's own, e.g. vllm_c) must not join in. Plugin tests run in subprocesses with their own env.
+os.environ["IRCORE_PROVIDERS"] = "none"
+for var in ("IRCORE_DISABLE", "IRCORE_PRIORITY", "IRCORE_CONFIG", "IRCORE_STRICT"):
+    os.environ.pop(var, None)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from ircore import dispatch  # noqa: E402
+from ircore.op import all_ops  # noqa: E402
+
+_counter = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def isolated_dispatch():
+    """Snapshot every op's implementations and all priority state; restore after the test."""
+    state = dispatch.STATE
+    impls = {name: dict(op.impls) for name, op in all_ops().items()}
+    saved = (dict(state.api_priority), list(state.layers), dict(state.ranks), dict(state.blocked))
+    yield
+    for name, op in all_ops().items():
+        op.impls.clear()
+        op.impls.update(impls.get(name, {}))
+    state.api_priority, state.layers, state.ranks, state.blocked = (
+        saved[0], saved[1], saved[2], saved[3]
+    )
+    dispatch.bump_generation()
+
+
+@pytest.fixture
+def unique_name():
+    """A fresh op name: torch keeps op definitions for the life of the process."""
+    return lambda stem="op": f"test_{stem}_{next(_counter)}"
+
+
+@pytest.fixture
+def x4096():
+    torch.manual_seed(0)
+    return torch.randn(16, 4096), torch.randn(4096) * 0.1 + 1.0

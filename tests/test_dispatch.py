@@ -1,0 +1,280 @@
+"""Priority dispatch: order, native last, global and scoped settings, threads, tasks, explain."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import pytest
+import torch
+
+import ircore
+from ircore.errors import PriorityError
+
+from . import impls
+from .impls import fused_inplace, only_fp32, rms_norm_a, rms_norm_b
+
+rms_norm = ircore.ops.rms_norm
+
+
+@pytest.fixture(autouse=True)
+def _clear_calls():
+    impls.CALLS.clear()
+
+
+def _register_ab():
+    rms_norm.register_impl("prov_a", rms_norm_a, supports_args=only_fp32)
+    rms_norm.register_impl("prov_b", rms_norm_b)
+
+
+def test_native_only_by_default(x4096):
+    x, w = x4096
+    assert ircore.get_priority("rms_norm") == ["native"]
+    torch.testing.assert_close(rms_norm(x, w, 1e-6), rms_norm.native(x, w, 1e-6))
+
+
+def test_registration_order_is_the_default_and_native_is_last(x4096):
+    _register_ab()
+    assert ircore.get_priority("rms_norm") == ["prov_a", "prov_b", "native"]
+    x, w = x4096
+    rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["a"]
+
+
+def test_supports_args_falls_through(x4096):
+    _register_ab()
+    x, w = x4096
+    rms_norm(x.half(), w.half(), 1e-6)
+    assert impls.CALLS == ["b"]
+
+
+def test_provider_ranks_decide_default_order():
+    _register_ab()
+    ircore.dispatch.STATE.ranks["rms_norm"] = {"prov_b": 5, "prov_a": 50}
+    ircore.dispatch.bump_generation()
+    assert ircore.get_priority("rms_norm") == ["prov_b", "prov_a", "native"]
+
+
+def test_set_priority_global(x4096):
+    _register_ab()
+    ircore.set_priority(rms_norm=["prov_b"])
+    assert ircore.get_priority("rms_norm") == ["prov_b", "native"]
+    x, w = x4096
+    rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["b"]
+    ircore.set_priority(rms_norm=None)
+    assert ircore.get_priority("rms_norm") == ["prov_a", "prov_b", "native"]
+
+
+def test_configure_priority(x4096):
+    _register_ab()
+    ircore.configure(priority={"rms_norm": ["native"]})
+    x, w = x4096
+    rms_norm(x, w, 1e-6)
+    assert impls.CALLS == []
+
+
+def test_native_in_the_middle_ends_the_list():
+    _register_ab()
+    ircore.set_priority(rms_norm=["prov_b", "native", "prov_a"])
+    x = torch.randn(2, 8)
+    rms_norm(x, None, 1e-6)
+    assert impls.CALLS == ["b"]
+    ex = ircore.explain("rms_norm", x.half(), None, 1e-6)
+    assert ex.chosen == "prov_b"
+
+
+def test_unknown_op_or_provider_in_priority():
+    _register_ab()
+    with pytest.raises(PriorityError, match=r"ircore.set_priority\(\): unknown op 'layer_norm'.*known ops"):
+        ircore.set_priority(layer_norm=["prov_a"])
+    with pytest.raises(PriorityError, match=r"unknown provider 'nope' in the priority of 'rms_norm'; known providers: \['native', 'prov_a', 'prov_b'\]"):
+        ircore.set_priority(rms_norm=["nope"])
+    with pytest.raises(PriorityError, match=r"ircore.priority\(\): unknown provider"):
+        with ircore.priority(rms_norm=["nope"]):
+            pass
+
+
+def test_scoped_priority_nests_and_restores(x4096):
+    _register_ab()
+    x, w = x4096
+    with ircore.priority(rms_norm=["prov_b"]):
+        assert ircore.get_priority("rms_norm") == ["prov_b", "native"]
+        with ircore.priority(rms_norm=["native"]):
+            rms_norm(x, w, 1e-6)
+        rms_norm(x, w, 1e-6)
+    rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["b", "a"]
+
+
+def test_scoped_priority_outranks_global():
+    _register_ab()
+    ircore.set_priority(rms_norm=["prov_a"])
+    with ircore.priority(rms_norm=["prov_b"]):
+        assert ircore.explain("rms_norm", torch.randn(1, 8), None, 1e-6).chosen == "prov_b"
+        assert "scope" in ircore.explain("rms_norm", torch.randn(1, 8), None, 1e-6).source
+
+
+def test_scoped_priority_is_per_thread():
+    _register_ab()
+    barrier = threading.Barrier(2)
+    seen: dict[str, list[str]] = {}
+    errors: list[BaseException] = []
+
+    def worker(name: str, order: list[str]) -> None:
+        try:
+            with ircore.priority(rms_norm=order):
+                barrier.wait()
+                runs = []
+                for _ in range(200):
+                    runs.append(ircore.explain("rms_norm", torch.randn(2, 8), None, 1e-6).chosen)
+                    rms_norm(torch.randn(2, 8), None, 1e-6)
+                barrier.wait()
+                seen[name] = runs
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=worker, args=("t1", ["prov_a"])),
+        threading.Thread(target=worker, args=("t2", ["prov_b"])),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert set(seen["t1"]) == {"prov_a"} and set(seen["t2"]) == {"prov_b"}
+    assert impls.CALLS.count("a") == 200 and impls.CALLS.count("b") == 200
+    assert ircore.get_priority("rms_norm") == ["prov_a", "prov_b", "native"]
+
+
+def test_scoped_priority_is_per_asyncio_task():
+    _register_ab()
+
+    async def task(order: list[str]) -> set[str]:
+        with ircore.priority(rms_norm=order):
+            chosen = set()
+            for _ in range(20):
+                await asyncio.sleep(0)
+                chosen.add(ircore.explain("rms_norm", torch.randn(2, 8), None, 1e-6).chosen)
+            return chosen
+
+    async def main():
+        return await asyncio.gather(task(["prov_a"]), task(["prov_b"]), task(["native"]))
+
+    assert asyncio.run(main()) == [{"prov_a"}, {"prov_b"}, {"native"}]
+
+
+def test_explain_reports_every_decision():
+    _register_ab()
+    ex = ircore.explain("rms_norm", torch.randn(2, 8).half(), None, 1e-6)
+    assert ex.chosen == "prov_b"
+    assert [(s.provider, s.outcome) for s in ex.steps] == [
+        ("prov_a", "skipped"), ("prov_b", "chosen"), ("native", "not reached"),
+    ]
+    assert "rejected" in ex.steps[0].reason
+    assert ex.source == "provider defaults"
+    text = str(ex)
+    assert text.startswith("rms_norm: runs prov_b") and "prov_a" in text
+    assert ex.to_dict()["chosen"] == "prov_b"
+
+
+def test_explain_lists_providers_outside_the_priority():
+    _register_ab()
+    ircore.set_priority(rms_norm=["prov_b"])
+    ex = ircore.explain("rms_norm", torch.randn(2, 8), None, 1e-6)
+    assert ("prov_a", "not in priority") in [(s.provider, s.outcome) for s in ex.steps]
+
+
+def test_explain_and_call_agree_on_every_sample():
+    _register_ab()
+    for dtype in (torch.float32, torch.bfloat16):
+        for sample in rms_norm.sample_inputs(dtype, "cpu"):
+            impls.CALLS.clear()
+            chosen = ircore.explain(rms_norm, *sample.args).chosen
+            rms_norm(*sample.args)
+            assert impls.CALLS == [{"prov_a": "a", "prov_b": "b"}[chosen]], sample.label
+
+
+def test_predicate_that_raises_is_skipped_with_a_warning(caplog):
+    def broken(x, weight, epsilon, variance_size):
+        raise RuntimeError("predicate bug")
+
+    rms_norm.register_impl("prov_a", rms_norm_a, supports_args=broken)
+    x = torch.randn(2, 8)
+    with caplog.at_level(logging.WARNING, logger="ircore"):
+        out = rms_norm(x, None, 1e-6)
+    torch.testing.assert_close(out, rms_norm.native(x, None, 1e-6))
+    assert impls.CALLS == []
+    assert "supports_args of rms_norm raised RuntimeError: predicate bug" in caplog.text
+    ex = ircore.explain("rms_norm", x, None, 1e-6)
+    assert ex.chosen == "native" and "raised RuntimeError" in ex.steps[0].reason
+
+
+def test_failing_implementation_names_its_provider():
+    def boom(x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None = None) -> torch.Tensor:
+        raise RuntimeError("kernel exploded")
+
+    rms_norm.register_impl("prov_boom", boom)
+    with pytest.raises(RuntimeError, match="kernel exploded") as info:
+        rms_norm(torch.randn(2, 8), None, 1e-6)
+    assert any("provider 'prov_boom'" in n and "IRCORE_DISABLE=prov_boom" for n in info.value.__notes__)
+
+
+def test_debug_log_says_which_implementation_ran(caplog):
+    _register_ab()
+    with caplog.at_level(logging.DEBUG, logger="ircore"):
+        rms_norm(torch.randn(2, 8), None, 1e-6)
+        rms_norm(torch.randn(2, 8).half(), None, 1e-6)
+    assert "rms_norm: running prov_a" in caplog.text
+    assert "rms_norm: running prov_b" in caplog.text
+
+
+def test_keyword_and_default_arguments(x4096):
+    _register_ab()
+    x, w = x4096
+    a = rms_norm(x, w, 1e-6)
+    b = rms_norm(x=x, weight=w, epsilon=1e-6, variance_size=None)
+    c = rms_norm(x, w, epsilon=1e-6)
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(a, c)
+    with pytest.raises(TypeError, match=r"ircore.ops.rms_norm\(x"):
+        rms_norm(x, w)
+
+
+# ---------------------------------------------------------------------- in-place safety
+def test_functional_call_never_mutates_inputs():
+    fused = ircore.ops.fused_add_rms_norm
+    fused.register_impl("inpl", fused_inplace, inplace=True)
+    x, r, w = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64)
+    x0, r0 = x.clone(), r.clone()
+    out, res = fused(x, r, w, 1e-6)
+    assert impls.CALLS == ["inplace"]
+    assert torch.equal(x, x0) and torch.equal(r, r0)
+    ref_out, ref_res = fused.native(x0, r0, w, 1e-6)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(res, ref_res)
+    # the same holds through the torch op (the path compiled graphs take)
+    out2, _ = torch.ops.ircore.fused_add_rms_norm(x, r, w, 1e-6)
+    assert torch.equal(x, x0) and torch.equal(r, r0)
+    torch.testing.assert_close(out2, ref_out)
+
+
+def test_maybe_inplace_lets_inplace_impls_write_inputs():
+    fused = ircore.ops.fused_add_rms_norm
+    fused.register_impl("inpl", fused_inplace, inplace=True)
+    x, r, w = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64)
+    ref_out, ref_res = fused.native(x, r, w, 1e-6)
+    out, res = fused.maybe_inplace(x, r, w, 1e-6)
+    assert out.data_ptr() == x.data_ptr() and res.data_ptr() == r.data_ptr()
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(res, ref_res)
+
+
+def test_maybe_inplace_with_functional_impl_leaves_inputs():
+    fused = ircore.ops.fused_add_rms_norm
+    x, r, w = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64)
+    x0 = x.clone()
+    _out, _ = fused.maybe_inplace(x, r, w, 1e-6)
+    assert torch.equal(x, x0)

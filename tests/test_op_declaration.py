@@ -1,0 +1,120 @@
+"""register_op: what becomes an op, and every way a declaration is refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ircore
+from ircore.errors import OpDeclarationError
+
+
+def test_declared_op_is_a_torch_custom_op(unique_name):
+    name = unique_name("scale")
+
+    def native(x: torch.Tensor, factor: float) -> torch.Tensor:
+        return x * factor
+
+    op = ircore.register_op(native, name=name)
+    assert op is ircore.get_op(name)
+    torch_op = getattr(torch.ops.ircore, name)
+    x = torch.randn(3)
+    torch.testing.assert_close(torch_op(x, 2.0), x * 2)
+    torch.testing.assert_close(op(x, 2.0), x * 2)
+    assert op.schema == "(Tensor x, float factor) -> Tensor"
+
+
+def test_decorator_form_and_custom_fake(unique_name):
+    name = unique_name("twice")
+    seen = []
+
+    def fake(x):
+        seen.append("fake")
+        return torch.empty_like(x)
+
+    @ircore.register_op(name=name, fake=fake)
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        out = twice(mode.from_tensor(torch.randn(4)))
+    assert seen == ["fake"] and out.shape == (4,)
+
+
+def test_default_fake_runs_native_on_fake_tensors():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(5, 64, dtype=torch.bfloat16)
+        out, res = ircore.ops.fused_add_rms_norm(x, torch.empty_like(x), torch.empty(64), 1e-6)
+        half = ircore.ops.silu_and_mul(torch.empty(3, 10))
+    assert out.shape == (5, 64) and out.dtype == torch.bfloat16 and res.shape == (5, 64)
+    assert half.shape == (3, 5)
+
+
+@pytest.mark.parametrize("bad", ["Upper", "1abc", "has-dash", "", "sp ace"])
+def test_name_must_match_pattern(bad):
+    def native(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    with pytest.raises(OpDeclarationError, match=r"must match \^\[a-z\]"):
+        ircore.register_op(native, name=bad)
+
+
+def test_duplicate_name_rejected_with_both_places():
+    def rms_norm(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    with pytest.raises(OpDeclarationError, match=r"'rms_norm'.*already declared by .*_norm\.py"):
+        ircore.register_op(rms_norm)
+
+
+def test_keyword_only_parameter_rejected(unique_name):
+    def native(x: torch.Tensor, *, eps: float) -> torch.Tensor:
+        return x
+
+    with pytest.raises(OpDeclarationError, match="'eps' is keyword-only"):
+        ircore.register_op(native, name=unique_name())
+
+
+def test_var_args_rejected(unique_name):
+    def native(x: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        return x
+
+    with pytest.raises(OpDeclarationError, match=r"\*args/\*\*kwargs parameter 'rest'"):
+        ircore.register_op(native, name=unique_name())
+
+
+def test_unannotated_native_rejected(unique_name):
+    def native(x):
+        return x
+
+    with pytest.raises(OpDeclarationError, match="cannot infer a torch schema"):
+        ircore.register_op(native, name=unique_name())
+
+
+def test_inplace_args_must_name_parameters(unique_name):
+    def native(x: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
+        return x
+
+    with pytest.raises(OpDeclarationError, match="inplace_args names 'z'"):
+        ircore.register_op(native, name=unique_name(), inplace_args=("z",))
+
+
+def test_failed_declaration_leaves_nothing(unique_name):
+    name = unique_name()
+
+    def native(x: torch.Tensor, *, k: int) -> torch.Tensor:
+        return x
+
+    with pytest.raises(OpDeclarationError):
+        ircore.register_op(native, name=name)
+    assert name not in ircore.all_ops()
+    assert not hasattr(torch.ops.ircore, name)
+
+
+def test_get_op_unknown_lists_known():
+    with pytest.raises(KeyError, match=r"known ops: \['fused_add_rms_norm', .*'rms_norm', 'silu_and_mul'"):
+        ircore.get_op("layer_norm")
