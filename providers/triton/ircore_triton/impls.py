@@ -33,15 +33,11 @@ _silu_and_mul_op = _OPS.silu_and_mul.default
 _DTYPES = frozenset((torch.float32, torch.float16, torch.bfloat16))
 # Devices Triton has a GPU backend for; CPU only under Triton's interpreter (tests).
 _DEVICE_TYPES = frozenset(
-    ("cuda", "xpu", "cpu")
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-    else ("cuda", "xpu")
+    ("cuda", "xpu", "cpu") if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") else ("cuda", "xpu")
 )
 
 
-def rms_norm(
-    x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
-) -> Tensor:
+def rms_norm(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> Tensor:
     """RMSNorm over the last dim in fp32, by the Triton kernel; a new contiguous tensor."""
     return _rms_norm_op(x, weight, epsilon, variance_size)
 

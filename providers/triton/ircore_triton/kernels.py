@@ -112,9 +112,7 @@ def _rms_norm_kernel(
     for blk in tl.range(pid, num_blocks, nprog):
         rows = (blk * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
         mask = (rows < n_rows)[:, None] & col_mask[None, :]
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(
-            tl.float32
-        )
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         if HAS_RES:
             r = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
             s = (x + r.to(tl.float32)).to(RO.dtype.element_ty)
@@ -253,9 +251,7 @@ def clear_configs() -> None:
     _CONFIGS.clear()
 
 
-def set_config(
-    op: str, hidden: int, dtype: torch.dtype, rows: int, config: NormConfig | SiluConfig
-) -> None:
+def set_config(op: str, hidden: int, dtype: torch.dtype, rows: int, config: NormConfig | SiluConfig) -> None:
     """Pin ``config`` for ``op`` ("rms_norm", "fused_add_rms_norm", "silu_and_mul") at the bucket of
     ``rows``; ``hidden`` is the norm's row width, or silu_and_mul's output width ``d``."""
     _CONFIGS[(op, hidden, dtype, _bucket(rows))] = config
@@ -284,9 +280,7 @@ def _sm_count(device: torch.device) -> int:
         count = 0
         try:
             props = getattr(torch, device.type).get_device_properties(key[1])
-            count = getattr(props, "multi_processor_count", 0) or getattr(
-                props, "gpu_subslice_count", 0
-            )
+            count = getattr(props, "multi_processor_count", 0) or getattr(props, "gpu_subslice_count", 0)
         except Exception:  # an unknown backend: a plain launch is always correct
             count = 0
         _SM_COUNT[key] = count = int(count) or 128
@@ -334,24 +328,33 @@ def _norm_candidates(n: int, rows: int, elem_bytes: int, sm_count: int) -> list[
     return out
 
 
+def _silu_warps(elements: int, elem_bytes: int, vectors: int) -> int:
+    """Warps giving each thread ``vectors`` 16-byte vectors of a tile of ``elements``."""
+    vec = max(1, 16 // elem_bytes)
+    return max(1, min(16, elements // (32 * vec * vectors)))
+
+
 def _silu_heuristic(d: int, rows: int, elem_bytes: int) -> SiluConfig:
     bd = min(max(_pow2(d), 16), 1024 if rows <= 16 else 2048)
     bm = max(1, min(_pow2(rows), 2048 // bd))
-    return SiluConfig(bm, bd, 4)
+    return SiluConfig(bm, bd, _silu_warps(bm * bd, elem_bytes, 2))
 
 
 def _silu_candidates(d: int, rows: int, elem_bytes: int) -> list[SiluConfig]:
+    """Tiles of 512..4096 columns (several rows when d is short), 1 or 2 vectors per thread."""
     pd = max(_pow2(d), 16)
     if pd <= 1024:
-        out = []
-        for e in (2048, 4096):
-            bm = max(1, min(_pow2(rows), e // pd))
-            for w in (4, 8):
-                if SiluConfig(bm, pd, w) not in out:
-                    out.append(SiluConfig(bm, pd, w))
-        return out
-    bds = (512, 1024, 2048) if rows <= 16 else (1024, 2048, 4096)
-    return [SiluConfig(1, bd, w) for bd in bds if bd <= pd for w in (4, 8)]
+        tiles = {(max(1, min(_pow2(rows), e // pd)), pd) for e in (2048, 4096)}
+    else:
+        widths = (512, 1024, 2048) if rows <= 16 else (1024, 2048, 4096)
+        tiles = {(1, bd) for bd in widths if bd <= pd}
+    out = []
+    for bm, bd in sorted(tiles):
+        for vectors in (1, 2):
+            c = SiluConfig(bm, bd, _silu_warps(bm * bd, elem_bytes, vectors))
+            if c not in out:
+                out.append(c)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -507,10 +510,11 @@ def _norm_config(op: str, x: torch.Tensor, rows: int, n: int, has_res: bool) -> 
         return _norm_heuristic(n, rows, elem_bytes)
     t_rows = _bucket_rows(key[3], n)
     dev = x.device
-    xs = torch.randn(t_rows, n, dtype=x.dtype, device=dev)
-    ws = torch.randn(n, dtype=x.dtype, device=dev)
+    # Constant inputs: timing does not depend on values, and the caller's RNG stays untouched.
+    xs = torch.full((t_rows, n), 0.5, dtype=x.dtype, device=dev)
+    ws = torch.ones(n, dtype=x.dtype, device=dev)
     ys = torch.empty_like(xs)
-    rs = torch.randn_like(xs) if has_res else None
+    rs = torch.full_like(xs, 0.25) if has_res else None
     ros = torch.empty_like(xs) if has_res else None
     cands = _norm_candidates(n, t_rows, elem_bytes, _sm_count(dev))
 
@@ -606,9 +610,7 @@ def fused_add_rms_norm(
     r2 = _as_rows(x_residual, n)
     cfg = config or _norm_config("fused_add_rms_norm", x2, rows, n, True)
     var_n = n if variance_size is None else variance_size
-    _launch_norm(
-        cfg, x2, r2, out.view(rows, n), res.view(rows, n), _weight(weight), rows, n, var_n, epsilon
-    )
+    _launch_norm(cfg, x2, r2, out.view(rows, n), res.view(rows, n), _weight(weight), rows, n, var_n, epsilon)
     return out, res
 
 
@@ -629,7 +631,7 @@ def _silu_config(x: torch.Tensor, rows: int, d: int) -> SiluConfig:
     if not _AUTOTUNE or _capturing(x.device):
         return _silu_heuristic(d, rows, elem_bytes)
     t_rows = _bucket_rows(key[3], 2 * d)
-    xs = torch.randn(t_rows, 2 * d, dtype=x.dtype, device=x.device)
+    xs = torch.full((t_rows, 2 * d), 0.5, dtype=x.dtype, device=x.device)  # RNG untouched
     ys = torch.empty(t_rows, d, dtype=x.dtype, device=x.device)
 
     def make(c: SiluConfig) -> Callable[[], None]:

@@ -27,9 +27,7 @@ NAMESPACE = "ircore_triton"
 _DISPATCH_KEYS = ("CUDA", "XPU", "CPU")
 
 _SCHEMAS = {
-    "rms_norm": (
-        "rms_norm(Tensor x, Tensor? weight, float epsilon, int? variance_size=None) -> Tensor"
-    ),
+    "rms_norm": ("rms_norm(Tensor x, Tensor? weight, float epsilon, int? variance_size=None) -> Tensor"),
     "fused_add_rms_norm": (
         "fused_add_rms_norm(Tensor x, Tensor x_residual, Tensor? weight, float epsilon, "
         "int? variance_size=None) -> (Tensor, Tensor)"

@@ -31,9 +31,7 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 def ircore_check_platform(platform: Platform) -> str | None:
     """None where triton imports and the platform is a CUDA, ROCm or XPU GPU, else why not."""
     if platform.kind not in _GPU_KINDS:
-        return (
-            f"no GPU: Triton kernels need a CUDA, ROCm or XPU device; found {platform.describe()}"
-        )
+        return f"no GPU: Triton kernels need a CUDA, ROCm or XPU device; found {platform.describe()}"
     try:
         import triton
     except ImportError as e:
@@ -56,9 +54,7 @@ def ircore_register(registrar: Any, platform: Platform) -> None:
         supports_args=impls.fused_add_rms_norm_supports,
         inplace=True,
     )
-    registrar.register(
-        "silu_and_mul", impls.silu_and_mul, supports_args=impls.silu_and_mul_supports
-    )
+    registrar.register("silu_and_mul", impls.silu_and_mul, supports_args=impls.silu_and_mul_supports)
 
 
 @hookimpl

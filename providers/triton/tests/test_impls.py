@@ -53,9 +53,7 @@ def test_rms_norm_supports() -> None:
     assert impls.rms_norm_supports(x, w, 1e-6)
     assert impls.rms_norm_supports(x, None, 1e-6, 64)
     assert impls.rms_norm_supports(_x(8, 80)[:, :64], w, 1e-6)  # row stride != hidden size
-    assert impls.rms_norm_supports(
-        _x(4, 64, dtype=torch.float32), _x(64, dtype=torch.float32), 1e-6
-    )
+    assert impls.rms_norm_supports(_x(4, 64, dtype=torch.float32), _x(64, dtype=torch.float32), 1e-6)
     assert not impls.rms_norm_supports(x, _x(64, dtype=torch.float32), 1e-6)  # weight dtype
     assert not impls.rms_norm_supports(_x(4, 64, dtype=torch.float64), None, 1e-6)
     assert not impls.rms_norm_supports(_x(64, 4).t(), None, 1e-6)  # last-dim stride != 1
@@ -83,9 +81,7 @@ def test_silu_and_mul_supports() -> None:
     assert not impls.silu_and_mul_supports(_x(4, 64, device="meta"))
 
 
-@pytest.mark.skipif(
-    GPU is None, reason="needs a GPU: on CPU, the interpreter makes CPU a Triton device"
-)
+@pytest.mark.skipif(GPU is None, reason="needs a GPU: on CPU, the interpreter makes CPU a Triton device")
 def test_cpu_rejected_on_gpu_machines() -> None:
     assert not impls.rms_norm_supports(_x(4, 64, device="cpu"), None, 1e-6)
     assert not impls.silu_and_mul_supports(_x(4, 64, device="cpu"))

@@ -115,9 +115,7 @@ CONFIGS = [
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize(
-    "config", CONFIGS, ids=lambda c: f"m{c.block_m}n{c.block_n}p{c.max_programs}"
-)
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"m{c.block_m}n{c.block_n}p{c.max_programs}")
 def test_norm_configs(config: kernels.NormConfig, dtype: torch.dtype) -> None:
     x = _randn(7, 300, dtype=dtype)
     r = _randn(7, 300, dtype=dtype)
@@ -162,9 +160,7 @@ def test_silu_and_mul(case: tuple, dtype: torch.dtype) -> None:
     assert_close(y, silu_and_mul_ref(x), dtype)
 
 
-@pytest.mark.parametrize(
-    "config", [kernels.SiluConfig(2, 32, 4), kernels.SiluConfig(1, 128, 4)], ids=str
-)
+@pytest.mark.parametrize("config", [kernels.SiluConfig(2, 32, 4), kernels.SiluConfig(1, 128, 4)], ids=str)
 def test_silu_configs(config: kernels.SiluConfig) -> None:
     x = _randn(5, 300)
     assert_close(kernels.silu_and_mul(x, config=config), silu_and_mul_ref(x), torch.float32)
@@ -172,9 +168,7 @@ def test_silu_configs(config: kernels.SiluConfig) -> None:
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 def test_silu_extreme_values() -> None:
-    x = torch.tensor(
-        [[-100.0, -20.0, 0.0, 20.0, 90.0, 3.0, -1.0, 2.0, 1.0, 1.0, 1.0, 1.0]], device=DEVICE
-    )
+    x = torch.tensor([[-100.0, -20.0, 0.0, 20.0, 90.0, 3.0, -1.0, 2.0, 1.0, 1.0, 1.0, 1.0]], device=DEVICE)
     x = x.repeat(2, 1)
     y = impls.silu_and_mul(x)
     assert torch.isfinite(y).all()

@@ -22,9 +22,7 @@ class FakePlatform:
     name: str = "test"
 
     def describe(self) -> str:
-        return {"cpu": f"CPU ({self.name})", "cuda": f"CUDA sm_90 ({self.name})"}.get(
-            self.kind, self.name
-        )
+        return {"cpu": f"CPU ({self.name})", "cuda": f"CUDA sm_90 ({self.name})"}.get(self.kind, self.name)
 
 
 @pytest.fixture
@@ -59,14 +57,10 @@ def test_check_platform(provider: types.ModuleType) -> None:
     reason = provider.ircore_check_platform(FakePlatform("cpu", "x86_64"))
     assert reason == "no GPU: Triton kernels need a CUDA, ROCm or XPU device; found CPU (x86_64)"
     for kind in ("cuda", "rocm", "xpu"):
-        assert (
-            provider.ircore_check_platform(FakePlatform(kind)) is None
-        )  # triton is installed here
+        assert provider.ircore_check_platform(FakePlatform(kind)) is None  # triton is installed here
 
 
-def test_check_platform_without_triton(
-    provider: types.ModuleType, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_check_platform_without_triton(provider: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "triton", None)  # makes `import triton` raise ImportError
     reason = provider.ircore_check_platform(FakePlatform("cuda"))
     assert reason is not None and reason.startswith("needs the triton package: ")

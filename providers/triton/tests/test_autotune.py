@@ -1,0 +1,108 @@
+"""The config cache around the autotune, with the GPU timer replaced by a fake one.
+
+On CPU the candidates still really launch (in the interpreter) once each, as they do on a GPU
+before timing; only the timing is faked, so the selection and caching logic is what is tested.
+"""
+
+import pytest
+import torch
+from _ref import assert_close, rms_norm_ref, silu_and_mul_ref
+from conftest import GPU
+from ircore_triton import kernels
+
+pytestmark = pytest.mark.skipif(GPU is not None, reason="fakes the GPU timer; GPU runs tune for real")
+
+
+@pytest.fixture
+def fake_tuner(monkeypatch: pytest.MonkeyPatch):
+    """Autotune on, with the timer returning the candidates' times in reverse order of preference
+    (so the last candidate wins); records what was timed."""
+    timed: list[int] = []
+
+    def fake_time(launches, device):
+        timed.append(len(launches))
+        return [float(len(launches) - i) for i in range(len(launches))]
+
+    monkeypatch.setattr(kernels, "_AUTOTUNE", True)
+    monkeypatch.setattr(kernels, "_time_candidates", fake_time)
+    monkeypatch.setattr(kernels, "_TUNE_MAX_ELEMENTS", 1 << 14)  # small scratch: interpreter speed
+    saved = kernels.tuned_configs()
+    kernels.clear_configs()
+    yield timed
+    kernels.clear_configs()
+    kernels._CONFIGS.update(saved)
+
+
+def test_tunes_once_per_bucket(fake_tuner: list[int]) -> None:
+    x = torch.randn(3, 256)
+    y = kernels.rms_norm(x, None, 1e-6)
+    assert_close(y, rms_norm_ref(x, None, 1e-6), torch.float32)
+    configs = kernels.tuned_configs()
+    key = ("rms_norm", 256, torch.float32, kernels._bucket(3))
+    assert list(configs) == [key]
+    rows = kernels._bucket_rows(key[3], 256)
+    cands = kernels._norm_candidates(256, rows, 4, kernels._sm_count(x.device))
+    assert configs[key] == cands[-1]  # the fastest under the fake timer
+    assert fake_tuner == [len(cands)]
+
+    kernels.rms_norm(torch.randn(16, 256), None, 1e-6)  # same bucket (2..16 rows): no new tuning
+    assert len(fake_tuner) == 1
+    kernels.rms_norm(torch.randn(17, 256), None, 1e-6)  # next bucket
+    assert len(fake_tuner) == 2
+    kernels.rms_norm(torch.randn(3, 256, dtype=torch.float16), None, 1e-6)  # another dtype
+    assert len(fake_tuner) == 3
+
+
+def test_each_op_has_its_own_key(fake_tuner: list[int]) -> None:
+    x, r = torch.randn(2, 128), torch.randn(2, 128)
+    kernels.rms_norm(x, None, 1e-6)
+    out, res = kernels.fused_add_rms_norm(x, r, None, 1e-6)
+    assert torch.equal(res, x + r)
+    assert_close(out, rms_norm_ref(x + r, None, 1e-6), torch.float32)
+    y = kernels.silu_and_mul(x)
+    assert_close(y, silu_and_mul_ref(x), torch.float32)
+    ops = sorted(k[0] for k in kernels.tuned_configs())
+    assert ops == ["fused_add_rms_norm", "rms_norm", "silu_and_mul"]
+
+
+def test_failing_candidate_is_dropped(fake_tuner: list[int], monkeypatch: pytest.MonkeyPatch):
+    real_launch = kernels._launch_norm
+
+    def launch(cfg, *args):
+        if cfg.num_warps == 4:
+            raise RuntimeError("out of resources")
+        return real_launch(cfg, *args)
+
+    monkeypatch.setattr(kernels, "_launch_norm", launch)
+    monkeypatch.setattr(
+        kernels,
+        "_norm_candidates",
+        lambda *a: [kernels.NormConfig(1, 256, 4), kernels.NormConfig(1, 256, 2)],
+    )
+    x = torch.randn(2, 256)
+    assert_close(kernels.rms_norm(x, None, 1e-6), rms_norm_ref(x, None, 1e-6), torch.float32)
+    assert list(kernels.tuned_configs().values()) == [kernels.NormConfig(1, 256, 2)]
+
+
+def test_no_tuning_while_capturing(fake_tuner: list[int], monkeypatch: pytest.MonkeyPatch):
+    """Inside CUDA-graph capture the heuristic config runs and nothing is cached."""
+    monkeypatch.setattr(kernels, "_capturing", lambda device: True)
+    x = torch.randn(5, 200)
+    assert_close(kernels.rms_norm(x, None, 1e-6), rms_norm_ref(x, None, 1e-6), torch.float32)
+    assert_close(kernels.silu_and_mul(x), silu_and_mul_ref(x), torch.float32)
+    assert kernels.tuned_configs() == {} and fake_tuner == []
+
+
+def test_set_config_pins(fake_tuner: list[int]) -> None:
+    pinned = kernels.NormConfig(2, 128, 4, max_programs=1)
+    kernels.set_config("rms_norm", 100, torch.float32, 7, pinned)
+    x = torch.randn(7, 100)
+    assert_close(kernels.rms_norm(x, None, 1e-6), rms_norm_ref(x, None, 1e-6), torch.float32)
+    assert fake_tuner == []
+
+
+def test_bucket_table() -> None:
+    b = kernels._bucket
+    assert [b(t) for t in (1, 2, 16, 17, 128, 129, 1024, 1025, 8192, 8193, 1 << 40)] == [
+        0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5,
+    ]  # fmt: skip

@@ -1,0 +1,171 @@
+"""Compile every launch config the autotune can pick, for a GPU target, on a machine with no GPU.
+
+Why: the CPU tests run the kernels in Triton's interpreter, which never compiles them. This
+compiles them with Triton's real backend (ptxas ships in the triton wheel) for ``sm_90`` (H200)
+by default and reports, per kernel variant, registers, spills (local memory) and whether the
+global loads/stores are 128-bit vectors, so a config that would spill or fail to compile shows up
+before anyone reaches the GPU. Run without ``TRITON_INTERPRET``::
+
+    python providers/triton/tools/compile_check.py [--arch 90] [--hidden 4096 8192] [--quick]
+
+Exit status 1 if any variant fails to compile or spills.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    sys.exit("compile_check: unset TRITON_INTERPRET (the interpreter does not compile)")
+
+import torch
+import triton
+from ircore_triton import kernels as K
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+_TY = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+_ROWS = (1, 16, 128, 1024, 8192, 32768)
+_CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+
+
+def _norm_variants(hidden: int, dtype: torch.dtype) -> set[tuple]:
+    es = torch.empty((), dtype=dtype).element_size()
+    cfgs = set()
+    for rows in _ROWS:
+        t_rows = K._bucket_rows(K._bucket(rows), hidden)
+        cfgs.update(K._norm_candidates(hidden, t_rows, es, 132))
+        cfgs.add(K._norm_heuristic(hidden, rows, es))
+    return {(c.block_m, c.block_n, c.num_warps) for c in cfgs}
+
+
+def _silu_variants(d: int, dtype: torch.dtype) -> set[tuple]:
+    es = torch.empty((), dtype=dtype).element_size()
+    cfgs = set()
+    for rows in _ROWS:
+        t_rows = K._bucket_rows(K._bucket(rows), 2 * d)
+        cfgs.update(K._silu_candidates(d, t_rows, es))
+        cfgs.add(K._silu_heuristic(d, rows, es))
+    return {(c.block_m, c.block_d, c.num_warps) for c in cfgs}
+
+
+def _attrs(fn, names: list[str]) -> dict:
+    return {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in names}
+
+
+def _compile(src: ASTSource, arch: int, num_warps: int) -> dict:
+    k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        usage = subprocess.run(
+            [str(_CUOBJDUMP), "--dump-resource-usage", f.name], capture_output=True, text=True
+        ).stdout
+    regs = re.search(r"REG:(\d+)", usage)
+    local = re.search(r"LOCAL:(\d+)", usage)
+    ptx = k.asm["ptx"]
+    return {
+        "regs": int(regs.group(1)) if regs else -1,
+        "local": int(local.group(1)) if local else -1,
+        "ld_v4": len(re.findall(r"ld\.global[^\n]*\.v4", ptx)),
+        "ld": len(re.findall(r"ld\.global", ptx)),
+        "st_v4": len(re.findall(r"st\.global[^\n]*\.v4", ptx)),
+        "st": len(re.findall(r"st\.global", ptx)),
+        "smem": k.metadata.shared,
+    }
+
+
+def check_norm(hidden: int, dtype: torch.dtype, has_res: bool, arch: int) -> list[tuple]:
+    ty = _TY[dtype]
+    div16 = hidden % 16 == 0
+    out = []
+    for bm, bn, w in sorted(_norm_variants(hidden, dtype)):
+        chunked = bn < hidden
+        fn = K._rms_norm_chunked_kernel if chunked else K._rms_norm_kernel
+        sig = {n: f"*{ty}" for n in ("X", "R", "Y", "RO", "W")}
+        sig.update({n: "i32" for n in ("n_rows", "N", "var_n")})
+        sig.update({n: "i32" for n in ("stride_x", "stride_r", "stride_y", "stride_ro")})
+        sig["eps"] = "fp32"
+        cons = {"BLOCK_N": bn, "HAS_W": True, "HAS_RES": has_res, "PARTIAL": False}
+        if not chunked:
+            cons["BLOCK_M"] = bm
+        sig.update(dict.fromkeys(cons, "constexpr"))
+        aligned = ["X", "R", "Y", "RO", "W"]
+        if div16:
+            aligned += ["N", "var_n", "stride_x", "stride_r", "stride_y", "stride_ro"]
+        src = ASTSource(fn, sig, cons, _attrs(fn, aligned))
+        name = "fused_add_rms_norm" if has_res else "rms_norm"
+        label = f"{name} {ty} H={hidden} m{bm} n{bn} w{w}{' chunked' if chunked else ''}"
+        try:
+            out.append((label, _compile(src, arch, w)))
+        except Exception as e:
+            out.append((label, {"error": f"{type(e).__name__}: {str(e)[:200]}"}))
+    return out
+
+
+def check_silu(d: int, dtype: torch.dtype, arch: int) -> list[tuple]:
+    ty = _TY[dtype]
+    fn = K._silu_and_mul_kernel
+    out = []
+    for bm, bd, w in sorted(_silu_variants(d, dtype)):
+        sig = {"X": f"*{ty}", "Y": f"*{ty}", "n_rows": "i32", "D": "i32"}
+        sig.update({"stride_x": "i32", "stride_y": "i32"})
+        cons = {"BLOCK_M": bm, "BLOCK_D": bd}
+        sig.update(dict.fromkeys(cons, "constexpr"))
+        aligned = ["X", "Y"] + (["D", "stride_x", "stride_y"] if d % 16 == 0 else [])
+        label = f"silu_and_mul {ty} d={d} m{bm} d{bd} w{w}"
+        try:
+            out.append((label, _compile(ASTSource(fn, sig, cons, _attrs(fn, aligned)), arch, w)))
+        except Exception as e:
+            out.append((label, {"error": f"{type(e).__name__}: {str(e)[:200]}"}))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--arch", type=int, default=90, help="CUDA compute capability, e.g. 90, 80")
+    p.add_argument("--hidden", type=int, nargs="*", default=[4096, 8192, 5120, 300, 128, 40000])
+    p.add_argument("--silu-d", type=int, nargs="*", default=[14336, 11008, 1500, 64])
+    p.add_argument("--dtypes", nargs="*", default=["bf16", "fp16", "fp32"])
+    p.add_argument("--quick", action="store_true", help="bf16 only, H in {4096, 8192}")
+    args = p.parse_args(argv)
+    dtypes = [d for d, name in _TY.items() if name in args.dtypes]
+    hiddens, silu_ds = args.hidden, args.silu_d
+    if args.quick:
+        dtypes, hiddens, silu_ds = [torch.bfloat16], [4096, 8192], [14336]
+
+    results = []
+    for dtype in dtypes:
+        for h in hiddens:
+            for has_res in (False, True):
+                results += check_norm(h, dtype, has_res, args.arch)
+        for d in silu_ds:
+            results += check_silu(d, dtype, args.arch)
+
+    bad = 0
+    print(f"sm_{args.arch}, triton {triton.__version__}")
+    print(f"{'variant':60s} {'regs':>4s} {'spill':>5s} {'ld.v4/ld':>8s} {'st.v4/st':>8s} smem")
+    for label, r in results:
+        if "error" in r:
+            bad += 1
+            print(f"{label:60s} FAILED {r['error']}")
+            continue
+        bad += r["local"] > 0
+        print(
+            f"{label:60s} {r['regs']:4d} {r['local']:5d} {r['ld_v4']:>3d}/{r['ld']:<4d} "
+            f"{r['st_v4']:>3d}/{r['st']:<4d} {r['smem']}"
+        )
+    print(f"{len(results)} variants, {bad} failed or spilling")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
