@@ -6,6 +6,7 @@ importable from the project venv; our own benchmarks call it as a subprocess
 with ``--json`` and merge the result.
 
 Run:  .venv-vllm/bin/python benchmarks/vllm_anchor.py [--json] [--only ...]
+From the project venv: ``run_in_vllm_venv(["--only", "overhead"])`` -> dict.
 
 Two measurements:
 
@@ -354,6 +355,32 @@ def environment() -> dict:
         "timer": "time.perf_counter_ns, median of per-round means",
         "loadavg_at_start": os.getloadavg(),
     }
+
+
+def run_in_vllm_venv(args: list[str] | tuple[str, ...] = (), venv: str | None = None) -> dict:
+    """Run this script under the vLLM venv's python and return its JSON.
+
+    For ircore's own benchmarks, which run in the project venv (no vLLM
+    there): ``from benchmarks.vllm_anchor import run_in_vllm_venv``.
+    Importing this module needs only torch; vLLM is imported lazily.
+    """
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    venv_dir = Path(venv or os.environ.get("VLLM_VENV", ".venv-vllm"))
+    if not venv_dir.is_absolute():
+        venv_dir = root / venv_dir
+    py = venv_dir / "bin" / "python"
+    if not py.exists():
+        raise FileNotFoundError(f"{py} missing: run bash benchmarks/setup_vllm_venv.sh")
+    proc = subprocess.run(
+        [str(py), str(Path(__file__).resolve()), "--json", *args],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    return json.loads(proc.stdout)
 
 
 def _table(result: dict) -> str:
