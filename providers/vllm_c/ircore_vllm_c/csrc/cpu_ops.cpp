@@ -1,0 +1,175 @@
+// The op schemas (this provider's own namespace, torch.ops.ircore_vllm_c) and their CPU kernels.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+
+#include "cpu_kernels.h"
+#include "ops_common.h"
+
+namespace ircore_vllm_c {
+namespace {
+
+// Rows below this many elements per task are not worth a thread handoff.
+constexpr int64_t kMinElemsPerTask = 16384;
+
+std::atomic<int> g_isa{-1};  // -1: best_isa()
+
+cpu::Isa current_isa() {
+  const int v = g_isa.load(std::memory_order_relaxed);
+  return v < 0 ? cpu::best_isa() : static_cast<cpu::Isa>(v);
+}
+
+cpu::DType to_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::ScalarType::Half:
+      return cpu::DType::kHalf;
+    case at::ScalarType::BFloat16:
+      return cpu::DType::kBFloat16;
+    default:
+      return cpu::DType::kFloat;
+  }
+}
+
+int64_t grain_rows(int64_t hidden) {
+  return std::max<int64_t>(1, kMinElemsPerTask / std::max<int64_t>(hidden, 1));
+}
+
+void check_cpu(const char* op, const at::Tensor& x) {
+  TORCH_CHECK(x.device().is_cpu(), "ircore_vllm_c.", op, ": expected a CPU tensor, got ",
+              x.device());
+}
+
+at::Tensor rms_norm_cpu(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                        double epsilon, std::optional<int64_t> variance_size) {
+  check_cpu("rms_norm", x);
+  at::Tensor w;
+  const int64_t vs = check_norm_args("rms_norm", x, weight, variance_size, w);
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  if (x.numel() == 0) return out;
+  at::Tensor xin = x;
+  auto rows = as_rows(xin);
+  if (!rows) {
+    xin = x.contiguous();
+    rows = as_rows(xin);
+  }
+  const int64_t hidden = x.size(-1);
+  const cpu::Isa isa = current_isa();
+  const cpu::DType dt = to_dtype(x.scalar_type());
+  void* o = out.data_ptr();
+  const void* i = xin.data_ptr();
+  const void* wp = w.defined() ? w.data_ptr() : nullptr;
+  const int64_t stride = rows->stride;
+  const float eps = static_cast<float>(epsilon);
+  at::parallel_for(0, rows->rows, grain_rows(hidden), [&](int64_t b, int64_t e) {
+    cpu::rms_norm_rows(isa, dt, o, hidden, i, stride, wp, hidden, vs, eps, b, e);
+  });
+  return out;
+}
+
+void fused_add_rms_norm_cpu(at::Tensor& x, at::Tensor& residual,
+                            const std::optional<at::Tensor>& weight, double epsilon,
+                            std::optional<int64_t> variance_size) {
+  check_cpu("fused_add_rms_norm", x);
+  check_residual("fused_add_rms_norm", x, residual);
+  at::Tensor w;
+  const int64_t vs = check_norm_args("fused_add_rms_norm", x, weight, variance_size, w);
+  if (x.numel() == 0) return;
+  // Layouts that are not plain rows run on contiguous copies, copied back at the end.
+  at::Tensor xw = x;
+  at::Tensor rw = residual;
+  auto xr = as_writable_rows(xw);
+  auto rr = as_writable_rows(rw);
+  if (!xr) {
+    xw = x.contiguous();
+    xr = as_rows(xw);
+  }
+  if (!rr) {
+    rw = residual.contiguous();
+    rr = as_rows(rw);
+  }
+  const int64_t hidden = x.size(-1);
+  const cpu::Isa isa = current_isa();
+  const cpu::DType dt = to_dtype(x.scalar_type());
+  void* xp = xw.data_ptr();
+  void* rp = rw.data_ptr();
+  const void* wp = w.defined() ? w.data_ptr() : nullptr;
+  const int64_t xs = xr->stride;
+  const int64_t rs = rr->stride;
+  const float eps = static_cast<float>(epsilon);
+  at::parallel_for(0, xr->rows, grain_rows(hidden), [&](int64_t b, int64_t e) {
+    cpu::fused_add_rms_norm_rows(isa, dt, xp, xs, rp, rs, wp, hidden, vs, eps, b, e);
+  });
+  if (!xw.is_same(x)) x.copy_(xw);
+  if (!rw.is_same(residual)) residual.copy_(rw);
+}
+
+at::Tensor silu_and_mul_cpu(const at::Tensor& x) {
+  check_cpu("silu_and_mul", x);
+  check_silu_args(x);
+  const int64_t d = x.size(-1) / 2;
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = d;
+  at::Tensor out = at::empty(sizes, x.options());
+  if (out.numel() == 0) return out;
+  at::Tensor xin = x;
+  auto rows = as_rows(xin);
+  if (!rows) {
+    xin = x.contiguous();
+    rows = as_rows(xin);
+  }
+  const cpu::Isa isa = current_isa();
+  const cpu::DType dt = to_dtype(x.scalar_type());
+  void* o = out.data_ptr();
+  const void* i = xin.data_ptr();
+  const int64_t stride = rows->stride;
+  at::parallel_for(0, rows->rows, grain_rows(2 * d), [&](int64_t b, int64_t e) {
+    cpu::silu_and_mul_rows(isa, dt, o, d, i, stride, d, b, e);
+  });
+  return out;
+}
+
+// Test and benchmark hook: force the CPU ISA ("scalar", "avx2", "avx512"; "auto" = best).
+// Returns the previous choice.
+std::string set_cpu_isa(const std::string& name) {
+  const std::string prev = cpu::isa_name(current_isa());
+  int v;
+  if (name == "auto" || name.empty()) {
+    v = -1;
+  } else if (name == "scalar") {
+    v = static_cast<int>(cpu::Isa::kScalar);
+  } else if (name == "avx2") {
+    v = static_cast<int>(cpu::Isa::kAvx2);
+  } else if (name == "avx512") {
+    v = static_cast<int>(cpu::Isa::kAvx512);
+  } else {
+    TORCH_CHECK(false, "ircore_vllm_c._set_cpu_isa: unknown ISA '", name,
+                "' (expected auto, scalar, avx2 or avx512)");
+  }
+  TORCH_CHECK(v < 0 || cpu::isa_supported(static_cast<cpu::Isa>(v)),
+              "ircore_vllm_c._set_cpu_isa: this CPU does not support ", name);
+  g_isa.store(v, std::memory_order_relaxed);
+  return prev;
+}
+
+}  // namespace
+}  // namespace ircore_vllm_c
+
+TORCH_LIBRARY(ircore_vllm_c, m) {
+  m.def("rms_norm(Tensor x, Tensor? weight, float epsilon, int? variance_size=None) -> Tensor");
+  m.def(
+      "fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor? weight, float epsilon, "
+      "int? variance_size=None) -> ()");
+  m.def("silu_and_mul(Tensor x) -> Tensor");
+  m.def("_set_cpu_isa(str isa) -> str", &ircore_vllm_c::set_cpu_isa);
+}
+
+TORCH_LIBRARY_IMPL(ircore_vllm_c, CPU, m) {
+  m.impl("rms_norm", &ircore_vllm_c::rms_norm_cpu);
+  m.impl("fused_add_rms_norm", &ircore_vllm_c::fused_add_rms_norm_cpu);
+  m.impl("silu_and_mul", &ircore_vllm_c::silu_and_mul_cpu);
+}
