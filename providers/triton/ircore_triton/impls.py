@@ -1,8 +1,10 @@
 """The functions this provider registers with ircore, and their ``supports_args`` predicates.
 
 Each implementation has exactly the native op's signature (the core compares the torch schema
-its annotations imply; ``Tensor | None`` is the same annotation as ``Optional[Tensor]``) and
-calls the provider's opaque torch op, so compiled graphs and CUDA graphs see one node per call.
+its annotations imply; ``Tensor | None`` is the same annotation as ``Optional[Tensor]``).
+Under tracing (torch.compile, make_fx, fake tensors, any dispatch mode) it calls the provider's
+opaque torch op, so graphs record one node per call; in plain eager calls it calls the launcher
+directly, which saves the dispatcher round trip (about 2 us a call) on the launch path.
 Predicates run on every eager dispatch, so they only read cheap tensor attributes.
 No ``from __future__ import annotations`` here: annotations stay real objects.
 """
@@ -12,6 +14,7 @@ import os
 import torch
 from torch import Tensor
 
+from . import kernels as _k
 from . import ops as _ops  # noqa: F401 - defines torch.ops.ircore_triton.*
 
 __all__ = [
@@ -30,6 +33,9 @@ _fused_add_rms_norm_op = _OPS.fused_add_rms_norm.default
 _fused_add_rms_norm_inplace_op = _OPS.fused_add_rms_norm_inplace.default
 _silu_and_mul_op = _OPS.silu_and_mul.default
 
+_is_compiling = torch.compiler.is_compiling  # dynamo folds this to True: no graph break
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack
+
 _DTYPES = frozenset((torch.float32, torch.float16, torch.bfloat16))
 # Devices Triton has a GPU backend for; CPU only under Triton's interpreter (tests).
 _DEVICE_TYPES = frozenset(
@@ -39,6 +45,8 @@ _DEVICE_TYPES = frozenset(
 
 def rms_norm(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> Tensor:
     """RMSNorm over the last dim in fp32, by the Triton kernel; a new contiguous tensor."""
+    if not _is_compiling() and type(x) is Tensor and not _dispatch_stack_len():
+        return _k.rms_norm(x, weight, epsilon, variance_size)
     return _rms_norm_op(x, weight, epsilon, variance_size)
 
 
@@ -50,7 +58,10 @@ def fused_add_rms_norm(
     variance_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """In place: ``x_residual <- x + x_residual``; ``x <- rms_norm(x_residual)``; returns both."""
-    _fused_add_rms_norm_inplace_op(x, x_residual, weight, epsilon, variance_size)
+    if not _is_compiling() and type(x) is Tensor and not _dispatch_stack_len():
+        _k.fused_add_rms_norm_(x, x_residual, weight, epsilon, variance_size)
+    else:
+        _fused_add_rms_norm_inplace_op(x, x_residual, weight, epsilon, variance_size)
     return x, x_residual
 
 
@@ -62,11 +73,15 @@ def fused_add_rms_norm_functional(
     variance_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Out-of-place variant (new tensors), for measuring against the in-place one."""
+    if not _is_compiling() and type(x) is Tensor and not _dispatch_stack_len():
+        return _k.fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size)
     return _fused_add_rms_norm_op(x, x_residual, weight, epsilon, variance_size)
 
 
 def silu_and_mul(x: Tensor) -> Tensor:
     """``silu(x[..., :d]) * x[..., d:]`` in fp32, ``d = x.shape[-1] // 2``."""
+    if not _is_compiling() and type(x) is Tensor and not _dispatch_stack_len():
+        return _k.silu_and_mul(x)
     return _silu_and_mul_op(x)
 
 

@@ -524,6 +524,20 @@ def _norm_config(op: str, x: torch.Tensor, rows: int, n: int, has_res: bool) -> 
     return _pick(key, cands, make, dev)
 
 
+def _off_current_device(x: torch.Tensor) -> bool:
+    """True when ``x`` lives on a GPU other than the current one: Triton launches on the current
+    device, so the launcher must switch first (multi-GPU processes)."""
+    if x.is_cuda:
+        return x.get_device() != torch._C._cuda_getDevice()
+    if x.is_xpu:
+        return x.get_device() != torch.xpu.current_device()
+    return False
+
+
+def _device_ctx(x: torch.Tensor):
+    return torch.cuda.device(x.device) if x.is_cuda else torch.xpu.device(x.device)
+
+
 def _as_rows(t: torch.Tensor, n: int) -> torch.Tensor:
     """``t`` as a 2-D (rows, n) tensor with unit column stride, a view where possible."""
     t2 = t if t.dim() == 2 else t.reshape(-1, n)
@@ -546,15 +560,19 @@ def rms_norm(
     config: NormConfig | None = None,
 ) -> torch.Tensor:
     """RMSNorm of the last dim into a new contiguous tensor (``config`` overrides the tuned one)."""
+    if _off_current_device(x):
+        with _device_ctx(x):
+            return rms_norm(x, weight, epsilon, variance_size, config)
     n = x.shape[-1]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    rows = y.numel() // n if n else 0
+    rows = x.numel() // n if n else 0
     if rows == 0:
         return y
     x2 = _as_rows(x, n)
     cfg = config or _norm_config("rms_norm", x2, rows, n, False)
     var_n = n if variance_size is None else variance_size
-    _launch_norm(cfg, x2, None, y.view(rows, n), None, _weight(weight), rows, n, var_n, epsilon)
+    y2 = y if y.dim() == 2 else y.view(rows, n)
+    _launch_norm(cfg, x2, None, y2, None, _weight(weight), rows, n, var_n, epsilon)
     return y
 
 
@@ -571,15 +589,18 @@ def fused_add_rms_norm_(
     When a tensor cannot be viewed as unit-stride rows, the result is computed out of place and
     copied back, so the contract holds for any layout.
     """
+    if _off_current_device(x):
+        with _device_ctx(x):
+            return fused_add_rms_norm_(x, x_residual, weight, epsilon, variance_size, config)
     n = x.shape[-1]
     rows = x.numel() // n if n else 0
     if rows == 0:
         return
     try:
-        x2 = x.view(rows, n)
-        r2 = x_residual.view(rows, n)
+        x2 = x if x.dim() == 2 else x.view(rows, n)
+        r2 = x_residual if x_residual.dim() == 2 else x_residual.view(rows, n)
         direct = n == 1 or (x2.stride(1) == 1 and r2.stride(1) == 1)
-    except RuntimeError:
+    except RuntimeError:  # no 2-D view of this layout
         direct = False
     if not direct:
         out, res = fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size, config)
@@ -600,6 +621,9 @@ def fused_add_rms_norm(
     config: NormConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Out of place: returns new contiguous ``(rms_norm(x + x_residual), x + x_residual)``."""
+    if _off_current_device(x):
+        with _device_ctx(x):
+            return fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size, config)
     n = x.shape[-1]
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     res = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -642,6 +666,9 @@ def _silu_config(x: torch.Tensor, rows: int, d: int) -> SiluConfig:
 
 def silu_and_mul(x: torch.Tensor, config: SiluConfig | None = None) -> torch.Tensor:
     """``silu(x[..., :d]) * x[..., d:]`` with ``d = x.shape[-1] // 2``, into a new tensor."""
+    if _off_current_device(x):
+        with _device_ctx(x):
+            return silu_and_mul(x, config)
     d = x.shape[-1] // 2
     y = torch.empty((*x.shape[:-1], d), dtype=x.dtype, device=x.device)
     rows = y.numel() // d if d else 0

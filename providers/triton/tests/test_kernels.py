@@ -220,3 +220,27 @@ def test_torch_compile_calls_ops() -> None:
     got = compiled(x2, r2, w)
     assert_close(got, expected.double(), torch.float32)
     assert torch.equal(r2, x + r)  # the mutation is visible to the caller
+
+
+def test_tracing_records_the_opaque_ops() -> None:
+    """Eager calls go straight to the launcher; under make_fx (a dispatch mode) the same
+    functions record one ``ircore_triton`` node per call, and fake tensors get fake outputs."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        out, res = impls.fused_add_rms_norm(x, r, w, EPS)
+        return impls.silu_and_mul(impls.rms_norm(res, w, EPS, 32)) + out[..., :32]
+
+    x, r, w = _randn(4, 64), _randn(4, 64), _weight(64, torch.float32)
+    gm = make_fx(f)(x.clone(), r.clone(), w)
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert "ircore_triton.fused_add_rms_norm_inplace.default" in targets
+    assert "ircore_triton.rms_norm.default" in targets
+    assert "ircore_triton.silu_and_mul.default" in targets
+    assert_close(gm(x.clone(), r.clone(), w), f(x.clone(), r.clone(), w).double(), torch.float32)
+
+    with FakeTensorMode() as mode:
+        fx = mode.from_tensor(torch.empty(2, 3, 64, device=DEVICE))
+        assert impls.rms_norm(fx, None, EPS).shape == (2, 3, 64)
+        assert impls.silu_and_mul(fx).shape == (2, 3, 32)

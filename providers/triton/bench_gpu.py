@@ -1,0 +1,219 @@
+"""GPU timings of this provider's kernels, for the project's GPU benchmark to call.
+
+:func:`bench_rows` returns, per (op, rows, hidden), our time three ways:
+
+- ``graph_us``: CUDA-graph replay of back-to-back calls (the kernel's own time; what decode with
+  CUDA graphs sees; the figure the H200 anchors in shared/notes/gpu-anchors.md use);
+- ``do_bench_us``: ``triton.testing.do_bench`` median (L2 flushed between calls; at small T it
+  is dominated by the host's launch cost);
+- ``eager_us``: host wall time per call of back-to-back eager calls, launch path included (the
+  Python + dispatcher + Triton launcher cost when it exceeds the kernel time).
+
+Every row is first checked against an fp32 PyTorch reference. The first call of each
+(op, hidden, dtype, row bucket) autotunes; timing starts after it. Usage::
+
+    from bench_gpu import bench_rows, format_table
+    print(format_table(bench_rows()))
+    # or: python providers/triton/bench_gpu.py [--rows 1 16 ...] [--hidden 4096 8192]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # ircore_triton without installing
+
+from ircore_triton import impls, kernels
+
+ROWS = (1, 16, 128, 1024, 8192, 32768)
+HIDDENS = (4096, 8192)
+OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
+EPS = 1e-6
+
+
+def _graph_us(fn: Callable[[], Any], calls: int, replays: int = 10) -> float:
+    """Median per-call time of ``calls`` back-to-back calls captured in one CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(replays):
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    del g
+    return statistics.median(times)
+
+
+def _eager_us(fn: Callable[[], Any], calls: int = 200) -> float:
+    """Host wall time per call, back to back, synchronizing only at the end."""
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e6 / calls
+
+
+def copy_gbps(nbytes: int = 1 << 28) -> float:
+    """Device copy bandwidth (read + write, GB/s) in this process, for the '% of copy' column."""
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+    dst = torch.empty_like(src)
+    us = _graph_us(lambda: dst.copy_(src), calls=20)
+    return 2 * nbytes / (us * 1e-6) / 1e9
+
+
+def _case(op: str, t: int, h: int, dtype: torch.dtype, fused_inplace: bool):
+    """(fn, bytes moved, reference check) for one row of the table."""
+    gen = torch.Generator(device="cuda").manual_seed(t * 7 + h)
+
+    def rnd(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device="cuda", generator=gen).to(dtype)
+
+    es = torch.empty((), dtype=dtype).element_size()
+    if op == "rms_norm":
+        x, w = rnd(t, h), (1 + 0.1 * rnd(h).float()).to(dtype)
+
+        def check() -> None:
+            xf = x.float()
+            ref = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
+            torch.testing.assert_close(impls.rms_norm(x, w, EPS).float(), ref, atol=2e-2, rtol=2e-2)
+
+        return (lambda: impls.rms_norm(x, w, EPS)), (2 * t * h + h) * es, check
+    if op == "fused_add_rms_norm":
+        x, r, w = rnd(t, h), rnd(t, h), (1 + 0.1 * rnd(h).float()).to(dtype)
+        fused = impls.fused_add_rms_norm if fused_inplace else impls.fused_add_rms_norm_functional
+
+        def check() -> None:
+            s = x + r
+            sf = s.float()
+            ref = sf * torch.rsqrt(sf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
+            out, res = fused(x.clone(), r.clone(), w, EPS)
+            assert torch.equal(res, s)
+            torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
+
+        return (lambda: fused(x, r, w, EPS)), (4 * t * h + h) * es, check
+    if op == "silu_and_mul":  # hidden = d, the output width; the input is (t, 2d)
+        x = rnd(t, 2 * h)
+
+        def check() -> None:
+            a, b = x[:, :h].float(), x[:, h:].float()
+            ref = torch.nn.functional.silu(a) * b
+            torch.testing.assert_close(impls.silu_and_mul(x).float(), ref, atol=2e-2, rtol=2e-2)
+
+        return (lambda: impls.silu_and_mul(x)), 3 * t * h * es, check
+    raise ValueError(f"unknown op {op!r}; known: {OPS}")
+
+
+def bench_rows(
+    rows: Iterable[int] = ROWS,
+    hiddens: Iterable[int] = HIDDENS,
+    dtype: torch.dtype = torch.bfloat16,
+    ops: Iterable[str] = OPS,
+    fused_inplace: bool = True,
+    graph_calls: int | None = None,
+    with_do_bench: bool = True,
+    with_eager: bool = True,
+) -> list[dict[str, Any]]:
+    """Time our kernels for every (op, hidden, rows); one dict per row.
+
+    Keys: op, rows, hidden, dtype, graph_us, do_bench_us, eager_us, gbps (from graph_us),
+    config (the tuned launch config), tune_s (first call, incl. compile and autotune).
+    ``fused_inplace=False`` times the out-of-place fused variant instead.
+    ``graph_calls`` (default: enough for ~2 ms per replay, 20..200) sets calls per graph.
+    """
+    import triton
+
+    out = []
+    for op in ops:
+        for h in hiddens:
+            for t in rows:
+                fn, nbytes, check = _case(op, t, h, dtype, fused_inplace)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                check()  # the first call tunes this bucket
+                torch.cuda.synchronize()
+                tune_s = time.perf_counter() - t0
+                est = triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+                calls = graph_calls or int(min(200, max(20, 2.0 / max(est, 1e-3))))
+                row: dict[str, Any] = {
+                    "op": op,
+                    "rows": t,
+                    "hidden": h,
+                    "dtype": str(dtype).removeprefix("torch."),
+                    "graph_us": _graph_us(fn, calls),
+                    "do_bench_us": (
+                        triton.testing.do_bench(fn, return_mode="median") * 1e3
+                        if with_do_bench
+                        else float("nan")
+                    ),
+                    "eager_us": _eager_us(fn) if with_eager else float("nan"),
+                    "tune_s": tune_s,
+                }
+                row["gbps"] = nbytes / (row["graph_us"] * 1e-6) / 1e9
+                key = (op, h, dtype, kernels._bucket(t))
+                row["config"] = kernels.tuned_configs().get(key)
+                out.append(row)
+    return out
+
+
+def format_table(results: list[dict[str, Any]], copy_bw_gbps: float | None = None) -> str:
+    """A markdown table of :func:`bench_rows` results (``% copy`` when a copy bandwidth is given)."""
+    head = "| op | T x H | graph us | do_bench us | eager us | GB/s |"
+    sep = "|---|---|---|---|---|---|"
+    if copy_bw_gbps:
+        head += " % copy |"
+        sep += "---|"
+    head += " config |"
+    sep += "---|"
+    lines = [head, sep]
+    for r in results:
+        line = (
+            f"| {r['op']} | {r['rows']}x{r['hidden']} | {r['graph_us']:.1f} | "
+            f"{r['do_bench_us']:.1f} | {r['eager_us']:.1f} | {r['gbps']:.0f} |"
+        )
+        if copy_bw_gbps:
+            line += f" {100 * r['gbps'] / copy_bw_gbps:.0f}% |"
+        line += f" {r['config']} |"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="Time ircore_triton's kernels on this GPU.")
+    p.add_argument("--rows", type=int, nargs="*", default=list(ROWS))
+    p.add_argument("--hidden", type=int, nargs="*", default=list(HIDDENS))
+    p.add_argument("--ops", nargs="*", default=list(OPS))
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--out-of-place", action="store_true", help="fused op: out-of-place variant")
+    args = p.parse_args(argv)
+    bw = copy_gbps()
+    print(f"{torch.cuda.get_device_name()}; copy bandwidth {bw:.0f} GB/s (read+write)")
+    results = bench_rows(args.rows, args.hidden, getattr(torch, args.dtype), args.ops, not args.out_of_place)
+    print(format_table(results, bw))
+
+
+if __name__ == "__main__":
+    main()
