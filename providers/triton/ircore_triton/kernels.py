@@ -391,21 +391,23 @@ def _time_candidates(launches: list[Callable[[], None]], device: torch.device) -
     runners: list[Callable[[], None]] = []
     graphs = []
     if device.type == "cuda":
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
         try:
-            side = torch.cuda.Stream(device)
-            side.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(side):
                 for fn in launches:
                     g = torch.cuda.CUDAGraph()
                     g.capture_begin()
-                    for _ in range(reps):
-                        fn()
-                    g.capture_end()
+                    try:
+                        for _ in range(reps):
+                            fn()
+                    finally:
+                        g.capture_end()  # never leave the stream capturing
                     graphs.append(g)
-            torch.cuda.current_stream(device).wait_stream(side)
             runners = [g.replay for g in graphs]
         except Exception:  # capture unsupported here: time plain launches
             graphs, runners = [], []
+        torch.cuda.current_stream(device).wait_stream(side)
     if not runners:
 
         def _loop(fn: Callable[[], None]) -> Callable[[], None]:

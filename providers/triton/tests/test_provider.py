@@ -102,3 +102,20 @@ def test_import_is_light() -> None:
         cwd=PROVIDER_ROOT,
         env={"PYTHONPATH": str(PROVIDER_ROOT)},
     )
+
+
+def test_hooks_match_the_core_specs(provider: types.ModuleType) -> None:
+    """pluggy validates our hook signatures against the core's hookspecs (when importable)."""
+    try:
+        from ircore.plugins import hookspecs
+    except ImportError:
+        pytest.skip("the ircore core package (hookspecs) is not importable")
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    pm.register(provider, name="triton")
+    pm.check_pending()
+    assert pm.hook.ircore_check_platform(platform=FakePlatform("cpu", "x86_64")).startswith("no GPU")
+    reg = Registrar()
+    pm.hook.ircore_register(registrar=reg, platform=FakePlatform("cuda"))
+    assert [c[0] for c in reg.calls] == ["rms_norm", "fused_add_rms_norm", "silu_and_mul"]
+    assert pm.hook.ircore_default_priority(platform=FakePlatform("cuda"))["rms_norm"] == 20
