@@ -1,0 +1,18 @@
+"""The CUDA source compiles (nvcc, sm_90) even on a machine without a GPU or CUDA torch."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
+from check_cuda_compile import compile_cuda_object
+from ircore_vllm_c import kernels
+
+
+@pytest.mark.skipif(kernels.resolve_cuda_home() is None, reason="no CUDA toolkit (nvcc) on this machine")
+def test_cuda_source_compiles_for_sm90(tmp_path):
+    ok, log = compile_cuda_object(tmp_path, archs=("9.0",))
+    assert ok, log[-4000:]
+    assert (tmp_path / "cuda_ops.o").stat().st_size > 0

@@ -1,0 +1,192 @@
+"""The hooks, the core's view of the registrations, the fakes (torch.compile) and the loader."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import _ref
+import pytest
+import torch
+from ircore_vllm_c import impls, kernels
+
+ircore = pytest.importorskip("ircore", reason="the ircore core package is not importable")
+if not hasattr(ircore, "hookimpl"):
+    pytest.skip("this ircore has no hookimpl", allow_module_level=True)
+
+from ircore_vllm_c import provider  # noqa: E402
+
+from ircore.platform import Platform  # noqa: E402
+
+CPU = Platform(kind="cpu", device_type="cpu", device_name="x86_64", capability=None, torch_version="2")
+ROCM = Platform(
+    kind="rocm",
+    device_type="cuda",
+    device_name="MI300X",
+    capability=(9, 4),
+    torch_version="2",
+    gcn_arch="gfx942",
+)
+XPU = Platform(kind="xpu", device_type="xpu", device_name="Max 1550", capability=None, torch_version="2")
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def register(self, op, fn, supports_args=None, inplace=False):
+        self.calls.append((op, fn, supports_args, inplace))
+
+
+def test_check_platform():
+    assert provider.ircore_check_platform(CPU) is None
+    assert provider.ircore_check_platform(ROCM) == "needs an NVIDIA GPU or a CPU; found ROCm gfx942 (MI300X)"
+    assert "needs an NVIDIA GPU or a CPU; found XPU" in provider.ircore_check_platform(XPU)
+
+
+def test_register_and_priority():
+    rec = Recorder()
+    provider.ircore_register(rec, CPU)
+    assert rec.calls == [
+        ("rms_norm", impls.rms_norm, impls.rms_norm_supports, False),
+        ("fused_add_rms_norm", impls.fused_add_rms_norm, impls.fused_add_rms_norm_supports, True),
+        ("silu_and_mul", impls.silu_and_mul, impls.silu_and_mul_supports, False),
+    ]
+    assert provider.ircore_default_priority(CPU) == {
+        "rms_norm": 10,
+        "fused_add_rms_norm": 10,
+        "silu_and_mul": 10,
+    }
+    assert provider.ircore_default_priority(ROCM) is None
+
+
+@pytest.mark.skipif(not hasattr(ircore, "get_op"), reason="this ircore has no get_op")
+def test_core_accepts_the_implementations():
+    rec = Recorder()
+    provider.ircore_register(rec, CPU)
+    for op, fn, pred, inplace in rec.calls:
+        ircore.get_op(op).validate_impl("vllm_c", fn, pred, inplace)
+
+
+@pytest.mark.skipif(not hasattr(ircore, "get_op"), reason="this ircore has no get_op")
+@pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["rms_norm", "fused_add_rms_norm", "silu_and_mul"])
+def test_core_samples(name, dtype):
+    """Every core sample the predicate accepts matches the core's reference at its tolerance."""
+    op = ircore.get_op(name)
+    fn = getattr(impls, name)
+    pred = getattr(impls, f"{name}_supports")
+    tol = op.tolerances[dtype]
+    ran = 0
+    for sample in op.sample_inputs(dtype, "cpu"):
+        args = tuple(
+            torch.empty_strided(a.shape, a.stride(), dtype=a.dtype).copy_(a)
+            if isinstance(a, torch.Tensor)
+            else a
+            for a in sample.args
+        )
+        if not pred(*args):
+            continue
+        expected = op.reference(*sample.args)
+        got = fn(*args)
+        got = got if isinstance(got, tuple) else (got,)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        for g, e in zip(got, expected, strict=True):
+            torch.testing.assert_close(g.double(), e.double(), atol=tol.atol, rtol=tol.rtol, msg=sample.label)
+        ran += 1
+    assert ran > 0
+
+
+def test_opcheck_and_compile():
+    """Schemas, fakes and functionalization hold up (what torch.compile relies on)."""
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    w = torch.randn(64, dtype=torch.bfloat16)
+    r = torch.randn(4, 64, dtype=torch.bfloat16)
+    ops = torch.ops.ircore_vllm_c
+    torch.library.opcheck(ops.rms_norm.default, (x, w, 1e-6, None))
+    torch.library.opcheck(ops.rms_norm.default, (x, None, 1e-6, 32))
+    torch.library.opcheck(ops.fused_add_rms_norm.default, (x.clone(), r.clone(), w, 1e-6, None))
+    torch.library.opcheck(ops.silu_and_mul.default, (x,))
+
+    def f(x, r, w):
+        y = ops.silu_and_mul(torch.cat([x, r], dim=-1))
+        ops.fused_add_rms_norm(y, r, w, 1e-6, None)
+        return ops.rms_norm(y, w, 1e-6, None), r
+
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    got = compiled(x.clone(), r.clone(), w)
+    expected = f(x.clone(), r.clone(), w)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=0, rtol=0)
+
+
+# ------------------------------------------------------------------------------------ loader
+
+
+def _run_fresh(code: str, env: dict) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **env, "PYTHONPATH": str(Path(kernels.PACKAGE_DIR).parent)}
+    return subprocess.run(
+        [sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_missing_compiler_is_a_reason_not_a_crash(tmp_path):
+    proc = _run_fresh(
+        "import ircore_vllm_c; print(repr(ircore_vllm_c.load_kernels(cuda=False)))",
+        {"IRCORE_CACHE_DIR": str(tmp_path), "CXX": "/nonexistent/c++", "IRCORE_VLLM_C_FORCE_JIT": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == repr("no C++ compiler found (set CXX or install g++)")
+
+
+def test_failed_build_names_the_error_and_the_log(tmp_path):
+    cxx = tmp_path / "bad-c++"
+    cxx.write_text(  # a compiler that answers version probes but fails every compile
+        "#!/bin/sh\ncase \"$*\" in *.cpp*) echo 'cpu_ops.cpp:1:1: error: this compiler is broken' >&2; exit 1;; esac\n"
+        'exec g++ "$@"\n'
+    )
+    cxx.chmod(0o755)
+    proc = _run_fresh(
+        "import ircore_vllm_c; print(ircore_vllm_c.load_kernels(cuda=False))",
+        {"IRCORE_CACHE_DIR": str(tmp_path / "cache"), "CXX": str(cxx), "IRCORE_VLLM_C_FORCE_JIT": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("CPU kernels failed to build: "), line
+    assert "error" in line and "; log at " in line
+    assert Path(line.split("; log at ")[-1]).is_file()
+    assert "building CPU kernels" in proc.stderr
+
+
+def test_aot_build_is_used_only_when_it_matches(tmp_path, monkeypatch):
+    monkeypatch.delenv("IRCORE_VLLM_C_FORCE_JIT", raising=False)
+    monkeypatch.setattr(kernels, "PACKAGE_DIR", tmp_path)
+    (tmp_path / "_C.so").write_bytes(b"")
+    meta = {"torch": torch.__version__, "sources": kernels.source_hash(), "cuda_archs": []}
+    (tmp_path / kernels.AOT_META).write_text(json.dumps(meta))
+    assert kernels._aot_library("cpu") == tmp_path / "_C.so"
+    (tmp_path / kernels.AOT_META).write_text(json.dumps({**meta, "torch": "2.0.0"}))
+    assert kernels._aot_library("cpu") is None
+    (tmp_path / kernels.AOT_META).write_text(json.dumps({**meta, "sources": "0"}))
+    assert kernels._aot_library("cpu") is None
+
+
+def test_resolve_cuda_home_sees_through_a_wrapper(tmp_path, monkeypatch):
+    toolkit = tmp_path / "cuda-13.0"
+    (toolkit / "bin").mkdir(parents=True)
+    (toolkit / "include").mkdir()
+    (toolkit / "include" / "cuda_runtime.h").write_text("")
+    real = toolkit / "bin" / "nvcc"
+    real.write_bytes(Path(sys.executable).resolve().read_bytes()[:64] + b"\0" * 64)  # an ELF header
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    wrapper = bindir / "nvcc"
+    wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", str(bindir))
+    assert kernels.resolve_cuda_home() == str(toolkit.resolve())
+    monkeypatch.setenv("CUDA_HOME", str(bindir.parent))  # not a toolkit: skipped
+    assert kernels.resolve_cuda_home() == str(toolkit.resolve())
