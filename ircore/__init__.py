@@ -21,6 +21,13 @@ from ircore.plugins.hookspecs import API_VERSION, hookimpl, hookspec
 
 __version__ = "0.1.0"
 
+from ircore import dispatch as _dispatch
+from ircore import plugins as _plugins
+
+_dispatch.STATE.loader = _plugins.ensure_loaded
+_dispatch.STATE.discovered = _plugins.discovered_names
+_dispatch.STATE.status_of = _plugins.provider_status
+
 __all__ = [
     "API_VERSION",
     "ConfigError",

@@ -77,6 +77,8 @@ class DispatchState:
         self.loader: Callable[[], None] | None = None
         # Names of providers known without loading them (discovered entry points).
         self.discovered: Callable[[], set[str]] | None = None
+        # Why a known provider cannot run (its state and reason), or None.
+        self.status_of: Callable[[str], str | None] = lambda name: None
 
 
 STATE = DispatchState()
@@ -119,9 +121,7 @@ def validate_priority(
     out: dict[str, tuple[str, ...] | None] = {}
     for op_name, providers in priorities.items():
         if op_name not in ops:
-            raise PriorityError(
-                f"{source}: unknown op {op_name!r} in priority; known ops: {sorted(ops)}"
-            )
+            raise PriorityError(f"{source}: unknown op {op_name!r} in priority; known ops: {sorted(ops)}")
         if providers is None:
             out[op_name] = None
             continue
@@ -270,13 +270,14 @@ def _predicate_raised(op_name: str, provider: str, exc: BaseException) -> None:
         _warned_predicates.add(key)
         _log.warning(
             "provider %r: supports_args of %s raised %s: %s; treating it as 'not supported'",
-            provider, op_name, type(exc).__name__, exc,
+            provider,
+            op_name,
+            type(exc).__name__,
+            exc,
         )
 
 
-def call_first_supported(
-    op_name: str, entries: tuple[Entry, ...], args: tuple[Any, ...], which: int
-) -> Any:
+def call_first_supported(op_name: str, entries: tuple[Entry, ...], args: tuple[Any, ...], which: int) -> Any:
     """Run the first entry whose predicate accepts ``args``; ``which`` picks the callable.
 
     ``which`` is 1 for the functional callable (clones before an in-place implementation) and 2
@@ -361,9 +362,7 @@ def _predicate_verdict(pred: Any, args: tuple[Any, ...]) -> tuple[bool, str]:
         ok = bool(pred(*args))
     except Exception as exc:
         return False, f"supports_args raised {type(exc).__name__}: {exc}"
-    return ok, "supports_args accepted these arguments" if ok else (
-        "supports_args rejected these arguments"
-    )
+    return ok, "supports_args accepted these arguments" if ok else ("supports_args rejected these arguments")
 
 
 def explain(op: IrOp, args: tuple[Any, ...]) -> Explanation:
@@ -385,7 +384,8 @@ def explain(op: IrOp, args: tuple[Any, ...]) -> Explanation:
         if name in STATE.blocked:
             steps.append(Step(name, "skipped", STATE.blocked[name]))
         elif impl is None:
-            steps.append(Step(name, "skipped", f"provider {name!r} has no active {op.name}"))
+            why = STATE.status_of(name) or f"provider {name!r} does not implement {op.name}"
+            steps.append(Step(name, "skipped", why))
         else:
             ok, why = _predicate_verdict(impl.supports_args, args)
             if ok:

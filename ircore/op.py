@@ -99,8 +99,7 @@ def _infer_schema(fn: Callable[..., Any]) -> str:
 
 def _reject(op: str, provider: str, fn: object, why: str) -> ImplRegistrationError:
     return ImplRegistrationError(
-        f"cannot register provider {provider!r}'s implementation of op {op!r} "
-        f"({_source_of(fn)}): {why}"
+        f"cannot register the implementation of op {op!r} by provider {provider!r} ({_source_of(fn)}): {why}"
     )
 
 
@@ -230,17 +229,23 @@ class IrOp:
         """Check an implementation without registering it; returns the :class:`Impl`."""
         if not isinstance(provider, str) or not NAME_PATTERN.match(provider):
             raise _reject(
-                self.name, str(provider), fn,
+                self.name,
+                str(provider),
+                fn,
                 f"provider name {provider!r} must match {NAME_PATTERN.pattern}",
             )
         if provider in RESERVED_PROVIDER_NAMES:
             raise _reject(
-                self.name, provider, fn,
+                self.name,
+                provider,
+                fn,
                 f"{provider!r} is reserved (reserved names: {sorted(RESERVED_PROVIDER_NAMES)})",
             )
         if provider in self.impls:
             raise _reject(
-                self.name, provider, fn,
+                self.name,
+                provider,
+                fn,
                 f"provider {provider!r} already registered an implementation of {self.name!r} "
                 f"({self.impls[provider].source})",
             )
@@ -250,20 +255,22 @@ class IrOp:
             schema = _infer_schema(fn)
         except Exception as exc:
             raise _reject(
-                self.name, provider, fn,
+                self.name,
+                provider,
+                fn,
                 f"cannot infer its schema ({exc}); annotate it exactly like the native "
                 f"function: {self.name}{self.signature}",
             ) from None
         if schema != self.schema:
             raise _reject(
-                self.name, provider, fn,
+                self.name,
+                provider,
+                fn,
                 f"its schema {schema} differs from the native schema {self.schema}",
             )
         if supports_args is not None:
             if not callable(supports_args):
-                raise _reject(
-                    self.name, provider, fn, f"supports_args {supports_args!r} is not callable"
-                )
+                raise _reject(self.name, provider, fn, f"supports_args {supports_args!r} is not callable")
             try:
                 pred_params = tuple(inspect.signature(supports_args).parameters)
             except (TypeError, ValueError) as exc:
@@ -272,16 +279,19 @@ class IrOp:
                 ) from None
             if pred_params != self.param_names:
                 raise _reject(
-                    self.name, provider, fn,
+                    self.name,
+                    provider,
+                    fn,
                     f"supports_args ({_source_of(supports_args)}) takes "
                     f"({', '.join(pred_params)}) but must take the op's parameters "
                     f"({', '.join(self.param_names)})",
                 )
         if inplace and not self.inplace_args:
             raise _reject(
-                self.name, provider, fn,
-                f"op {self.name!r} does not allow in-place implementations "
-                "(it declares no inplace_args)",
+                self.name,
+                provider,
+                fn,
+                f"op {self.name!r} does not allow in-place implementations (it declares no inplace_args)",
             )
         return Impl(
             op_name=self.name,
@@ -335,9 +345,7 @@ def _check_native(name: str | None, native: Callable[..., Any], inplace_args: Se
     op_name = getattr(native, "__name__", "") if name is None else name
     where = _source_of(native)
     if not isinstance(op_name, str) or not NAME_PATTERN.match(op_name):
-        raise OpDeclarationError(
-            f"op name {op_name!r} ({where}) must match {NAME_PATTERN.pattern}"
-        )
+        raise OpDeclarationError(f"op name {op_name!r} ({where}) must match {NAME_PATTERN.pattern}")
     if op_name in _OPS:
         raise OpDeclarationError(
             f"op {op_name!r} ({where}) is already declared by {_source_of(_OPS[op_name].native)}"

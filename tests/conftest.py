@@ -30,9 +30,7 @@ def isolated_dispatch():
     for name, op in all_ops().items():
         op.impls.clear()
         op.impls.update(impls.get(name, {}))
-    state.api_priority, state.layers, state.ranks, state.blocked = (
-        saved[0], saved[1], saved[2], saved[3]
-    )
+    state.api_priority, state.layers, state.ranks, state.blocked = (saved[0], saved[1], saved[2], saved[3])
     dispatch.bump_generation()
 
 

@@ -89,7 +89,10 @@ def test_unknown_op_or_provider_in_priority():
     _register_ab()
     with pytest.raises(PriorityError, match=r"ircore.set_priority\(\): unknown op 'layer_norm'.*known ops"):
         ircore.set_priority(layer_norm=["prov_a"])
-    with pytest.raises(PriorityError, match=r"unknown provider 'nope' in the priority of 'rms_norm'; known providers: \['native', 'prov_a', 'prov_b'\]"):
+    with pytest.raises(
+        PriorityError,
+        match=r"unknown provider 'nope' in the priority of 'rms_norm'; known providers: \['native', 'prov_a', 'prov_b'\]",
+    ):
         ircore.set_priority(rms_norm=["nope"])
     with pytest.raises(PriorityError, match=r"ircore.priority\(\): unknown provider"):
         with ircore.priority(rms_norm=["nope"]):
@@ -171,7 +174,9 @@ def test_explain_reports_every_decision():
     ex = ircore.explain("rms_norm", torch.randn(2, 8).half(), None, 1e-6)
     assert ex.chosen == "prov_b"
     assert [(s.provider, s.outcome) for s in ex.steps] == [
-        ("prov_a", "skipped"), ("prov_b", "chosen"), ("native", "not reached"),
+        ("prov_a", "skipped"),
+        ("prov_b", "chosen"),
+        ("native", "not reached"),
     ]
     assert "rejected" in ex.steps[0].reason
     assert ex.source == "provider defaults"
@@ -213,7 +218,9 @@ def test_predicate_that_raises_is_skipped_with_a_warning(caplog):
 
 
 def test_failing_implementation_names_its_provider():
-    def boom(x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None = None) -> torch.Tensor:
+    def boom(
+        x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None = None
+    ) -> torch.Tensor:
         raise RuntimeError("kernel exploded")
 
     rms_norm.register_impl("prov_boom", boom)

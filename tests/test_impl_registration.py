@@ -21,7 +21,9 @@ def test_good_registration_is_listed():
 
 
 def test_schema_must_equal_native():
-    def wrong(x: torch.Tensor, weight: torch.Tensor, epsilon: float, variance_size: int | None = None) -> torch.Tensor:
+    def wrong(
+        x: torch.Tensor, weight: torch.Tensor, epsilon: float, variance_size: int | None = None
+    ) -> torch.Tensor:
         return x
 
     with pytest.raises(ImplRegistrationError) as info:
@@ -32,7 +34,9 @@ def test_schema_must_equal_native():
 
 
 def test_parameter_names_are_part_of_the_schema():
-    def renamed(x: torch.Tensor, w: torch.Tensor | None, epsilon: float, variance_size: int | None = None) -> torch.Tensor:
+    def renamed(
+        x: torch.Tensor, w: torch.Tensor | None, epsilon: float, variance_size: int | None = None
+    ) -> torch.Tensor:
         return x
 
     with pytest.raises(ImplRegistrationError, match="differs from the native schema"):

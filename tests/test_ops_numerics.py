@@ -39,7 +39,7 @@ def test_rms_norm_variance_size_scales_whole_row():
 
 
 def test_fused_residual_is_rounded_to_x_dtype():
-    x = torch.tensor([[1.0, 2.0 ** -9, 3.0, 4.0]], dtype=torch.bfloat16)
+    x = torch.tensor([[1.0, 2.0**-9, 3.0, 4.0]], dtype=torch.bfloat16)
     r = torch.tensor([[256.0, 256.0, 0.0, 0.0]], dtype=torch.bfloat16)
     out, residual = ircore.ops.fused_add_rms_norm(x, r, None, 1e-6)
     assert residual.dtype == torch.bfloat16
@@ -65,14 +65,42 @@ BAD_CALLS = [
     ("rms_norm", lambda: (torch.randn(2, 8), torch.randn(7), 1e-6), "'weight' has shape (7,); expected (8,)"),
     ("rms_norm", lambda: (torch.randn(2, 8), torch.randn(8, 1), 1e-6), "'weight' has shape (8, 1)"),
     ("rms_norm", lambda: (torch.ones(2, 8, dtype=torch.int32), None, 1e-6), "'x' has dtype torch.int32"),
-    ("rms_norm", lambda: (torch.randn(2, 8), torch.ones(8, dtype=torch.int64), 1e-6), "'weight' has dtype torch.int64"),
-    ("rms_norm", lambda: (torch.randn(2, 8), torch.randn(8, device="meta"), 1e-6), "'weight' is on meta but x is on cpu"),
-    ("rms_norm", lambda: (torch.randn(2, 8), None, 1e-6, 9), "'variance_size' is 9; expected 1 <= variance_size <= 8"),
+    (
+        "rms_norm",
+        lambda: (torch.randn(2, 8), torch.ones(8, dtype=torch.int64), 1e-6),
+        "'weight' has dtype torch.int64",
+    ),
+    (
+        "rms_norm",
+        lambda: (torch.randn(2, 8), torch.randn(8, device="meta"), 1e-6),
+        "'weight' is on meta but x is on cpu",
+    ),
+    (
+        "rms_norm",
+        lambda: (torch.randn(2, 8), None, 1e-6, 9),
+        "'variance_size' is 9; expected 1 <= variance_size <= 8",
+    ),
     ("rms_norm", lambda: (torch.tensor(1.0), None, 1e-6), "'x' is a 0-d tensor"),
-    ("fused_add_rms_norm", lambda: (torch.randn(2, 8), torch.randn(2, 9), None, 1e-6), "'x_residual' is torch.float32 (2, 9); expected x's dtype and shape"),
-    ("fused_add_rms_norm", lambda: (torch.randn(2, 8), torch.randn(2, 8).half(), None, 1e-6), "'x_residual' is torch.float16"),
-    ("fused_add_rms_norm", lambda: (torch.randn(2, 8), torch.randn(2, 8), torch.randn(4), 1e-6), "'weight' has shape (4,)"),
-    ("fused_add_rms_norm", lambda: (torch.ones(2, 8, dtype=torch.int8), torch.ones(2, 8, dtype=torch.int8), None, 1e-6), "'x' has dtype torch.int8"),
+    (
+        "fused_add_rms_norm",
+        lambda: (torch.randn(2, 8), torch.randn(2, 9), None, 1e-6),
+        "'x_residual' is torch.float32 (2, 9); expected x's dtype and shape",
+    ),
+    (
+        "fused_add_rms_norm",
+        lambda: (torch.randn(2, 8), torch.randn(2, 8).half(), None, 1e-6),
+        "'x_residual' is torch.float16",
+    ),
+    (
+        "fused_add_rms_norm",
+        lambda: (torch.randn(2, 8), torch.randn(2, 8), torch.randn(4), 1e-6),
+        "'weight' has shape (4,)",
+    ),
+    (
+        "fused_add_rms_norm",
+        lambda: (torch.ones(2, 8, dtype=torch.int8), torch.ones(2, 8, dtype=torch.int8), None, 1e-6),
+        "'x' has dtype torch.int8",
+    ),
     ("silu_and_mul", lambda: (torch.randn(3, 7),), "'x' has an odd last dimension 7"),
     ("silu_and_mul", lambda: (torch.ones(3, 8, dtype=torch.int16),), "'x' has dtype torch.int16"),
 ]

@@ -61,7 +61,11 @@ def test_compiled_graph_dispatches_at_run_time():
 def test_make_fx_records_ircore_ops():
     gm = make_fx(_block)(*_inputs())
     targets = _targets(gm)
-    assert {"ircore.fused_add_rms_norm.default", "ircore.rms_norm.default", "ircore.silu_and_mul.default"} <= targets
+    assert {
+        "ircore.fused_add_rms_norm.default",
+        "ircore.rms_norm.default",
+        "ircore.silu_and_mul.default",
+    } <= targets
     torch.testing.assert_close(gm(*_inputs()), _block(*_inputs()))
 
 

@@ -23,7 +23,8 @@ def _check_silu_and_mul(x: torch.Tensor) -> None:
         _checks.check_rows("silu_and_mul", x)
     if x.shape[-1] % 2:
         _checks.bad_argument(
-            "silu_and_mul", "x",
+            "silu_and_mul",
+            "x",
             f"has an odd last dimension {x.shape[-1]} (shape {tuple(x.shape)}); it must hold "
             "the two halves [gate, up] of equal size",
         )

@@ -31,7 +31,8 @@ def check_weight(op: str, x: torch.Tensor, weight: torch.Tensor) -> None:
     """``weight`` must be 1-D, of size ``x.shape[-1]``, floating point, on x's device."""
     if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
         bad_argument(
-            op, "weight",
+            op,
+            "weight",
             f"has shape {tuple(weight.shape)}; expected ({x.shape[-1]},), the size of the last "
             f"dimension of x {tuple(x.shape)}",
         )
@@ -44,7 +45,8 @@ def check_weight(op: str, x: torch.Tensor, weight: torch.Tensor) -> None:
 def check_variance_size(op: str, x: torch.Tensor, variance_size: int) -> None:
     if not 0 < variance_size <= x.shape[-1]:
         bad_argument(
-            op, "variance_size",
+            op,
+            "variance_size",
             f"is {variance_size}; expected 1 <= variance_size <= {x.shape[-1]} (x.shape[-1])",
         )
 

@@ -76,13 +76,10 @@ def _rms_norm_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Iterato
     yield Sample((xt, w, 1e-6, None), "6x64 transposed (last-dim stride 6)")
     if dtype != torch.float32:
         w32 = _samples.randn((128,), torch.float32, device, gen, scale=0.1, shift=1.0)
-        yield Sample((_samples.randn((4, 128), dtype, device, gen), w32, 1e-6, None),
-                     "4x128 fp32 weight")
+        yield Sample((_samples.randn((4, 128), dtype, device, gen), w32, 1e-6, None), "4x128 fp32 weight")
 
 
-def _make_rms_norm_inputs(
-    shape: tuple[int, ...], dtype: torch.dtype, device: str, seed: int = 0
-) -> tuple:
+def _make_rms_norm_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, seed: int = 0) -> tuple:
     gen = _samples.generator(seed, device)
     x = _samples.randn(shape, dtype, device, gen)
     w = _samples.randn((shape[-1],), dtype, device, gen, scale=0.1, shift=1.0)
@@ -134,7 +131,8 @@ def _check_fused_add_rms_norm(
     if x_residual.shape != x.shape or x_residual.dtype != x.dtype:
         _checks.check_tensor(op, "x_residual", x_residual)
         _checks.bad_argument(
-            op, "x_residual",
+            op,
+            "x_residual",
             f"is {x_residual.dtype} {tuple(x_residual.shape)}; expected x's dtype and shape, "
             f"{x.dtype} {tuple(x.shape)}",
         )
@@ -167,9 +165,7 @@ def _fused_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Iterator[S
         yield Sample((x, r, w, eps, vs), sample.label)
 
 
-def _make_fused_inputs(
-    shape: tuple[int, ...], dtype: torch.dtype, device: str, seed: int = 0
-) -> tuple:
+def _make_fused_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, seed: int = 0) -> tuple:
     x, w, eps, vs = _make_rms_norm_inputs(shape, dtype, device, seed)
     r = _samples.randn(shape, dtype, device, _samples.generator(seed + 1, device))
     return (x, r, w, eps, vs)

@@ -1,1 +1,27 @@
-"""Providers: the contract (hookspecs), discovery, loading, states and configuration."""
+"""Providers: the contract (hookspecs), discovery, loading, states and configuration.
+
+The loading machinery is imported on first need, so ``import ircore`` stays cheap.
+"""
+
+from __future__ import annotations
+
+
+def ensure_loaded() -> None:
+    """Discover and load providers as configuration allows (idempotent; called by dispatch)."""
+    from ircore.plugins.manager import MANAGER
+
+    MANAGER.ensure_loaded()
+
+
+def discovered_names() -> set[str]:
+    """Names of every discovered provider, whatever its state (for priority validation)."""
+    from ircore.plugins.manager import MANAGER
+
+    return MANAGER.discovered_names()
+
+
+def provider_status(name: str) -> str | None:
+    """Why a known provider cannot run, or None if it is active or unknown."""
+    from ircore.plugins.manager import MANAGER
+
+    return MANAGER.status_of(name)

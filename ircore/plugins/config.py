@@ -1,13 +1,291 @@
-"""Configuration from the Python API (more sources arrive with the plugin system)."""
+"""One configuration model, four sources: Python API > environment > config file > provider defaults.
+
+Keys (the same in every source):
+
+- ``providers``: allowlist, ``"all"`` (default), ``"none"`` or provider names
+  (``IRCORE_PROVIDERS=vllm_c,triton``);
+- ``disable``: denylist (``IRCORE_DISABLE=aiter``);
+- ``priority``: per-op provider order (``IRCORE_PRIORITY="rms_norm=vllm_c,triton;silu_and_mul=triton"``);
+- ``strict``: any provider not active or disabled is an error at load time (``IRCORE_STRICT=1``).
+
+For ``providers``, ``disable`` and ``strict`` the highest source that sets the key decides; for
+``priority`` the highest source that names the op decides. Files: ``IRCORE_CONFIG``, else
+``./ircore.toml``, else ``[tool.ircore]`` in ``./pyproject.toml``.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from ircore.dispatch import set_priority
+from ircore.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["configure", "Settings", "ConfigSource", "KNOWN_KEYS"]
+
+KNOWN_KEYS = ("providers", "disable", "priority", "strict")
+ENV_VARS = {
+    "providers": "IRCORE_PROVIDERS",
+    "disable": "IRCORE_DISABLE",
+    "priority": "IRCORE_PRIORITY",
+    "strict": "IRCORE_STRICT",
+}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
 
 
-def configure(*, priority: Mapping[str, Sequence[str] | None] | None = None) -> None:
-    """Set configuration from Python; it outranks the environment and config files."""
+@dataclass
+class ConfigSource:
+    """The keys one source sets, parsed but not yet checked against known providers/ops."""
+
+    name: str  # "ircore.configure()", "environment", or the file path
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def where(self, key: str) -> str:
+        """How a message names this key in this source: ``IRCORE_DISABLE`` or ``ircore.toml: disable``."""
+        if self.name == "environment":
+            return ENV_VARS[key]
+        return f"{self.name}: {key}"
+
+
+# ---------------------------------------------------------------------- parsing
+def _name_list(value: Any, where: str, allow_all: bool) -> tuple[str, ...] | str:
+    """A list of provider names, or ``"all"``/``"none"`` where allowed."""
+    if isinstance(value, str):
+        word = value.strip()
+        if word in ("all", "none"):
+            if not allow_all:
+                raise ConfigError(f"{where}: {word!r} is not allowed here; give provider names")
+            return word
+        value = [v.strip() for v in word.split(",") if v.strip()]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: expected a list of provider names, got {value!r}")
+    return tuple(value)
+
+
+def _parse_bool(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ConfigError(f"{where}: expected true or false (1/0), got {value!r}")
+
+
+def _parse_priority_string(text: str, where: str) -> dict[str, tuple[str, ...]]:
+    """``rms_norm=vllm_c,triton;silu_and_mul=triton`` -> mapping."""
+    out: dict[str, tuple[str, ...]] = {}
+    for part in text.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        op, sep, names = part.partition("=")
+        if not sep or not op.strip():
+            raise ConfigError(
+                f"{where}: cannot read {part!r}; expected OP=PROVIDER[,PROVIDER...] entries "
+                "separated by ';', e.g. 'rms_norm=vllm_c,triton;silu_and_mul=triton'"
+            )
+        out[op.strip()] = tuple(n.strip() for n in names.split(",") if n.strip())
+    return out
+
+
+def _parse_priority(value: Any, where: str) -> dict[str, tuple[str, ...]]:
+    if isinstance(value, str):
+        return _parse_priority_string(value, where)
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a table of op = [providers], got {value!r}")
+    out: dict[str, tuple[str, ...]] = {}
+    for op, names in value.items():
+        parsed = _name_list(names, f"{where}.{op}", allow_all=False)
+        assert isinstance(parsed, tuple)
+        out[str(op)] = parsed
+    return out
+
+
+def parse_values(raw: Mapping[str, Any], source: ConfigSource) -> ConfigSource:
+    """Check the keys of ``raw`` and parse each into ``source``; errors name source and key."""
+    for key, value in raw.items():
+        if key not in KNOWN_KEYS:
+            raise ConfigError(f"{source.name}: unknown key {key!r}; known keys: {', '.join(KNOWN_KEYS)}")
+        where = source.where(key)
+        if key in ("providers", "disable"):
+            source.values[key] = _name_list(value, where, allow_all=key == "providers")
+        elif key == "priority":
+            source.values[key] = _parse_priority(value, where)
+        else:
+            source.values[key] = _parse_bool(value, where)
+    return source
+
+
+def read_environment(environ: Mapping[str, str] | None = None) -> ConfigSource:
+    environ = os.environ if environ is None else environ
+    raw = {key: environ[var] for key, var in ENV_VARS.items() if var in environ}
+    unknown = sorted(
+        v
+        for v in environ
+        if v.startswith("IRCORE_")
+        and v not in ENV_VARS.values()
+        and v not in ("IRCORE_CONFIG", "IRCORE_CACHE_DIR")
+    )
+    if unknown:
+        import logging
+
+        logging.getLogger("ircore").warning(
+            "ignoring unknown environment variable(s) %s; known: %s",
+            ", ".join(unknown),
+            ", ".join([*ENV_VARS.values(), "IRCORE_CONFIG", "IRCORE_CACHE_DIR"]),
+        )
+    return parse_values(raw, ConfigSource("environment"))
+
+
+def find_config_file(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path | None:
+    """``IRCORE_CONFIG``, else ``./ircore.toml``, else ``./pyproject.toml`` if it has [tool.ircore]."""
+    environ = os.environ if environ is None else environ
+    cwd = Path.cwd() if cwd is None else cwd
+    explicit = environ.get("IRCORE_CONFIG")
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(f"IRCORE_CONFIG: no such file {explicit!r}")
+        return path
+    for candidate in (cwd / "ircore.toml", cwd / "pyproject.toml"):
+        if candidate.is_file():
+            if candidate.name == "pyproject.toml" and b"[tool.ircore" not in candidate.read_bytes():
+                continue
+            return candidate
+    return None
+
+
+def read_file(path: Path) -> ConfigSource:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    if path.name == "pyproject.toml":
+        data = data.get("tool", {}).get("ircore", {})
+        name = f"{path} [tool.ircore]"
+    else:
+        name = str(path)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{name}: expected a table")
+    return parse_values(data, ConfigSource(name))
+
+
+# ---------------------------------------------------------------------- the resolved settings
+@dataclass
+class Settings:
+    """The configuration in force: which providers may load, priorities by source, strictness."""
+
+    sources: list[ConfigSource]  # highest precedence first
+    providers: tuple[str, ...] | str = "all"
+    providers_from: str = "default"
+    disable: tuple[str, ...] = ()
+    disable_from: str = "default"
+    strict: bool = False
+    strict_from: str = "default"
+
+    def enabled(self, provider: str) -> tuple[bool, str]:
+        """Whether config lets ``provider`` load, and if not, which setting says so."""
+        if self.providers == "none":
+            return False, f"disabled: {self.providers_from} is 'none'"
+        if self.providers != "all" and provider not in self.providers:
+            return False, (f"disabled: not in {self.providers_from} ({', '.join(self.providers) or 'empty'})")
+        if provider in self.disable:
+            return False, f"disabled: listed in {self.disable_from}"
+        return True, ""
+
+    def check_names(self, known_providers: set[str], known_ops: set[str]) -> None:
+        """Every provider and op a source names must exist; the error names source and key."""
+        for source in self.sources:
+            for key in ("providers", "disable"):
+                names = source.values.get(key, ())
+                if isinstance(names, str):
+                    continue
+                for name in names:
+                    if name not in known_providers:
+                        raise ConfigError(
+                            f"{source.where(key)}: unknown provider {name!r}; "
+                            f"known providers: {sorted(known_providers) or 'none installed'}"
+                        )
+            for op, names in source.values.get("priority", {}).items():
+                if op not in known_ops:
+                    raise ConfigError(
+                        f"{source.where('priority')}: unknown op {op!r}; known ops: {sorted(known_ops)}"
+                    )
+                for name in names:
+                    if name != "native" and name not in known_providers:
+                        raise ConfigError(
+                            f"{source.where('priority')}: unknown provider {name!r} for op {op!r}; "
+                            f"known providers: {sorted(known_providers | {'native'})}"
+                        )
+
+
+_api_lock = threading.Lock()
+_API = ConfigSource("ircore.configure()")
+
+
+def resolve_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Settings:
+    """Read environment and file, stack them under the API settings, decide each key."""
+    sources = [_API, read_environment(environ)]
+    path = find_config_file(environ, cwd)
+    if path is not None:
+        sources.append(read_file(path))
+    settings = Settings(sources=sources)
+    for key in ("providers", "disable", "strict"):
+        for source in sources:
+            if key in source.values:
+                setattr(settings, key, source.values[key])
+                setattr(settings, f"{key}_from", source.where(key))
+                break
+    return settings
+
+
+def configure(
+    *,
+    providers: Sequence[str] | str | None = None,
+    disable: Sequence[str] | None = None,
+    priority: Mapping[str, Sequence[str] | None] | None = None,
+    strict: bool | None = None,
+) -> None:
+    """Set configuration from Python; it outranks the environment and config files.
+
+    ``providers`` is an allowlist (or ``"all"``/``"none"``), ``disable`` a denylist, ``priority``
+    maps op names to provider lists (``None`` removes an op's setting), ``strict`` makes any
+    provider that is not active or disabled an error. A provider disabled here stops being used
+    at once; one enabled here loads on next use.
+    """
+    from ircore import dispatch
+
+    raw: dict[str, Any] = {}
+    if providers is not None:
+        raw["providers"] = providers
+    if disable is not None:
+        raw["disable"] = disable
+    if strict is not None:
+        raw["strict"] = strict
+    with _api_lock:
+        if raw:
+            parse_values(raw, _API)
+            from ircore.plugins import manager
+
+            manager.settings_changed()
     if priority is not None:
-        set_priority(priority)
+        dispatch.set_priority(priority)
+    elif raw:
+        dispatch.bump_generation()
+
+
+def reset_api_settings() -> None:
+    """Forget everything ``configure`` set (for tests and long-lived tools)."""
+    with _api_lock:
+        _API.values.clear()

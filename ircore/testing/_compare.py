@@ -36,6 +36,10 @@ def assert_close_to_reference(op: IrOp, out: Any, args: tuple[Any, ...], *, labe
         assert got.shape == meta.shape, f"{where}: output {i} shape {tuple(got.shape)} != {tuple(meta.shape)}"
         g, r = got.detach().double().cpu(), ref.detach().double().cpu()
         torch.testing.assert_close(
-            g, r, atol=tol.atol, rtol=tol.rtol, equal_nan=True,
+            g,
+            r,
+            atol=tol.atol,
+            rtol=tol.rtol,
+            equal_nan=True,
             msg=lambda m, i=i: f"{where}: output {i}: {m}",
         )

@@ -1,0 +1,234 @@
+"""The ``ircore`` command: ``list``, ``explain``, ``doctor``; ``--json`` on each.
+
+Exit codes: 0 fine; 1 ``doctor`` found a failed, invalid or conflicting provider; 2 bad usage or
+bad configuration (the message names the source and the key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform as stdlib_platform
+import sys
+from importlib import metadata
+from typing import Any
+
+import torch
+
+import ircore
+from ircore import dispatch
+from ircore.errors import IrcoreError
+from ircore.plugins.config import ENV_VARS, find_config_file
+from ircore.plugins.manager import MANAGER
+from ircore.plugins.records import BROKEN_STATES, ProviderState
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+
+
+def _version_of(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _providers() -> list[dict[str, Any]]:
+    return [MANAGER.records[name].to_dict() for name in sorted(MANAGER.records)]
+
+
+def _ops() -> list[dict[str, Any]]:
+    out = []
+    for name, op in sorted(ircore.all_ops().items()):
+        names, source = dispatch.effective_priority(op, dispatch.SCOPE.get())
+        out.append(
+            {
+                "op": name,
+                "priority": list(names),
+                "source": source,
+                "implementations": ["native", *op.impls],
+                "signature": f"{name}{op.signature}",
+            }
+        )
+    return out
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    """Aligned columns, indented by two spaces."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  " + "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]
+    )
+
+
+# ---------------------------------------------------------------------- commands
+def cmd_list(args: argparse.Namespace) -> int:
+    MANAGER.ensure_loaded()
+    providers, ops = _providers(), _ops()
+    if args.json:
+        print(json.dumps({"providers": providers, "ops": ops}, indent=2))
+        return EXIT_OK
+    print("providers:")
+    if providers:
+        rows = [
+            [p["name"], f"{p['distribution']} {p['version']}", p["state"], p["reason"]] for p in providers
+        ]
+        print(_table(rows, ["name", "distribution", "state", "reason"]))
+    else:
+        print("  (none installed: pip install ircore-provider-<name>)")
+    print("\nops:")
+    rows = [[o["op"], ", ".join(o["priority"]), o["source"], ", ".join(o["implementations"])] for o in ops]
+    print(_table(rows, ["op", "priority", "from", "implementations"]))
+    return EXIT_OK
+
+
+def _parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(p) for p in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shape {text!r}: expected sizes like 16x4096") from None
+    if not shape or any(s < 0 for s in shape):
+        raise argparse.ArgumentTypeError(f"--shape {text!r}: expected sizes like 16x4096")
+    return shape
+
+
+def _parse_dtype(text: str) -> torch.dtype:
+    aliases = {
+        "fp32": "float32",
+        "fp16": "float16",
+        "bf16": "bfloat16",
+        "half": "float16",
+        "float": "float32",
+    }
+    dtype = getattr(torch, aliases.get(text, text), None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise argparse.ArgumentTypeError(f"--dtype {text!r}: expected float32, float16 or bfloat16")
+    return dtype
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    op = ircore.get_op(args.op)
+    if op.make_inputs is None:
+        raise IrcoreError(f"op {op.name!r} has no input generator; call ircore.explain() from Python")
+    try:
+        inputs = op.make_inputs(args.shape, args.dtype, args.device)
+    except (RuntimeError, AssertionError) as exc:
+        raise IrcoreError(f"cannot make inputs on device {args.device!r}: {exc}") from None
+    ex = ircore.explain(op, *inputs)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    **ex.to_dict(),
+                    "shape": list(args.shape),
+                    "dtype": str(args.dtype).replace("torch.", ""),
+                    "device": args.device,
+                },
+                indent=2,
+            )
+        )
+    else:
+        shape = "x".join(map(str, args.shape))
+        print(f"{ex}\n  (x: {shape} {str(args.dtype).replace('torch.', '')} on {args.device})")
+    return EXIT_OK
+
+
+def _doctor_report() -> dict[str, Any]:
+    plat = ircore.current_platform()
+    config_error = None
+    try:
+        MANAGER.ensure_loaded()
+    except IrcoreError as exc:
+        config_error = str(exc)
+    try:
+        config_file = find_config_file()
+    except IrcoreError as exc:
+        config_file, config_error = None, config_error or str(exc)
+    env = {var: os.environ[var] for var in [*ENV_VARS.values(), "IRCORE_CONFIG"] if var in os.environ}
+    problems = [p for p in _providers() if p["state"] != ProviderState.ACTIVE.value]
+    return {
+        "ircore": ircore.__version__,
+        "api_version": ircore.API_VERSION,
+        "python": stdlib_platform.python_version(),
+        "platform": plat.describe(),
+        "platform_kind": plat.kind,
+        "torch": torch.__version__,
+        "triton": _version_of("triton"),
+        "config_file": str(config_file) if config_file else None,
+        "environment": env,
+        "config_error": config_error,
+        "providers": _providers(),
+        "not_active": problems,
+        "broken": [p["name"] for p in problems if ProviderState(p["state"]) in BROKEN_STATES],
+    }
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    report = _doctor_report()
+    failing = bool(report["broken"] or report["config_error"])
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return EXIT_PROBLEMS if failing else EXIT_OK
+    print(f"ircore {report['ircore']} (provider API {report['api_version']}), Python {report['python']}")
+    print(f"platform: {report['platform']}")
+    print(f"torch {report['torch']}, triton {report['triton'] or 'not installed'}")
+    searched = "none (IRCORE_CONFIG, ./ircore.toml, ./pyproject.toml [tool.ircore])"
+    print(f"config file: {report['config_file'] or searched}")
+    print(
+        "environment: "
+        + (", ".join(f"{k}={v}" for k, v in report["environment"].items()) or "no IRCORE_* variables set")
+    )
+    if report["config_error"]:
+        print(f"configuration error: {report['config_error']}")
+    active = [p["name"] for p in report["providers"] if p["state"] == "active"]
+    print(f"active providers: {', '.join(active) or 'none'}")
+    for p in report["not_active"]:
+        print(f"  {p['name']} ({p['distribution']} {p['version']}): {p['state']}: {p['reason']}")
+    if failing:
+        print(f"problems: {', '.join(report['broken']) or 'configuration'}; see the reasons above")
+    else:
+        print("no problems found")
+    return EXIT_PROBLEMS if failing else EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ircore",
+        description="Inspect ircore's ops, installed providers and dispatch decisions.",
+    )
+    parser.add_argument("--version", action="version", version=f"ircore {ircore.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p_list = sub.add_parser("list", help="every provider with its state, and every op with its priority")
+    p_list.add_argument("--json", action="store_true", help="machine-readable output")
+    p_list.set_defaults(func=cmd_list)
+
+    p_explain = sub.add_parser("explain", help="which implementation a call runs, and why the others don't")
+    p_explain.add_argument("op", help="op name, e.g. rms_norm")
+    p_explain.add_argument("--shape", type=_parse_shape, default=(16, 4096), help="shape of x, e.g. 16x4096")
+    p_explain.add_argument(
+        "--dtype", type=_parse_dtype, default=torch.bfloat16, help="float32, float16 or bfloat16"
+    )
+    p_explain.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda:0")
+    p_explain.add_argument("--json", action="store_true", help="machine-readable output")
+    p_explain.set_defaults(func=cmd_explain)
+
+    p_doctor = sub.add_parser("doctor", help="platform, versions, config in effect, every provider problem")
+    p_doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    p_doctor.set_defaults(func=cmd_doctor)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (IrcoreError, KeyError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        print(f"ircore: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Finding providers from installed distribution metadata, without importing any of them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import metadata
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+ENTRY_POINT_GROUP = "ircore.providers"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An entry point in the ``ircore.providers`` group and the distribution that declares it."""
+
+    name: str
+    module: str
+    distribution: str
+    version: str
+    requires: tuple[str, ...]
+
+
+def discover() -> list[Candidate]:
+    """Every provider entry point of every installed distribution (first on sys.path wins)."""
+    found: list[Candidate] = []
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = ep.dist
+        found.append(
+            Candidate(
+                name=ep.name,
+                module=ep.value,
+                distribution=dist.metadata["Name"] if dist is not None else "?",
+                version=dist.version if dist is not None else "?",
+                requires=tuple(dist.requires or ()) if dist is not None else (),
+            )
+        )
+    return found
+
+
+def incompatibility(candidate: Candidate, core_version: str) -> str | None:
+    """Why the candidate's ``Requires-Dist: ircore ...`` excludes this core, or None if it doesn't."""
+    for line in candidate.requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) != "ircore":
+            continue
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        if not req.specifier.contains(Version(core_version), prereleases=True):
+            return (
+                f"{candidate.distribution} {candidate.version} requires ircore{req.specifier} "
+                f"but ircore {core_version} is running; install a {candidate.distribution} "
+                f"release made for ircore {core_version}"
+            )
+    return None
+
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def name_problem(name: str) -> str | None:
+    from ircore.op import RESERVED_PROVIDER_NAMES
+
+    if not _NAME.match(name):
+        return f"entry point name {name!r} is not a valid provider name (must match {_NAME.pattern})"
+    if name in RESERVED_PROVIDER_NAMES:
+        return f"entry point name {name!r} is reserved (reserved: {sorted(RESERVED_PROVIDER_NAMES)})"
+    return None

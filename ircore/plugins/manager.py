@@ -1,0 +1,263 @@
+"""Loading providers: each one in its own guard, only when allowed and first needed.
+
+For every discovered provider, in name order: a conflict, a bad name, an ``ircore`` requirement
+that excludes this core, or configuration that disables it each settle its state *before* its
+module is imported. Otherwise the module is imported and its hooks run (platform check, register,
+default priority); any exception makes it ``failed``, any rejected implementation ``invalid``,
+and nothing of such a provider stays registered.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import threading
+import traceback
+from collections import defaultdict
+from types import ModuleType, TracebackType
+
+import pluggy
+
+from ircore import dispatch
+from ircore.errors import ConfigError, ImplRegistrationError, ProviderLoadError
+from ircore.op import all_ops
+from ircore.platform import Platform, current_platform
+from ircore.plugins import hookspecs
+from ircore.plugins.config import Settings, resolve_settings
+from ircore.plugins.discovery import Candidate, discover, incompatibility, name_problem
+from ircore.plugins.records import ProviderRecord, ProviderState
+from ircore.plugins.registrar import Registrar
+
+_log = logging.getLogger("ircore")
+_IGNORED_DIRS = tuple(
+    os.path.dirname(p) + os.sep
+    for p in (os.path.dirname(hookspecs.__file__), pluggy.__file__, importlib.__file__)
+)
+
+
+def _where(tb: TracebackType | None) -> str:
+    """``file:line`` of the deepest frame outside ircore, pluggy and importlib: the provider's."""
+    location = "?"
+    for frame in traceback.extract_tb(tb):
+        name = frame.filename
+        if name.startswith("<frozen") or name.startswith(_IGNORED_DIRS):
+            continue
+        location = f"{name}:{frame.lineno}"
+    return location
+
+
+def _describe(exc: BaseException, during: str) -> str:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {message} (at {_where(exc.__traceback__)}, {during})"
+
+
+class ProviderManager:
+    """Discovers, loads and tracks every provider; one instance per process (:data:`MANAGER`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.records: dict[str, ProviderRecord] = {}
+        self.settings: Settings | None = None
+        self.config_error: ConfigError | None = None
+        self._candidates: list[Candidate] | None = None
+        self._current = False
+        self._platform: Platform | None = None
+        self._active_reason: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ discovery
+    def candidates(self) -> list[Candidate]:
+        if self._candidates is None:
+            self._candidates = discover()
+        return self._candidates
+
+    def discovered_names(self) -> set[str]:
+        return {c.name for c in self.candidates()}
+
+    # ------------------------------------------------------------------ loading
+    def ensure_loaded(self) -> None:
+        """Bring every provider to the state configuration asks for; a no-op once current."""
+        if self._current:
+            return
+        with self._lock:
+            if self._current:
+                return
+            self._load()  # a ConfigError leaves us not current: every later use raises it again
+            dispatch.bump_generation()
+            self._enforce_strict()  # likewise: strict mode keeps refusing until fixed
+            self._current = True
+
+    def settings_changed(self) -> None:
+        """Configuration changed (``ircore.configure``): re-decide states on next use."""
+        with self._lock:
+            self._current = False
+        dispatch.bump_generation()
+
+    def _load(self) -> None:
+        from ircore import __version__
+
+        settings = resolve_settings()
+        by_name: dict[str, list[Candidate]] = defaultdict(list)
+        for cand in self.candidates():
+            by_name[cand.name].append(cand)
+        settings.check_names(set(by_name), set(all_ops()))
+        self.settings = settings
+        dispatch.STATE.layers = [
+            dispatch.PriorityLayer(source.where("priority"), source.values["priority"])
+            for source in settings.sources[1:]
+            if "priority" in source.values
+        ]
+        for name in sorted(by_name):
+            cands = by_name[name]
+            record = self.records.get(name)
+            if record is None:
+                first = cands[0]
+                record = ProviderRecord(name, first.distribution, first.version, first.module)
+                self.records[name] = record
+            enabled, why = settings.enabled(name)
+            if not enabled:  # configuration decides first: a disabled provider is never examined
+                self._disable(record, why)
+                continue
+            if len(cands) > 1:
+                dists = " and ".join(f"{c.distribution} {c.version}" for c in cands)
+                self._settle(
+                    record,
+                    ProviderState.CONFLICT,
+                    f"provider name {name!r} is claimed by {dists}; uninstall one of them",
+                )
+                continue
+            problem = name_problem(name)
+            if problem:
+                self._settle(record, ProviderState.INVALID, problem)
+                continue
+            excluded = incompatibility(cands[0], __version__)
+            if excluded:
+                self._settle(record, ProviderState.INCOMPATIBLE, excluded)
+                continue
+            if not record.imported:
+                self._activate(record)
+            elif name in self._active_reason and record.state is ProviderState.DISABLED:
+                dispatch.STATE.blocked.pop(name, None)  # re-enabled: its implementations are still there
+                record.state, record.reason = ProviderState.ACTIVE, self._active_reason[name]
+
+    def _settle(self, record: ProviderRecord, state: ProviderState, reason: str) -> None:
+        record.state, record.reason = state, reason
+        if state is not ProviderState.ACTIVE:
+            _log.info("provider %s: %s: %s", record.name, state.value, reason)
+
+    def _disable(self, record: ProviderRecord, why: str) -> None:
+        if record.state is ProviderState.ACTIVE:
+            dispatch.STATE.blocked[record.name] = f"provider {record.name!r} is {why}"
+            record.state, record.reason = ProviderState.DISABLED, why
+        elif not record.imported:
+            self._settle(record, ProviderState.DISABLED, why)
+
+    def _activate(self, record: ProviderRecord) -> None:
+        """Import the provider and run its hooks, inside one guard; commit only on full success."""
+        record.imported = True
+        try:
+            module = importlib.import_module(record.module)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                raise
+            self._settle(record, ProviderState.FAILED, _describe(exc, f"importing {record.module}"))
+            return
+        pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        pm.add_hookspecs(hookspecs)
+        try:
+            pm.register(module, name=record.name)
+            pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            self._settle(record, ProviderState.INVALID, f"{record.module}: {exc}")
+            return
+        if not pm.hook.ircore_register.get_hookimpls():
+            self._settle(
+                record,
+                ProviderState.INVALID,
+                f"{record.module} implements no ircore_register hook (mark a function with @ircore.hookimpl)",
+            )
+            return
+        platform = self._platform or current_platform()
+        self._platform = platform
+        hook = "ircore_check_platform"
+        try:
+            reason = pm.hook.ircore_check_platform(platform=platform)
+            if reason is not None:
+                if not isinstance(reason, str):
+                    self._settle(
+                        record,
+                        ProviderState.INVALID,
+                        f"{hook} returned {reason!r}; expected None or a reason string",
+                    )
+                else:
+                    self._settle(record, ProviderState.UNAVAILABLE, reason)
+                return
+            hook = "ircore_register"
+            registrar = Registrar(record.name)
+            pm.hook.ircore_register(registrar=registrar, platform=platform)
+            hook = "ircore_default_priority"
+            ranks = pm.hook.ircore_default_priority(platform=platform) or {}
+        except ImplRegistrationError as exc:
+            self._settle(record, ProviderState.INVALID, str(exc))
+            return
+        except Exception as exc:
+            self._settle(record, ProviderState.FAILED, _describe(exc, f"in {hook}"))
+            return
+        problem = self._rank_problem(ranks, registrar.op_names)
+        if problem:
+            self._settle(record, ProviderState.INVALID, f"ircore_default_priority: {problem}")
+            return
+        registrar.commit()
+        for op_name, rank in ranks.items():
+            dispatch.STATE.ranks.setdefault(op_name, {})[record.name] = rank
+        record.ops, record.ranks = registrar.op_names, dict(ranks)
+        implemented = ", ".join(record.ops) if record.ops else "nothing"
+        self._active_reason[record.name] = f"implements {implemented} on {platform.describe()}"
+        self._settle(record, ProviderState.ACTIVE, self._active_reason[record.name])
+
+    @staticmethod
+    def _rank_problem(ranks: object, registered: tuple[str, ...]) -> str | None:
+        if not isinstance(ranks, dict):
+            return f"returned {ranks!r}; expected a dict of op name -> int rank"
+        for op_name, rank in ranks.items():
+            if op_name not in registered:
+                return f"ranks op {op_name!r}, which this provider did not register ({list(registered)})"
+            if not isinstance(rank, int) or isinstance(rank, bool):
+                return f"rank of {op_name!r} is {rank!r}; expected an int (lower runs first)"
+        return None
+
+    def _enforce_strict(self) -> None:
+        if self.settings is None or not self.settings.strict:
+            return
+        bad = [
+            r for r in self.records.values() if r.state not in (ProviderState.ACTIVE, ProviderState.DISABLED)
+        ]
+        if bad:
+            lines = "\n".join(
+                f"  {r.name} ({r.distribution} {r.version}): {r.state}: {r.reason}" for r in bad
+            )
+            raise ProviderLoadError(
+                f"strict mode ({self.settings.strict_from}): {len(bad)} provider(s) not active:\n{lines}"
+            )
+
+    # ------------------------------------------------------------------ introspection
+    def status_of(self, name: str) -> str | None:
+        record = self.records.get(name)
+        if record is None or record.state is ProviderState.ACTIVE:
+            return None
+        return f"provider {name!r} is {record.state}: {record.reason}"
+
+    def module_of(self, name: str) -> ModuleType | None:
+        record = self.records.get(name)
+        return None if record is None else importlib.import_module(record.module)
+
+
+MANAGER = ProviderManager()
+
+
+def ensure_loaded() -> None:
+    MANAGER.ensure_loaded()
+
+
+def settings_changed() -> None:
+    MANAGER.settings_changed()

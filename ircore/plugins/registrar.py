@@ -1,0 +1,52 @@
+"""The object a provider's ``ircore_register`` hook receives: collects, validates, then commits.
+
+Nothing reaches an op until :meth:`Registrar.commit`, so a provider whose second registration is
+rejected leaves no trace of its first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ircore.errors import ImplRegistrationError
+from ircore.op import Impl, IrOp, all_ops
+
+
+class Registrar:
+    """Registers one provider's implementations, all or nothing."""
+
+    def __init__(self, provider: str) -> None:
+        self.provider = provider
+        self._pending: list[tuple[IrOp, Impl]] = []
+
+    def register(
+        self,
+        op: str,
+        fn: Callable[..., Any],
+        supports_args: Callable[..., bool] | None = None,
+        inplace: bool = False,
+    ) -> None:
+        """Offer ``fn`` as this provider's implementation of ``op`` (see ``IrOp.register_impl``)."""
+        ops = all_ops()
+        target = ops.get(op)
+        if target is None:
+            raise ImplRegistrationError(
+                f"provider {self.provider!r} registers unknown op {op!r}; known ops: {sorted(ops)}"
+            )
+        if any(pending.op_name == op for _, pending in self._pending):
+            raise ImplRegistrationError(f"provider {self.provider!r} registers op {op!r} twice")
+        impl = target.validate_impl(self.provider, fn, supports_args, inplace)
+        self._pending.append((target, impl))
+
+    @property
+    def op_names(self) -> tuple[str, ...]:
+        return tuple(impl.op_name for _, impl in self._pending)
+
+    def commit(self) -> None:
+        """Attach every validated implementation to its op."""
+        from ircore import dispatch
+
+        for op, impl in self._pending:
+            op.impls[impl.provider] = impl
+        dispatch.bump_generation()

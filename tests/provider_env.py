@@ -1,0 +1,128 @@
+"""Run ircore in a fresh interpreter that sees the fixture providers as installed distributions.
+
+The fixtures under ``tests/fixtures`` are installed once per session with pip into a temporary
+target directory; each scenario runs in a subprocess with that directory on ``PYTHONPATH``, so
+discovery goes through real ``importlib.metadata`` and every provider is imported (or not)
+exactly as in a user's process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+PROBE = r"""
+import json, sys, torch, ircore
+from ircore.plugins.manager import MANAGER
+result = {"error": None}
+try:
+    x = torch.randn(2, 8)
+    ircore.ops.rms_norm(x, None, 1e-6)
+    result["chosen"] = ircore.explain("rms_norm", x, None, 1e-6).chosen
+    result["priority"] = ircore.get_priority("rms_norm")
+except Exception as exc:
+    result["error"] = f"{type(exc).__name__}: {exc}"
+result["providers"] = {n: r.to_dict() for n, r in MANAGER.records.items()}
+result["impls"] = {n: list(op.impls) for n, op in ircore.all_ops().items()}
+result["explain_source"] = None if result["error"] else ircore.explain("rms_norm", x, None, 1e-6).source
+print("PROBE" + json.dumps(result))
+"""
+
+
+def install_fixtures(target: Path) -> None:
+    dirs = sorted(str(p) for p in FIXTURES.iterdir() if (p / "pyproject.toml").is_file())
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-compile",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            *dirs,
+        ],
+        check=True,
+    )
+
+
+def _real_providers() -> list[str]:
+    """Providers installed in this environment (the repo's own): disabled in every scenario."""
+    from importlib import metadata
+
+    return sorted({ep.name for ep in metadata.entry_points(group="ircore.providers")})
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    imported: list[str]
+
+    @property
+    def probe(self) -> dict:
+        line = next(line for line in self.stdout.splitlines() if line.startswith("PROBE"))
+        return json.loads(line[len("PROBE") :])
+
+    def state(self, name: str) -> tuple[str, str]:
+        record = self.probe["providers"][name]
+        return record["state"], record["reason"]
+
+
+class ProviderEnv:
+    """Subprocess runner over one installed fixture site."""
+
+    def __init__(self, site: Path, tmp: Path) -> None:
+        self.site = site
+        self.tmp = tmp
+        self.real = _real_providers()
+
+    def env(self, extra: dict[str, str | None] | None = None) -> dict[str, str]:
+        """The subprocess environment; a value of None in ``extra`` removes that variable."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("IRCORE_")}
+        env["PYTHONPATH"] = os.pathsep.join([str(self.site), str(REPO)])
+        env["IRCORE_FIXTURE_IMPORT_LOG"] = str(self.tmp / "imports.log")
+        if self.real:
+            env["IRCORE_DISABLE"] = ",".join(self.real)
+        for key, value in (extra or {}).items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+        return env
+
+    def run(self, args: list[str], env: dict[str, str | None] | None = None, cwd: Path | None = None) -> Run:
+        log = self.tmp / "imports.log"
+        log.unlink(missing_ok=True)
+        proc = subprocess.run(
+            [sys.executable, *args],
+            env=self.env(env),
+            cwd=cwd or self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        imported = log.read_text().split() if log.exists() else []
+        return Run(proc.returncode, proc.stdout, proc.stderr, imported)
+
+    def probe(
+        self, env: dict[str, str | None] | None = None, cwd: Path | None = None, prelude: str = ""
+    ) -> Run:
+        run = self.run(["-c", prelude + PROBE], env, cwd)
+        assert "PROBE" in run.stdout, run.stderr
+        return run
+
+    def cli(self, *argv: str, env: dict[str, str | None] | None = None, cwd: Path | None = None) -> Run:
+        return self.run(["-m", "ircore", *argv], env, cwd)
