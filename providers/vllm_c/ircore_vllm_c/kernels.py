@@ -40,7 +40,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 CSRC_DIR = PACKAGE_DIR / "csrc"
 CPU_SOURCES = ("cpu_ops.cpp", "cpu_kernels.cpp")
 CUDA_SOURCES = ("cuda_ops.cu",)
-HEADERS = ("cpu_kernels.h", "cpu_kernels_isa.inc", "ops_common.h")
+HEADERS = ("cpu_kernels.h", "cpu_kernels_isa.inc", "cpu_avx512.inc", "ops_common.h")
 CPU_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wno-unused-parameter")
 CPU_LDFLAGS = ("-fopenmp",)
 CUDA_CFLAGS = ("-O3", "-DNDEBUG")
@@ -211,6 +211,14 @@ def _register_fakes() -> None:
     @torch.library.register_fake(f"{NAMESPACE}::silu_and_mul")
     def _silu_fake(x):
         return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+
+    @torch.library.register_fake(f"{NAMESPACE}::rms_norm_out")
+    def _rms_norm_out_fake(out, x, weight, epsilon, variance_size=None):
+        return None
+
+    @torch.library.register_fake(f"{NAMESPACE}::silu_and_mul_out")
+    def _silu_out_fake(out, x):
+        return None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ ops = torch.ops.ircore_vllm_c
 
 TOKENS = [1, 3, 16, 257]
 HIDDEN = [8, 64, 1000, 4096, 1, 7, 33, 4097]
-ISAS = ["scalar", "avx2", "avx512"]
+ISAS = ["scalar", "avx2", "avx512", "avx512bf16"]
 
 
 def _supported_isas():
@@ -203,6 +203,25 @@ def test_silu_and_mul_layouts_and_extremes(target, dtype):
     x3 = _randn((2, 3, 128), dtype, target, 4)
     _ref.assert_close(ops.silu_and_mul(x3), _ref.silu_and_mul(x3), dtype)
     assert ops.silu_and_mul(torch.empty((0, 16), dtype=dtype, device=target)).shape == (0, 8)
+
+
+# ------------------------------------------------------------------------------ out variants
+
+
+@pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
+def test_out_variants(target, dtype):
+    x = _randn((5, 1000), dtype, target, 21)
+    w = _weight(1000, dtype, target)
+    out = torch.empty_like(x)
+    assert ops.rms_norm_out(out, x, w, 1e-6, 100) is None
+    _ref.assert_close(out, _ref.rms_norm(x, w, 1e-6, 100), dtype)
+    out2 = torch.empty((5, 500), dtype=dtype, device=target)
+    assert ops.silu_and_mul_out(out2, x) is None
+    _ref.assert_close(out2, _ref.silu_and_mul(x), dtype)
+    with pytest.raises(RuntimeError, match="out must have shape"):
+        ops.rms_norm_out(out2, x, w, 1e-6, None)
+    with pytest.raises(RuntimeError, match="out must be contiguous"):
+        ops.silu_and_mul_out(torch.empty((500, 5), dtype=dtype, device=target).t(), x)
 
 
 # ------------------------------------------------------------------------------------ errors

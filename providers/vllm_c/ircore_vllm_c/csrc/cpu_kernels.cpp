@@ -270,130 +270,21 @@ struct L<f16> {
 }  // namespace avx2
 
 // ---------------------------------------------------------------------------------------------
-// AVX-512 (F, BW, VL, DQ): 16 floats per vector, masked tails.
+// AVX-512 (F, BW, VL, DQ), and the same with AVX512-BF16 conversions.
 namespace avx512 {
 #define ISA_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-#define ISA_INLINE ISA_FN __attribute__((always_inline)) inline
-using V = __m512;
-constexpr int W = 16;
-ISA_INLINE V vzero() { return _mm512_setzero_ps(); }
-ISA_INLINE V vset1(float a) { return _mm512_set1_ps(a); }
-ISA_INLINE V vadd(V a, V b) { return _mm512_add_ps(a, b); }
-ISA_INLINE V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
-ISA_INLINE V vdiv(V a, V b) { return _mm512_div_ps(a, b); }
-ISA_INLINE V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-ISA_INLINE V vneg(V a) { return _mm512_xor_ps(a, _mm512_set1_ps(-0.0f)); }
-ISA_INLINE float vhsum(V a) { return _mm512_reduce_add_ps(a); }
-ISA_INLINE V vexp(V x) {  // Cephes expf, as in the AVX2 copy
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-88.3762626647949f)),
-                    _mm512_set1_ps(88.3762626647950f));
-  V fx = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f));
-  fx = _mm512_roundscale_ps(fx, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
-  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
-  V y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
-  __m512i e = _mm512_add_epi32(_mm512_cvttps_epi32(fx), _mm512_set1_epi32(127));
-  return _mm512_mul_ps(y, _mm512_castsi512_ps(_mm512_slli_epi32(e, 23)));
-}
-ISA_INLINE __mmask16 tailmask(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
-
-template <class T>
-struct L;
-template <>
-struct L<float> {
-  ISA_INLINE static V load(const float* p) { return _mm512_loadu_ps(p); }
-  ISA_INLINE static V load_n(const float* p, int n) {
-    return _mm512_maskz_loadu_ps(tailmask(n), p);
-  }
-  ISA_INLINE static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
-  ISA_INLINE static void store_n(float* p, V v, int n) {
-    _mm512_mask_storeu_ps(p, tailmask(n), v);
-  }
-  ISA_INLINE static V store_round(float* p, V v) {
-    store(p, v);
-    return v;
-  }
-  ISA_INLINE static V store_round_n(float* p, V v, int n) {
-    store_n(p, v, n);
-    return v;
-  }
-};
-struct Half16 {
-  ISA_INLINE static __m256i ld(const void* p) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  }
-  ISA_INLINE static __m256i ld_n(const void* p, int n) {
-    return _mm256_maskz_loadu_epi16(tailmask(n), p);
-  }
-  ISA_INLINE static void st(void* p, __m256i v) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
-  }
-  ISA_INLINE static void st_n(void* p, __m256i v, int n) {
-    _mm256_mask_storeu_epi16(p, tailmask(n), v);
-  }
-};
-template <>
-struct L<bf16> {
-  ISA_INLINE static V cvt(__m256i h) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  ISA_INLINE static __m256i pack(V v) {  // round to nearest even, NaN -> 0x7FC0 (as c10)
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
-    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    r = _mm512_mask_blend_epi32(nan, r, _mm512_set1_epi32(0x7FC0));
-    return _mm512_cvtepi32_epi16(r);
-  }
-  ISA_INLINE static V load(const bf16* p) { return cvt(Half16::ld(p)); }
-  ISA_INLINE static V load_n(const bf16* p, int n) { return cvt(Half16::ld_n(p, n)); }
-  ISA_INLINE static void store(bf16* p, V v) { Half16::st(p, pack(v)); }
-  ISA_INLINE static void store_n(bf16* p, V v, int n) { Half16::st_n(p, pack(v), n); }
-  ISA_INLINE static V store_round(bf16* p, V v) {
-    const __m256i h = pack(v);
-    Half16::st(p, h);
-    return cvt(h);
-  }
-  ISA_INLINE static V store_round_n(bf16* p, V v, int n) {
-    const __m256i h = pack(v);
-    Half16::st_n(p, h, n);
-    return cvt(h);
-  }
-};
-template <>
-struct L<f16> {
-  ISA_INLINE static V cvt(__m256i h) { return _mm512_cvtph_ps(h); }
-  ISA_INLINE static __m256i pack(V v) {
-    return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  }
-  ISA_INLINE static V load(const f16* p) { return cvt(Half16::ld(p)); }
-  ISA_INLINE static V load_n(const f16* p, int n) { return cvt(Half16::ld_n(p, n)); }
-  ISA_INLINE static void store(f16* p, V v) { Half16::st(p, pack(v)); }
-  ISA_INLINE static void store_n(f16* p, V v, int n) { Half16::st_n(p, pack(v), n); }
-  ISA_INLINE static V store_round(f16* p, V v) {
-    const __m256i h = pack(v);
-    Half16::st(p, h);
-    return cvt(h);
-  }
-  ISA_INLINE static V store_round_n(f16* p, V v, int n) {
-    const __m256i h = pack(v);
-    Half16::st_n(p, h, n);
-    return cvt(h);
-  }
-};
-
-#include "cpu_kernels_isa.inc"
-
+#include "cpu_avx512.inc"
 #undef ISA_FN
-#undef ISA_INLINE
 }  // namespace avx512
+
+namespace avx512bf16 {
+#define IRC_AVX512_BF16 1
+#define ISA_FN \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
+#include "cpu_avx512.inc"
+#undef ISA_FN
+#undef IRC_AVX512_BF16
+}  // namespace avx512bf16
 #endif  // IRC_X86
 
 // ---------------------------------------------------------------------------------------------
@@ -408,6 +299,9 @@ bool isa_supported(Isa isa) {
       __builtin_cpu_init();
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
              __builtin_cpu_supports("f16c");
+    case Isa::kAvx512Bf16:
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx512bf16") && isa_supported(Isa::kAvx512);
     case Isa::kAvx512:
       __builtin_cpu_init();
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -421,6 +315,7 @@ bool isa_supported(Isa isa) {
 
 Isa best_isa() {
   static const Isa best = [] {
+    if (isa_supported(Isa::kAvx512Bf16)) return Isa::kAvx512Bf16;
     if (isa_supported(Isa::kAvx512)) return Isa::kAvx512;
     if (isa_supported(Isa::kAvx2)) return Isa::kAvx2;
     return Isa::kScalar;
@@ -430,6 +325,8 @@ Isa best_isa() {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
+    case Isa::kAvx512Bf16:
+      return "avx512bf16";
     case Isa::kAvx512:
       return "avx512";
     case Isa::kAvx2:
@@ -450,6 +347,11 @@ const char* isa_name(Isa isa) {
   }
 #ifdef IRC_X86
 #define IRC_X86_CASES(BODY)   \
+  case Isa::kAvx512Bf16: {    \
+    namespace ns = avx512bf16; \
+    BODY;                     \
+    break;                    \
+  }                           \
   case Isa::kAvx512: {        \
     namespace ns = avx512;    \
     BODY;                     \

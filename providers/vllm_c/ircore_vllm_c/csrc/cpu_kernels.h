@@ -13,7 +13,7 @@ namespace ircore_vllm_c {
 namespace cpu {
 
 enum class DType : int { kFloat = 0, kHalf = 1, kBFloat16 = 2 };
-enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
 
 // The best ISA this CPU (and OS) supports among those compiled in.
 Isa best_isa();

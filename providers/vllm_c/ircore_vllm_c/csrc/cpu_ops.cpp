@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "cpu_kernels.h"
 #include "ops_common.h"
@@ -44,13 +45,14 @@ void check_cpu(const char* op, const at::Tensor& x) {
               x.device());
 }
 
-at::Tensor rms_norm_cpu(const at::Tensor& x, const std::optional<at::Tensor>& weight,
-                        double epsilon, std::optional<int64_t> variance_size) {
+void rms_norm_out_cpu(at::Tensor& out, const at::Tensor& x,
+                      const std::optional<at::Tensor>& weight, double epsilon,
+                      std::optional<int64_t> variance_size) {
   check_cpu("rms_norm", x);
   at::Tensor w;
   const int64_t vs = check_norm_args("rms_norm", x, weight, variance_size, w);
-  at::Tensor out = at::empty(x.sizes(), x.options());
-  if (x.numel() == 0) return out;
+  check_out("rms_norm", out, x, x.sizes());
+  if (x.numel() == 0) return;
   at::Tensor xin = x;
   auto rows = as_rows(xin);
   if (!rows) {
@@ -68,6 +70,13 @@ at::Tensor rms_norm_cpu(const at::Tensor& x, const std::optional<at::Tensor>& we
   at::parallel_for(0, rows->rows, grain_rows(hidden), [&](int64_t b, int64_t e) {
     cpu::rms_norm_rows(isa, dt, o, hidden, i, stride, wp, hidden, vs, eps, b, e);
   });
+}
+
+at::Tensor rms_norm_cpu(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                        double epsilon, std::optional<int64_t> variance_size) {
+  check_x("rms_norm", x);
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  rms_norm_out_cpu(out, x, weight, epsilon, variance_size);
   return out;
 }
 
@@ -108,14 +117,12 @@ void fused_add_rms_norm_cpu(at::Tensor& x, at::Tensor& residual,
   if (!rw.is_same(residual)) residual.copy_(rw);
 }
 
-at::Tensor silu_and_mul_cpu(const at::Tensor& x) {
+void silu_and_mul_out_cpu(at::Tensor& out, const at::Tensor& x) {
   check_cpu("silu_and_mul", x);
   check_silu_args(x);
+  check_out("silu_and_mul", out, x, silu_out_sizes(x));
+  if (out.numel() == 0) return;
   const int64_t d = x.size(-1) / 2;
-  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
-  sizes.back() = d;
-  at::Tensor out = at::empty(sizes, x.options());
-  if (out.numel() == 0) return out;
   at::Tensor xin = x;
   auto rows = as_rows(xin);
   if (!rows) {
@@ -130,10 +137,17 @@ at::Tensor silu_and_mul_cpu(const at::Tensor& x) {
   at::parallel_for(0, rows->rows, grain_rows(2 * d), [&](int64_t b, int64_t e) {
     cpu::silu_and_mul_rows(isa, dt, o, d, i, stride, d, b, e);
   });
+}
+
+at::Tensor silu_and_mul_cpu(const at::Tensor& x) {
+  check_silu_args(x);
+  at::Tensor out = at::empty(silu_out_sizes(x), x.options());
+  silu_and_mul_out_cpu(out, x);
   return out;
 }
 
-// Test and benchmark hook: force the CPU ISA ("scalar", "avx2", "avx512"; "auto" = best).
+// Test and benchmark hook: force the CPU ISA ("scalar", "avx2", "avx512", "avx512bf16";
+// "auto" = best).
 // Returns the previous choice.
 std::string set_cpu_isa(const std::string& name) {
   const std::string prev = cpu::isa_name(current_isa());
@@ -146,9 +160,11 @@ std::string set_cpu_isa(const std::string& name) {
     v = static_cast<int>(cpu::Isa::kAvx2);
   } else if (name == "avx512") {
     v = static_cast<int>(cpu::Isa::kAvx512);
+  } else if (name == "avx512bf16") {
+    v = static_cast<int>(cpu::Isa::kAvx512Bf16);
   } else {
     TORCH_CHECK(false, "ircore_vllm_c._set_cpu_isa: unknown ISA '", name,
-                "' (expected auto, scalar, avx2 or avx512)");
+                "' (expected auto, scalar, avx2, avx512 or avx512bf16)");
   }
   TORCH_CHECK(v < 0 || cpu::isa_supported(static_cast<cpu::Isa>(v)),
               "ircore_vllm_c._set_cpu_isa: this CPU does not support ", name);
@@ -165,6 +181,12 @@ TORCH_LIBRARY(ircore_vllm_c, m) {
       "fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor? weight, float epsilon, "
       "int? variance_size=None) -> ()");
   m.def("silu_and_mul(Tensor x) -> Tensor");
+  // Out variants (a contiguous `out` of the result's shape and dtype): for callers that reuse
+  // buffers, and for kernel-to-kernel comparisons with vLLM's out-style ops.
+  m.def(
+      "rms_norm_out(Tensor(a!) out, Tensor x, Tensor? weight, float epsilon, "
+      "int? variance_size=None) -> ()");
+  m.def("silu_and_mul_out(Tensor(a!) out, Tensor x) -> ()");
   m.def("_set_cpu_isa(str isa) -> str", &ircore_vllm_c::set_cpu_isa);
 }
 
@@ -172,4 +194,6 @@ TORCH_LIBRARY_IMPL(ircore_vllm_c, CPU, m) {
   m.impl("rms_norm", &ircore_vllm_c::rms_norm_cpu);
   m.impl("fused_add_rms_norm", &ircore_vllm_c::fused_add_rms_norm_cpu);
   m.impl("silu_and_mul", &ircore_vllm_c::silu_and_mul_cpu);
+  m.impl("rms_norm_out", &ircore_vllm_c::rms_norm_out_cpu);
+  m.impl("silu_and_mul_out", &ircore_vllm_c::silu_and_mul_out_cpu);
 }

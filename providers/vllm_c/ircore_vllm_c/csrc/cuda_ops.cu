@@ -426,14 +426,15 @@ void check_sizes(const char* op, int64_t hidden, int64_t rows) {
               ")");
 }
 
-at::Tensor rms_norm_cuda(const at::Tensor& x, const std::optional<at::Tensor>& weight,
-                         double epsilon, std::optional<int64_t> variance_size) {
+void rms_norm_out_cuda(at::Tensor& out, const at::Tensor& x,
+                       const std::optional<at::Tensor>& weight, double epsilon,
+                       std::optional<int64_t> variance_size) {
   check_cuda("rms_norm", x);
   at::Tensor w;
   const int64_t vs = check_norm_args("rms_norm", x, weight, variance_size, w);
+  check_out("rms_norm", out, x, x.sizes());
+  if (x.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor out = at::empty(x.sizes(), x.options());
-  if (x.numel() == 0) return out;
   at::Tensor xin = x;
   auto rows = as_rows(xin);
   if (!rows) {
@@ -457,6 +458,13 @@ at::Tensor rms_norm_cuda(const at::Tensor& x, const std::optional<at::Tensor>& w
     p.rows = rows->rows;
     launch_norm<T, false>(p, stream, sms);
   })
+}
+
+at::Tensor rms_norm_cuda(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                         double epsilon, std::optional<int64_t> variance_size) {
+  check_x("rms_norm", x);
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  rms_norm_out_cuda(out, x, weight, epsilon, variance_size);
   return out;
 }
 
@@ -504,15 +512,13 @@ void fused_add_rms_norm_cuda(at::Tensor& x, at::Tensor& residual,
   if (!rw.is_same(residual)) residual.copy_(rw);
 }
 
-at::Tensor silu_and_mul_cuda(const at::Tensor& x) {
+void silu_and_mul_out_cuda(at::Tensor& out, const at::Tensor& x) {
   check_cuda("silu_and_mul", x);
   check_silu_args(x);
+  check_out("silu_and_mul", out, x, silu_out_sizes(x));
+  if (out.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t d = x.size(-1) / 2;
-  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
-  sizes.back() = d;
-  at::Tensor out = at::empty(sizes, x.options());
-  if (out.numel() == 0) return out;
   at::Tensor xin = x;
   auto rows = as_rows(xin);
   if (!rows) {
@@ -532,6 +538,12 @@ at::Tensor silu_and_mul_cuda(const at::Tensor& x) {
       launch_silu_vec<T, 1>(o, i, rows->stride, rows->rows, d, stream);
     }
   })
+}
+
+at::Tensor silu_and_mul_cuda(const at::Tensor& x) {
+  check_silu_args(x);
+  at::Tensor out = at::empty(silu_out_sizes(x), x.options());
+  silu_and_mul_out_cuda(out, x);
   return out;
 }
 
@@ -558,4 +570,6 @@ TORCH_LIBRARY_IMPL(ircore_vllm_c, CUDA, m) {
   m.impl("rms_norm", &ircore_vllm_c::cuda::rms_norm_cuda);
   m.impl("fused_add_rms_norm", &ircore_vllm_c::cuda::fused_add_rms_norm_cuda);
   m.impl("silu_and_mul", &ircore_vllm_c::cuda::silu_and_mul_cuda);
+  m.impl("rms_norm_out", &ircore_vllm_c::cuda::rms_norm_out_cuda);
+  m.impl("silu_and_mul_out", &ircore_vllm_c::cuda::silu_and_mul_out_cuda);
 }

@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include <optional>
+#include <vector>
 
 namespace ircore_vllm_c {
 
@@ -101,6 +102,23 @@ inline void check_silu_args(const at::Tensor& x) {
   TORCH_CHECK(x.size(-1) % 2 == 0,
               "ircore_vllm_c.silu_and_mul: the last dimension of x must be even, got ",
               x.size(-1));
+}
+
+inline std::vector<int64_t> silu_out_sizes(const at::Tensor& x) {
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() /= 2;
+  return sizes;
+}
+
+// `out` of an out-variant op: contiguous, of the result's shape, x's dtype and device, and not
+// overlapping x.
+inline void check_out(const char* op, const at::Tensor& out, const at::Tensor& x,
+                      c10::IntArrayRef sizes) {
+  TORCH_CHECK(out.sizes() == sizes, "ircore_vllm_c.", op, "_out: out must have shape ", sizes,
+              ", got ", out.sizes());
+  TORCH_CHECK(out.scalar_type() == x.scalar_type() && out.device() == x.device(),
+              "ircore_vllm_c.", op, "_out: out must be ", x.scalar_type(), " on ", x.device());
+  TORCH_CHECK(out.is_contiguous(), "ircore_vllm_c.", op, "_out: out must be contiguous");
 }
 
 }  // namespace ircore_vllm_c

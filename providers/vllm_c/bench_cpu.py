@@ -1,0 +1,206 @@
+"""CPU micro-benchmark of the vllm_c kernels, side by side with vLLM's own CPU kernels.
+
+Why: the CPU kernels must be at least as fast as vLLM's ``torch.ops._C.rms_norm`` /
+``fused_add_rms_norm`` at every size; this measures both in one process, interleaved, so they
+see the same machine state.
+
+Run:  .venv/bin/python providers/vllm_c/bench_cpu.py            (ours only)
+      .venv-vllm/bin/python providers/vllm_c/bench_cpu.py       (ours and vLLM's, side by side)
+      .venv/bin/python providers/vllm_c/bench_cpu.py --vllm     (re-runs itself in .venv-vllm)
+
+Method: per case, rounds of back-to-back calls (calls per round calibrated to ~20 ms), median of
+the per-round means, candidates interleaved round by round; inference_mode on; in-place
+buffers restored between rounds (outside the timed region). Ours is the functional op
+(allocates its output); vLLM's rms_norm writes a preallocated ``out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+EPS = 1e-6
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _load_ours() -> None:
+    from ircore_vllm_c import kernels
+
+    reason = kernels.load_kernels(cuda=False)
+    if reason is not None:
+        raise SystemExit(f"ircore_vllm_c kernels did not load: {reason}")
+
+
+def _load_vllm() -> bool:
+    """Loads vllm._C (torch.ops._C.*) when vLLM is importable here."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    try:
+        import vllm.kernels.vllm_c  # noqa: F401  (loads the right _C variant)
+    except Exception:
+        return False
+    return hasattr(torch.ops._C, "rms_norm")
+
+
+def _cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, with_vllm: bool):
+    """{name: (call, restore)} for one op and size."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(tokens, hidden, dtype=dtype, generator=gen)
+    w = torch.randn(hidden, dtype=dtype, generator=gen)
+    ours = torch.ops.ircore_vllm_c
+    cases: dict[str, tuple[Callable[[], object], Callable[[], object] | None]] = {}
+    if op == "rms_norm":
+        out = torch.empty_like(x)
+        cases["ours"] = (lambda: ours.rms_norm.default(x, w, EPS, None), None)
+        cases["ours_out"] = (lambda: ours.rms_norm_out.default(out, x, w, EPS, None), None)
+        if with_vllm:
+            cases["vllm"] = (lambda: torch.ops._C.rms_norm(out, x, w, EPS), None)
+    elif op == "fused_add_rms_norm":
+        r0 = torch.randn(tokens, hidden, dtype=dtype, generator=gen)
+        bufs = {k: (x.clone(), r0.clone()) for k in ("ours", "vllm")}
+
+        def restore(k):
+            bufs[k][0].copy_(x)
+            bufs[k][1].copy_(r0)
+
+        xo, ro = bufs["ours"]
+        cases["ours"] = (
+            lambda: ours.fused_add_rms_norm.default(xo, ro, w, EPS, None),
+            lambda: restore("ours"),
+        )
+        if with_vllm:
+            xv, rv = bufs["vllm"]
+            cases["vllm"] = (lambda: torch.ops._C.fused_add_rms_norm(xv, rv, w, EPS), lambda: restore("vllm"))
+    elif op == "silu_and_mul":
+        x2 = torch.randn(tokens, 2 * hidden, dtype=dtype, generator=gen)
+        out2 = torch.empty(tokens, hidden, dtype=dtype)
+        cases["ours"] = (lambda: ours.silu_and_mul.default(x2), None)
+        cases["ours_out"] = (lambda: ours.silu_and_mul_out.default(out2, x2), None)
+        if with_vllm and hasattr(torch.ops._C, "silu_and_mul"):
+            cases["vllm"] = (lambda: torch.ops._C.silu_and_mul(out2, x2), None)
+    return cases
+
+
+def _round_ns(fn: Callable[[], object], calls: int) -> float:
+    t0 = time.perf_counter_ns()
+    for _ in itertools.repeat(None, calls):
+        fn()
+    return (time.perf_counter_ns() - t0) / calls
+
+
+def _time_interleaved(cases: dict, rounds: int, target_ms: float, max_calls: int) -> dict[str, float]:
+    """Median ns per call of each case; cases alternate round by round."""
+    calls = {}
+    for name, (fn, restore) in cases.items():
+        for _ in range(3):
+            fn()
+        if restore:
+            restore()
+        est = min(_round_ns(fn, 3) for _ in range(3))
+        calls[name] = max(1, min(max_calls, int(target_ms * 1e6 / max(est, 1.0))))
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, (fn, restore) in cases.items():
+            if restore:
+                restore()
+            samples[name].append(_round_ns(fn, calls[name]))
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def bench_cpu(
+    tokens: tuple[int, ...] = (1, 16, 256, 4096),
+    dtypes: tuple[str, ...] = ("fp32", "bf16"),
+    threads: tuple[int, ...] = (1, 2),
+    ops: tuple[str, ...] = ("rms_norm", "fused_add_rms_norm"),
+    hidden: int = 4096,
+    rounds: int = 11,
+    target_ms: float = 20.0,
+    max_calls: int = 5000,
+    isa: str = "auto",
+    vllm: bool = True,
+) -> list[dict]:
+    """Time our CPU ops (and vLLM's when importable); returns one row per case."""
+    _load_ours()
+    with_vllm = vllm and _load_vllm()
+    prev_threads = torch.get_num_threads()
+    torch.ops.ircore_vllm_c._set_cpu_isa(isa)
+    rows = []
+    try:
+        with torch.inference_mode():
+            for nt, op, dname, t in itertools.product(threads, ops, dtypes, tokens):
+                torch.set_num_threads(nt)
+                cases = _cases(op, t, hidden, DTYPES[dname], with_vllm)
+                med = _time_interleaved(cases, rounds, target_ms, max_calls)
+                row = {"op": op, "dtype": dname, "tokens": t, "hidden": hidden, "threads": nt}
+                row.update({f"{k}_us": v / 1e3 for k, v in med.items()})
+                if "vllm" in med:  # kernel to kernel: both write a preallocated output
+                    row["speedup"] = med["vllm"] / med.get("ours_out", med["ours"])
+                rows.append(row)
+    finally:
+        torch.set_num_threads(prev_threads)
+        torch.ops.ircore_vllm_c._set_cpu_isa("auto")
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    """A text table: one line per case."""
+    has_vllm = any("vllm_us" in r for r in rows)
+    head = f"{'op':19} {'dtype':5} {'T':>5} {'thr':>3} {'ours us':>9} {'ours_out':>9}"
+    if has_vllm:
+        head += f" {'vllm us':>9} {'vllm/ours':>9}"
+    lines = [head]
+    for r in rows:
+        line = f"{r['op']:19} {r['dtype']:5} {r['tokens']:>5} {r['threads']:>3} {r['ours_us']:9.2f}"
+        line += f" {r['ours_out_us']:9.2f}" if "ours_out_us" in r else f" {'-':>9}"
+        if "vllm_us" in r:
+            line += f" {r['vllm_us']:9.2f} {r['speedup']:9.2f}"
+        lines.append(line)
+    lines.append("ours_out: the out-variant op (no allocation); vllm/ours compares it (else ours) with vLLM")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tokens", type=int, nargs="+", default=[1, 16, 256, 4096])
+    p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=sorted(DTYPES))
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--ops", nargs="+", default=["rms_norm", "fused_add_rms_norm"])
+    p.add_argument("--hidden", type=int, default=4096)
+    p.add_argument("--rounds", type=int, default=11)
+    p.add_argument("--isa", default="auto", choices=["auto", "scalar", "avx2", "avx512"])
+    p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+    p.add_argument("--vllm", action="store_true", help="re-run under .venv-vllm (vLLM side by side)")
+    args = p.parse_args(argv)
+    if args.vllm and "vllm" not in sys.modules:
+        py = HERE.parents[1] / ".venv-vllm" / "bin" / "python"
+        if not py.exists():
+            raise SystemExit(f"{py} missing: run bash benchmarks/setup_vllm_venv.sh")
+        rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--vllm"]
+        return subprocess.call([str(py), str(Path(__file__).resolve()), *rest])
+    rows = bench_cpu(
+        tokens=tuple(args.tokens),
+        dtypes=tuple(args.dtypes),
+        threads=tuple(args.threads),
+        ops=tuple(args.ops),
+        hidden=args.hidden,
+        rounds=args.rounds,
+        isa=args.isa,
+    )
+    print(json.dumps(rows, indent=1) if args.json else format_rows(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
