@@ -20,10 +20,9 @@ Every row is first checked against an fp32 PyTorch reference. The first call of 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,50 +38,12 @@ OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
 EPS = 1e-6
 
 
-def _graph_us(fn: Callable[[], Any], calls: int, replays: int = 10) -> float:
-    """Median per-call time of ``calls`` back-to-back calls captured in one CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(replays):
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    del g
-    return statistics.median(times)
-
-
-def _eager_us(fn: Callable[[], Any], calls: int = 200) -> float:
-    """Host wall time per call, back to back, synchronizing only at the end."""
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) * 1e6 / calls
-
-
-def copy_gbps(nbytes: int = 1 << 28) -> float:
-    """Device copy bandwidth (read + write, GB/s) in this process, for the '% of copy' column."""
-    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda")
-    dst = torch.empty_like(src)
-    us = _graph_us(lambda: dst.copy_(src), calls=20)
-    return 2 * nbytes / (us * 1e-6) / 1e9
+# The timing helpers live in benchmarks/_gpu_timing.py (shared with benchmarks/kernels_gpu.py);
+# these names are kept for callers of this module.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from _gpu_timing import copy_gbps  # noqa: E402
+from _gpu_timing import eager_us as _eager_us  # noqa: E402
+from _gpu_timing import graph_us as _graph_us  # noqa: E402
 
 
 def _case(op: str, t: int, h: int, dtype: torch.dtype, fused_inplace: bool):

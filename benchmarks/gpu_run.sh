@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The one command to run on the GPU machine, from the repo root, with $OUT set:
+#   bash benchmarks/gpu_run.sh [all|tests|bench]      (default: all)
+# Installs the carried wheels (.whl/) into /tmp/site, then (a) the GPU tests (vllm_c, triton,
+# core; ~4 min cap) and (b) benchmarks/kernels_gpu.py (~6 min cap). Logs, JSON and markdown go
+# to $OUT. A failing step does not stop the next one; the exit status is the first failure's.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
+WHAT=${1:-all}
+case "$WHAT" in all|tests|bench) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|bench]" >&2; exit 2 ;; esac
+OUT=${OUT:-$ROOT/gpu_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export IRCORE_CACHE_DIR=${IRCORE_CACHE_DIR:-/tmp/ircore_cache}   # vllm_c JIT builds, shared by tests and bench
+export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/ircore_flashinfer_ws}
+mkdir -p "$IRCORE_CACHE_DIR" "$FLASHINFER_WORKSPACE_BASE"
+STATUS=0
+note() { echo "== $* ($(date +%H:%M:%S))" | tee -a "$OUT/gpu_run.log"; }
+
+# Carried wheels (liger-kernel, flashinfer-python, apache-tvm-ffi): without them the benchmark
+# still runs, with those columns marked n/a.
+SITE=/tmp/site
+if ls .whl/*.whl >/dev/null 2>&1; then
+  if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
+      >"$OUT/pip_install.log" 2>&1; then
+    note "installed $(ls .whl/*.whl | wc -l) wheels into $SITE"
+  else
+    note "pip install of .whl/ FAILED (see pip_install.log); continuing without them"; STATUS=1
+  fi
+else
+  note "no .whl/ folder: Liger and FlashInfer columns will be n/a"
+fi
+# The core from the repo root; the providers' tests and kernels_gpu.py put their provider
+# folders on sys.path themselves (the core tests want no provider importable).
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+if [ -d "$SITE" ]; then export PYTHONPATH="$PYTHONPATH:$SITE"; fi
+
+{
+  nvidia-smi -L 2>&1 || true
+  python3 - <<'PY' 2>&1
+import importlib, platform
+print("python", platform.python_version())
+for m in ("torch", "triton", "liger_kernel", "flashinfer", "tvm_ffi", "numpy", "ninja", "setuptools"):
+    try:
+        print(m, getattr(importlib.import_module(m), "__version__", "?"))
+    except Exception as e:
+        print(m, "NOT importable:", type(e).__name__, str(e)[:200])
+import torch
+print("cuda", torch.version.cuda, "available", torch.cuda.is_available())
+PY
+  echo "nvcc: $(command -v nvcc || echo none)"; nvcc --version 2>&1 | tail -2 || true
+} 2>&1 | tee "$OUT/env.txt"
+
+run_step() {  # name, timeout seconds, command...
+  local name=$1 secs=$2; shift 2
+  note "$name: start (cap ${secs}s): $*"
+  local t0=$SECONDS rc
+  set -o pipefail
+  timeout -k 10 "$secs" "$@" 2>&1 | tee "$OUT/$name.log"
+  rc=$?
+  set +o pipefail
+  note "$name: rc=$rc in $((SECONDS - t0))s$([ $rc -eq 124 ] && echo ' (TIMED OUT)')"
+  [ $rc -ne 0 ] && [ $STATUS -eq 0 ] && STATUS=$rc
+  return 0
+}
+
+if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
+  # Separate pytest runs: the providers' test folders share module names (test_kernels.py, ...).
+  # vllm_c first: its conftest JIT-builds the kernels (cached for the benchmark).
+  run_step tests_vllm_c 120 python3 -m pytest -q -x -p no:cacheprovider providers/vllm_c/tests
+  run_step tests_triton 75 python3 -m pytest -q -x -p no:cacheprovider providers/triton/tests
+  run_step tests_core 60 python3 -m pytest -q -x -p no:cacheprovider tests
+fi
+if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
+  run_step kernels_gpu 360 python3 benchmarks/kernels_gpu.py --json "$OUT/kernels_gpu.json" --markdown "$OUT/kernels_gpu.md"
+fi
+note "done: status $STATUS; outputs in $OUT: $(ls "$OUT" | tr '\n' ' ')"
+exit $STATUS

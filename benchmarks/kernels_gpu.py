@@ -1,0 +1,965 @@
+"""Side-by-side GPU benchmark of ircore's kernels and the anchors, in one process.
+
+For each op (rms_norm, fused_add_rms_norm, silu_and_mul), dtype (bf16, fp16), tokens T and hidden
+H, every implementation ("column") is first checked against an fp32 reference
+(``||out - ref|| / ||ref|| < 1e-2``; a column that fails is reported and not timed), then timed
+two ways, as in shared/notes/gpu-anchors.md:
+
+- graph replay: N back-to-back calls (20..100) captured in one CUDA graph, replayed 10 times;
+  per-call time = median replay time / N (the kernel's own time; the tables show this);
+- ``triton.testing.do_bench`` median (L2 flushed; at small T dominated by launch cost).
+
+Columns: ``eager`` (``F.rms_norm``; fused: eager add then ``F.rms_norm``; silu: ``F.silu(a) * b``),
+``compile`` (the ircore op's native composite under ``torch.compile``, fullgraph, static shapes),
+``liger`` (Liger-Kernel 0.8.5), ``flashinfer`` (FlashInfer's CUDA JIT norm kernels), and ours:
+``vllm_c`` (``torch.ops.ircore_vllm_c.*``) and ``triton`` (``ircore_triton.impls``). Liger and
+FlashInfer have norms only. Effective bandwidth = bytes the op must read + write (rms_norm
+``2*T*H + H`` elements, fused ``4*T*H + H``, silu ``3*T*H``, H = output width) / time, shown as %
+of the device-to-device copy bandwidth measured in the same run.
+
+In-place kernels (fused_add_rms_norm of flashinfer, vllm_c, triton) are timed on work buffers
+that each call overwrites: the residual grows by about the output's size per call (finite for
+the few thousand calls a cell makes); buffers are reset from pristine copies before each timing.
+
+The vllm_c CUDA kernels and FlashInfer's norm module are JIT-built in background subprocesses
+at start (the main process measures the other columns meanwhile, and loads the cached builds
+later). A time budget (``--budget-s``) skips what is left rather than running over; the JSON and
+markdown are written whatever happens.
+
+Usage (repo root; see benchmarks/gpu_run.sh)::
+
+    python3 benchmarks/kernels_gpu.py --json out.json --markdown out.md
+    python3 benchmarks/kernels_gpu.py --quick
+    python3 benchmarks/kernels_gpu.py --dry-run [--fake]   # CPU: plan (and tables of fake numbers)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH_DIR = Path(__file__).resolve().parent
+VLLM_C_DIR = REPO / "providers" / "vllm_c"
+TRITON_DIR = REPO / "providers" / "triton"
+for _p in (str(BENCH_DIR), str(TRITON_DIR), str(VLLM_C_DIR), str(REPO)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
+TOKENS = (1, 16, 128, 1024, 8192, 32768)
+HIDDENS = (4096, 8192)
+DTYPES = ("bf16", "fp16")
+ANCHORS = ("eager", "compile", "liger", "flashinfer")
+PROVIDERS = ("vllm_c", "triton")
+QUICK = {"tokens": (1, 128, 8192), "hidden": (4096,), "dtypes": ("bf16",)}
+EPS = 1e-6
+REL_TOL = 1e-2
+GRAPH_CALLS = (20, 100)  # min, max calls captured per graph
+GRAPH_TARGET_US = 2000.0  # aim for about this much GPU time per replay
+GRAPH_REPLAYS = 10
+DO_BENCH = {"warmup": 5, "rep": 25}  # ms
+DEFAULT_BUDGET_S = 320.0
+
+# Which ops each column implements.
+APPLIES = {
+    "eager": set(OPS),
+    "compile": set(OPS),
+    "liger": {"rms_norm", "fused_add_rms_norm"},
+    "flashinfer": {"rms_norm", "fused_add_rms_norm"},
+    "vllm_c": set(OPS),
+    "triton": set(OPS),
+}
+# Measuring order: columns needing a background build go last, so their builds overlap the rest.
+ORDER = ("eager", "triton", "liger", "compile", "vllm_c", "flashinfer")
+# Display order in the tables: anchors, then ours.
+DISPLAY = ("eager", "compile", "liger", "flashinfer", "vllm_c", "triton")
+EAGER_LABEL = {"rms_norm": "F.rms_norm", "fused_add_rms_norm": "add+F.rms_norm", "silu_and_mul": "F.silu*b"}
+LABEL = {
+    "compile": "torch.compile",
+    "liger": "Liger",
+    "flashinfer": "FlashInfer",
+    "vllm_c": "vllm_c",
+    "triton": "triton",
+}
+DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
+INPLACE = {
+    ("fused_add_rms_norm", "flashinfer"),
+    ("fused_add_rms_norm", "vllm_c"),
+    ("fused_add_rms_norm", "triton"),
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def col_label(impl: str, op: str) -> str:
+    return EAGER_LABEL[op] if impl == "eager" else LABEL[impl]
+
+
+def op_bytes(op: str, t: int, h: int, elt: int) -> int:
+    """Bytes an op must read + write (H is the output width)."""
+    if op == "rms_norm":
+        return (2 * t * h + h) * elt
+    if op == "fused_add_rms_norm":
+        return (4 * t * h + h) * elt
+    if op == "silu_and_mul":
+        return 3 * t * h * elt
+    raise ValueError(op)
+
+
+@dataclass
+class Cell:
+    op: str
+    dtype: str
+    tokens: int
+    hidden: int
+    impl: str
+    status: str = "pending"  # ok | fail (correctness) | error | skip | unavailable
+    error: str | None = None
+    rel_err: float | None = None
+    rel_err_residual: float | None = None
+    graph_us: float | None = None
+    graph_calls: int | None = None
+    do_bench_us: float | None = None
+    bytes: int = 0
+    gbps: float | None = None
+    pct_copy: float | None = None
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments and plan
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--ops", nargs="+", default=None, help=f"subset of {', '.join(OPS)}")
+    p.add_argument("--tokens", nargs="+", type=int, default=None, help=f"T values (default {TOKENS})")
+    p.add_argument("--hidden", nargs="+", type=int, default=None, help=f"H values (default {HIDDENS})")
+    p.add_argument("--dtypes", nargs="+", default=None, help=f"subset of {', '.join(DTYPES)}")
+    p.add_argument("--providers", nargs="*", default=None, help=f"ours: subset of {', '.join(PROVIDERS)}")
+    p.add_argument("--anchors", nargs="*", default=None, help=f"subset of {', '.join(ANCHORS)}")
+    p.add_argument("--json", type=Path, default=None, help="write all results as JSON here")
+    p.add_argument("--markdown", type=Path, default=None, help="write the tables here")
+    p.add_argument("--quick", action="store_true", help="small subset: T 1 128 8192, H 4096, bf16")
+    p.add_argument("--dry-run", action="store_true", help="validate arguments, print the plan; no GPU")
+    p.add_argument("--fake", action="store_true", help="with --dry-run: fill fake numbers, print tables")
+    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="skip what is left after this")
+    p.add_argument("--no-do-bench", action="store_true", help="graph replay only (faster)")
+    p.add_argument("--build-timeout-s", type=float, default=240.0, help="max wait for a background build")
+    args = p.parse_args(argv)
+
+    def pick(name: str, given: list | None, default: tuple, known: tuple | None = None) -> tuple:
+        vals = tuple(given) if given is not None else default
+        # accept comma-separated values too: --ops rms_norm,silu_and_mul
+        out: list = []
+        for v in vals:
+            if isinstance(v, str):
+                out.extend(x for x in v.split(",") if x)
+            else:
+                out.append(v)
+        if known is not None:
+            bad = [v for v in out if v not in known]
+            if bad:
+                p.error(f"--{name}: unknown {bad}; known: {', '.join(known)}")
+        return tuple(dict.fromkeys(out))
+
+    args.ops = pick("ops", args.ops, OPS, OPS)
+    args.tokens = pick("tokens", args.tokens, QUICK["tokens"] if args.quick else TOKENS)
+    args.hidden = pick("hidden", args.hidden, QUICK["hidden"] if args.quick else HIDDENS)
+    args.dtypes = pick("dtypes", args.dtypes, QUICK["dtypes"] if args.quick else DTYPES, DTYPES)
+    args.providers = pick("providers", args.providers, PROVIDERS, PROVIDERS)
+    args.anchors = pick("anchors", args.anchors, ANCHORS, ANCHORS)
+    for name in ("tokens", "hidden"):
+        if any(v < 1 for v in getattr(args, name)):
+            p.error(f"--{name}: values must be >= 1")
+    if not args.providers and not args.anchors:
+        p.error("nothing to measure: give --providers and/or --anchors")
+    if args.fake and not args.dry_run:
+        p.error("--fake needs --dry-run")
+    if args.budget_s <= 0:
+        p.error("--budget-s must be > 0")
+    return args
+
+
+def columns(args: argparse.Namespace) -> list[str]:
+    chosen = set(args.anchors) | set(args.providers)
+    return [c for c in ORDER if c in chosen]
+
+
+def plan(args: argparse.Namespace) -> list[Cell]:
+    """Cells in measuring order: dtype, then column (built ones last), then op, H, T."""
+    cells = []
+    for dt in args.dtypes:
+        for impl in columns(args):
+            for op in args.ops:
+                if op not in APPLIES[impl]:
+                    continue
+                for h in args.hidden:
+                    for t in args.tokens:
+                        cells.append(Cell(op, dt, t, h, impl))
+    return cells
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment for the JIT builds
+
+
+def resolve_cuda_home() -> str | None:
+    """The real CUDA toolkit (nvcc on PATH may be a wrapper script); vllm_c's resolver first."""
+    try:
+        from ircore_vllm_c.kernels import resolve_cuda_home as _resolve
+
+        home = _resolve()
+        if home:
+            return home
+    except Exception as exc:
+        log(f"note: ircore_vllm_c.kernels.resolve_cuda_home unavailable ({type(exc).__name__}: {exc})")
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        real = os.path.realpath(nvcc)
+        try:
+            with open(real, "rb") as fh:
+                head = fh.read(4)
+            if head == b"\x7fELF":
+                return str(Path(real).parent.parent)
+            import re
+
+            text = Path(real).read_text(errors="replace")[:65536]
+            for m in re.finditer(r"(/[^\s\"'$;:]+)/bin/nvcc\b", text):
+                if (Path(m.group(1)) / "bin" / "nvcc").is_file():
+                    return m.group(1)
+        except OSError:
+            pass
+    for cand in (
+        "/usr/local/cuda",
+        *sorted((str(p) for p in Path("/usr/local").glob("cuda-*")), reverse=True),
+    ):
+        if (Path(cand) / "bin" / "nvcc").is_file():
+            return cand
+    return None
+
+
+def nvidia_include_dirs() -> list[str]:
+    """``site-packages/nvidia/cu13/include`` (and cu12) from torch's CUDA wheels, where present."""
+    dirs = []
+    try:
+        spec = importlib.util.find_spec("nvidia")
+        roots = list(spec.submodule_search_locations or []) if spec else []
+    except Exception:
+        roots = []
+    for root in roots:
+        for sub in ("cu13", "cu12"):
+            inc = Path(root) / sub / "include"
+            if inc.is_dir():
+                dirs.append(str(inc))
+    return dirs
+
+
+def setup_build_env(arch: str | None) -> dict[str, str]:
+    """Set (in os.environ, inherited by the build subprocesses) what the JIT builds need."""
+    env: dict[str, str] = {}
+    if not os.environ.get("FLASHINFER_CUDA_ARCH_LIST"):
+        env["FLASHINFER_CUDA_ARCH_LIST"] = arch or "9.0"
+    ws = os.environ.get("FLASHINFER_WORKSPACE_BASE")
+    if not ws or not os.access(ws, os.W_OK):
+        ws = str(Path(os.environ.get("TMPDIR", "/tmp")) / "ircore_flashinfer_ws")
+        Path(ws).mkdir(parents=True, exist_ok=True)
+        env["FLASHINFER_WORKSPACE_BASE"] = ws
+    home = resolve_cuda_home()
+    if home:
+        env["CUDA_HOME"] = home
+        env["CUDA_PATH"] = home
+        path = os.environ.get("PATH", "")
+        if f"{home}/bin" not in path.split(os.pathsep):
+            env["PATH"] = f"{home}/bin{os.pathsep}{path}"
+        need = ("cublasLt.h", "curand_kernel.h")
+        if not all((Path(home) / "include" / h).is_file() for h in need):
+            extra = [d for d in nvidia_include_dirs() if d not in os.environ.get("CPATH", "")]
+            if extra:
+                env["CPATH"] = os.pathsep.join([*extra, *filter(None, [os.environ.get("CPATH")])])
+    # Whichever dir holds ninja (pip's ninja package puts it next to python or in ninja.BIN_DIR).
+    if not shutil.which("ninja", path=env.get("PATH", os.environ.get("PATH"))):
+        with contextlib.suppress(Exception):
+            import ninja  # type: ignore[import-not-found]
+
+            env["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{env.get('PATH', os.environ.get('PATH', ''))}"
+    os.environ.update(env)
+    return env
+
+
+VLLM_C_BUILD = """
+import sys
+sys.path.insert(0, {path!r})
+from ircore_vllm_c import load_kernels
+r = load_kernels(cuda=True)
+print("BUILD_RESULT", "ok" if r is None else r, flush=True)
+sys.exit(0 if r is None else 1)
+"""
+
+FLASHINFER_BUILD = """
+import flashinfer.norm as n
+n.get_norm_module()
+print("BUILD_RESULT ok", flush=True)
+"""
+
+
+class Build:
+    """A JIT build in a background subprocess (so that no CUDA work of the build's process can
+    disturb the main process's graph captures); its output goes to a log file."""
+
+    def __init__(self, name: str, code: str, log_dir: Path) -> None:
+        self.name = name
+        self.log_path = log_dir / f"build_{name}.log"
+        self.t0 = time.monotonic()
+        self.proc: subprocess.Popen | None = None
+        self.result: str | None = None  # None while running; "ok" or a reason
+        self.seconds: float | None = None
+        try:
+            fh = open(self.log_path, "w")
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", code], stdout=fh, stderr=subprocess.STDOUT, env=os.environ.copy()
+            )
+            fh.close()
+            log(f"background build {name}: started (log {self.log_path})")
+        except Exception as exc:
+            self.result = f"could not start: {type(exc).__name__}: {exc}"
+
+    def wait(self, timeout: float) -> str:
+        if self.result is not None:
+            return self.result
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            log(f"waiting for background build {self.name} (up to {timeout:.0f} s) ...")
+        try:
+            rc = self.proc.wait(timeout=max(1.0, timeout))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            self.result = f"build timed out after {time.monotonic() - self.t0:.0f} s (log {self.log_path})"
+            return self.result
+        self.seconds = time.monotonic() - self.t0
+        if rc == 0:
+            self.result = "ok"
+        else:
+            tail = ""
+            with contextlib.suppress(OSError):
+                lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+                tail = " | ".join(lines[-3:])[-400:]
+            self.result = f"build failed (rc {rc}): {tail} (log {self.log_path})"
+        log(f"background build {self.name}: {self.result} ({self.seconds:.0f} s)")
+        return self.result
+
+
+# ---------------------------------------------------------------------------------------------
+# Implementations
+
+
+class Impls:
+    """Loads each column once (lazily) and builds (call, inplace) for an (op, column)."""
+
+    def __init__(self, builds: dict[str, Build], build_timeout: float) -> None:
+        self.builds = builds
+        self.build_timeout = build_timeout
+        self.loaded: dict[str, Any] = {}
+        self.why: dict[str, str] = {}
+        self.compiled: dict[str, Any] = {}
+
+    def load(self, impl: str) -> Any:
+        if impl in self.loaded:
+            return self.loaded[impl]
+        if impl in self.why:
+            raise RuntimeError(self.why[impl])
+        try:
+            self.loaded[impl] = self._load(impl)
+            return self.loaded[impl]
+        except Exception as exc:
+            self.why[impl] = (
+                f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:400]
+            )
+            log(f"column {impl} unavailable: {self.why[impl]}")
+            raise RuntimeError(self.why[impl]) from exc
+
+    def _load(self, impl: str) -> Any:
+        import torch
+
+        if impl == "eager":
+            return torch.nn.functional
+        if impl == "compile":
+            import torch._dynamo
+
+            cfg = torch._dynamo.config
+            for name in ("recompile_limit", "cache_size_limit"):
+                if hasattr(cfg, name):
+                    setattr(cfg, name, 4096)
+            for name in ("accumulated_recompile_limit", "accumulated_cache_size_limit"):
+                if hasattr(cfg, name):
+                    setattr(cfg, name, 1 << 16)
+            from ircore.ops import fused_add_rms_norm, rms_norm, silu_and_mul
+
+            return {
+                "rms_norm": rms_norm.native,
+                "fused_add_rms_norm": fused_add_rms_norm.native,
+                "silu_and_mul": silu_and_mul.native,
+            }
+        if impl == "liger":
+            from liger_kernel.transformers import functional as lf
+
+            return lf
+        if impl == "flashinfer":
+            b = self.builds.get("flashinfer")
+            if b is not None:
+                res = b.wait(self.build_timeout)
+                if res != "ok":
+                    log(f"flashinfer background build: {res}; trying the in-process build")
+            import flashinfer.norm as fn
+
+            fn.get_norm_module()  # cached by the background build, else built here
+            return fn
+        if impl == "vllm_c":
+            b = self.builds.get("vllm_c")
+            if b is not None:
+                res = b.wait(self.build_timeout)
+                if res != "ok":
+                    log(f"vllm_c background build: {res}; trying in process")
+            from ircore_vllm_c import kernels
+
+            reason = kernels.load_kernels(cuda=True)
+            if reason is not None:
+                raise RuntimeError(reason)
+            return torch.ops.ircore_vllm_c
+        if impl == "triton":
+            from ircore_triton import impls
+
+            return impls
+        raise ValueError(impl)
+
+    def fn(self, impl: str, op: str, h: int):  # -> Callable[..., tuple[Tensor, ...]]
+        """A function of the op's tensors (x[, r], w) returning (out[, residual])."""
+        import torch
+        import torch.nn.functional as F
+
+        mod = self.load(impl)
+        if impl == "eager":
+            if op == "rms_norm":
+                return lambda x, w: (F.rms_norm(x, (h,), w, EPS),)
+            if op == "fused_add_rms_norm":
+
+                def fused(x, r, w):
+                    s = x + r
+                    return F.rms_norm(s, (h,), w, EPS), s
+
+                return fused
+            return lambda x: (F.silu(x[:, :h]) * x[:, h:],)
+        if impl == "compile":
+            c = self.compiled.get(op)
+            if c is None:
+                c = self.compiled[op] = torch.compile(mod[op], fullgraph=True, dynamic=False)
+            if op == "rms_norm":
+                return lambda x, w: (c(x, w, EPS, None),)
+            if op == "fused_add_rms_norm":
+                return lambda x, r, w: tuple(c(x, r, w, EPS, None))
+            return lambda x: (c(x),)
+        if impl == "liger":
+            if op == "rms_norm":
+                return lambda x, w: (mod.liger_rms_norm(x, w, EPS),)
+            return lambda x, r, w: tuple(mod.liger_fused_add_rms_norm(x, r, w, EPS))
+        if impl == "flashinfer":
+            if op == "rms_norm":
+                return lambda x, w: (mod.rmsnorm(x, w, EPS),)
+
+            def fi_fused(x, r, w):
+                mod.fused_add_rmsnorm(x, r, w, EPS)
+                return x, r
+
+            return fi_fused
+        if impl == "vllm_c":
+            if op == "rms_norm":
+                rms = mod.rms_norm.default
+                return lambda x, w: (rms(x, w, EPS, None),)
+            if op == "fused_add_rms_norm":
+                fz = mod.fused_add_rms_norm.default
+
+                def vc_fused(x, r, w):
+                    fz(x, r, w, EPS, None)
+                    return x, r
+
+                return vc_fused
+            silu = mod.silu_and_mul.default
+            return lambda x: (silu(x),)
+        if impl == "triton":
+            if op == "rms_norm":
+                return lambda x, w: (mod.rms_norm(x, w, EPS),)
+            if op == "fused_add_rms_norm":
+                return lambda x, r, w: tuple(mod.fused_add_rms_norm(x, r, w, EPS))
+            return lambda x: (mod.silu_and_mul(x),)
+        raise ValueError(impl)
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring
+
+
+def make_inputs(op: str, t: int, h: int, dtype) -> tuple:
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(1000 * t + h)
+
+    def rnd(*shape: int, scale: float = 1.0, shift: float = 0.0):
+        return (torch.randn(*shape, device="cuda", generator=gen, dtype=torch.float32) * scale + shift).to(
+            dtype
+        )
+
+    if op == "rms_norm":
+        return rnd(t, h), rnd(h, scale=0.1, shift=1.0)
+    if op == "fused_add_rms_norm":
+        return rnd(t, h), rnd(t, h), rnd(h, scale=0.1, shift=1.0)
+    return (rnd(t, 2 * h, scale=2.0),)
+
+
+def reference(op: str, inputs: tuple, h: int) -> tuple:
+    """fp32 reference outputs (out[, residual])."""
+    import torch
+    import torch.nn.functional as F
+
+    def norm(xf, wf):
+        return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * wf
+
+    if op == "rms_norm":
+        x, w = inputs
+        return (norm(x.float(), w.float()),)
+    if op == "fused_add_rms_norm":
+        x, r, w = inputs
+        s = x.float() + r.float()
+        return norm(s, w.float()), s
+    (x,) = inputs
+    xf = x.float()
+    return (F.silu(xf[:, :h]) * xf[:, h:],)
+
+
+def rel_err(out, ref) -> float:
+    import torch
+
+    out = out.float()
+    if out.shape != ref.shape:
+        raise AssertionError(f"shape {tuple(out.shape)} != expected {tuple(ref.shape)}")
+    den = torch.linalg.vector_norm(ref).item()
+    num = torch.linalg.vector_norm(out - ref).item()
+    return num / den if den > 0 else num
+
+
+def measure(cell: Cell, impls: Impls, copy_bw: float | None, do_bench: bool) -> None:
+    import torch
+    from _gpu_timing import do_bench_us, graph_us
+
+    dtype = getattr(torch, DTYPE_NAMES[cell.dtype])
+    elt = torch.empty((), dtype=dtype).element_size()
+    cell.bytes = op_bytes(cell.op, cell.tokens, cell.hidden, elt)
+    try:
+        fn = impls.fn(cell.impl, cell.op, cell.hidden)
+    except RuntimeError as exc:
+        cell.status, cell.error = "unavailable", str(exc)
+        return
+    inputs = make_inputs(cell.op, cell.tokens, cell.hidden, dtype)
+    inplace = (cell.op, cell.impl) in INPLACE
+    # 1. correctness, on copies (in-place kernels overwrite their inputs)
+    ref = reference(cell.op, inputs, cell.hidden)
+    outs = fn(*[a.clone() for a in inputs])
+    torch.cuda.synchronize()
+    if len(outs) != len(ref):
+        cell.status, cell.error = "fail", f"{len(outs)} outputs, expected {len(ref)}"
+        return
+    errs = [rel_err(o, r) for o, r in zip(outs, ref)]
+    cell.rel_err = errs[0]
+    if len(errs) > 1:
+        cell.rel_err_residual = errs[1]
+    if not all(math.isfinite(e) and e < REL_TOL for e in errs):
+        cell.status = "fail"
+        cell.error = f"relative error {', '.join(f'{e:.3g}' for e in errs)} >= {REL_TOL}"
+        return
+    del outs, ref
+    # 2. timing, on work buffers (reset before each timing for in-place kernels)
+    work = [a.clone() for a in inputs] if inplace else list(inputs)
+
+    def reset() -> None:
+        if inplace:
+            for dst, src in zip(work, inputs):
+                dst.copy_(src)
+
+    def call() -> None:
+        fn(*work)
+
+    est_us = None
+    if do_bench:
+        reset()
+        cell.do_bench_us = do_bench_us(call, **DO_BENCH)
+        est_us = cell.do_bench_us
+    else:
+        reset()
+        call()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            call()
+        torch.cuda.synchronize()
+        est_us = (time.perf_counter() - t0) * 1e6 / 5
+    lo, hi = GRAPH_CALLS
+    calls = int(min(hi, max(lo, GRAPH_TARGET_US / max(est_us, 1e-3))))
+    reset()
+    torch.cuda.synchronize()
+    try:
+        cell.graph_us = graph_us(call, calls, replays=GRAPH_REPLAYS)
+        cell.graph_calls = calls
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
+        cell.extra["graph_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        log(f"    graph capture failed: {cell.extra['graph_error']}")
+    reset()
+    best = cell.graph_us or cell.do_bench_us
+    if best:
+        cell.gbps = cell.bytes / (best * 1e-6) / 1e9
+        if copy_bw:
+            cell.pct_copy = 100.0 * cell.gbps / copy_bw
+    cell.status = "ok" if cell.graph_us is not None else "error"
+    if cell.status == "error":
+        cell.error = cell.extra.get("graph_error")
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+
+def _fmt_us(c: Cell | None, key: str = "graph_us") -> str:
+    if c is None:
+        return "—"
+    if c.status in ("ok", "error") and getattr(c, key) is not None:
+        v = getattr(c, key)
+        return f"{v:.1f}" if v < 1000 else f"{v:.0f}"
+    return {"fail": "FAIL", "error": "ERR", "skip": "skip", "unavailable": "n/a", "pending": "skip"}.get(
+        c.status, "?"
+    )
+
+
+def tables(cells: list[Cell], args: argparse.Namespace, meta: dict[str, Any]) -> str:
+    by = {(c.op, c.dtype, c.tokens, c.hidden, c.impl): c for c in cells}
+    chosen = set(columns(args))
+    cols = [c for c in DISPLAY if c in chosen]
+    out: list[str] = []
+    bw = meta.get("copy_gbps")
+    out.append(
+        f"Device: {meta.get('device', '?')}; torch {meta.get('torch', '?')}, triton {meta.get('triton', '?')}; "
+        f"copy bandwidth {bw:.0f} GB/s (read+write)."
+        if bw
+        else f"Device: {meta.get('device', '?')}"
+    )
+    out.append(
+        "Per-call us in CUDA-graph replay of back-to-back calls (kernel time). FAIL = wrong result "
+        f"(rel. err >= {REL_TOL:g}), ERR = error, n/a = column unavailable, skip = time budget. "
+        "ours/best < 1 means faster than the best anchor; %BW = effective bandwidth / copy bandwidth."
+    )
+    notes = []
+    for dt in args.dtypes:
+        for op in args.ops:
+            op_cols = [c for c in cols if op in APPLIES[c]]
+            if not op_cols:
+                continue
+            anchors = [c for c in op_cols if c in ANCHORS]
+            ours = [c for c in op_cols if c in PROVIDERS]
+            head = ["T x H", *(col_label(c, op) for c in op_cols)]
+            if anchors:
+                head.append("best anchor")
+            for o in ours:
+                if anchors:
+                    head.append(f"{o}/best")
+                head.append(f"{o} %BW")
+            out.append("")
+            out.append(f"### {op} {dt} (graph replay, us per call)")
+            out.append("")
+            out.append("| " + " | ".join(head) + " |")
+            out.append("|" + "---|" * len(head))
+            for h in args.hidden:
+                for t in args.tokens:
+                    row = [f"{t}x{h}"]
+                    for c in op_cols:
+                        cell = by.get((op, dt, t, h, c))
+                        row.append(_fmt_us(cell))
+                        if (
+                            cell is not None
+                            and cell.status in ("fail", "error", "unavailable")
+                            and cell.error
+                        ):
+                            notes.append(f"{op} {dt} {t}x{h} {col_label(c, op)}: {cell.status}: {cell.error}")
+                    best = None
+                    for a in anchors:
+                        cell = by.get((op, dt, t, h, a))
+                        if cell is not None and cell.status == "ok" and cell.graph_us is not None:
+                            if best is None or cell.graph_us < best.graph_us:
+                                best = cell
+                    if anchors:
+                        row.append(f"{best.graph_us:.1f} ({col_label(best.impl, op)})" if best else "—")
+                    for o in ours:
+                        cell = by.get((op, dt, t, h, o))
+                        ok = cell is not None and cell.status == "ok" and cell.graph_us is not None
+                        if anchors:
+                            row.append(f"{cell.graph_us / best.graph_us:.2f}x" if ok and best else "—")
+                        row.append(f"{cell.pct_copy:.0f}%" if ok and cell.pct_copy is not None else "—")
+                    out.append("| " + " | ".join(row) + " |")
+            # do_bench companion table
+            if any(
+                by.get((op, dt, t, h, c)) and by[(op, dt, t, h, c)].do_bench_us
+                for t in args.tokens
+                for h in args.hidden
+                for c in op_cols
+            ):
+                out.append("")
+                out.append(
+                    f"<details><summary>{op} {dt}: triton.testing.do_bench median, us (launch cost included at small T)</summary>"
+                )
+                out.append("")
+                head2 = ["T x H", *(col_label(c, op) for c in op_cols)]
+                out.append("| " + " | ".join(head2) + " |")
+                out.append("|" + "---|" * len(head2))
+                for h in args.hidden:
+                    for t in args.tokens:
+                        row = [f"{t}x{h}"] + [
+                            _fmt_us(by.get((op, dt, t, h, c)), "do_bench_us") for c in op_cols
+                        ]
+                        out.append("| " + " | ".join(row) + " |")
+                out.append("")
+                out.append("</details>")
+    builds = meta.get("builds") or {}
+    unavailable = meta.get("unavailable") or {}
+    if builds or unavailable or notes:
+        out.append("")
+        out.append("Notes:")
+        for k, v in builds.items():
+            out.append(f"- build {k}: {v}")
+        for k, v in unavailable.items():
+            out.append(f"- column {k} unavailable: {v}")
+        seen = set()
+        for n in notes:
+            if "unavailable" in n.split(": ")[1:2] or n in seen:
+                continue
+            seen.add(n)
+            out.append(f"- {n}")
+    return "\n".join(out) + "\n"
+
+
+def write_outputs(cells: list[Cell], args: argparse.Namespace, meta: dict[str, Any]) -> str:
+    md = tables(cells, args, meta)
+    if args.json:
+        with contextlib.suppress(Exception):
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            args.json.write_text(
+                json.dumps({"meta": meta, "results": [asdict(c) for c in cells]}, indent=1, default=str)
+            )
+        except Exception as exc:
+            log(f"could not write {args.json}: {exc}")
+    if args.markdown:
+        try:
+            args.markdown.parent.mkdir(parents=True, exist_ok=True)
+            args.markdown.write_text(md)
+        except Exception as exc:
+            log(f"could not write {args.markdown}: {exc}")
+    return md
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+
+
+def print_plan(cells: list[Cell], args: argparse.Namespace) -> None:
+    cols = columns(args)
+    log(
+        f"plan: {len(cells)} cells; ops {list(args.ops)}; dtypes {list(args.dtypes)}; T {list(args.tokens)}; H {list(args.hidden)}"
+    )
+    log(
+        f"columns (measuring order): {cols}; budget {args.budget_s:.0f} s; do_bench {'off' if args.no_do_bench else DO_BENCH}"
+    )
+    for impl in cols:
+        n = sum(1 for c in cells if c.impl == impl)
+        log(f"  {impl:10s} {n:4d} cells  ops {[o for o in args.ops if o in APPLIES[impl]]}")
+    for i, c in enumerate(cells[:6], 1):
+        log(f"  [{i}/{len(cells)}] {c.op} {c.dtype} {c.tokens}x{c.hidden} {c.impl}")
+    if len(cells) > 6:
+        log(
+            f"  ... [{len(cells)}/{len(cells)}] {cells[-1].op} {cells[-1].dtype} {cells[-1].tokens}x{cells[-1].hidden} {cells[-1].impl}"
+        )
+    for name in ("torch", "triton", "liger_kernel", "flashinfer", "tvm_ffi"):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except Exception:
+            found = False
+        log(f"  module {name}: {'found' if found else 'NOT found'}")
+    log(f"  CUDA_HOME would be: {resolve_cuda_home()}; nvidia include dirs: {nvidia_include_dirs()}")
+
+
+def fake_fill(cells: list[Cell], copy_bw: float) -> None:
+    rnd = random.Random(0)
+    for c in cells:
+        c.bytes = op_bytes(c.op, c.tokens, c.hidden, 2)
+        floor = 2.0 + c.bytes / (copy_bw * 0.9e3)  # us
+        roll = rnd.random()
+        if c.impl == "flashinfer" and c.dtype == "fp16":
+            c.status, c.error = "unavailable", "fake: build failed"
+            continue
+        if roll < 0.03:
+            c.status, c.error, c.rel_err = "fail", "relative error 0.5 >= 0.01", 0.5
+            continue
+        c.status = "ok"
+        c.graph_us = floor * (1 + rnd.random() * 0.6)
+        c.graph_calls = 20
+        c.do_bench_us = c.graph_us + 5 + rnd.random() * 10
+        c.rel_err = 3e-3
+        c.gbps = c.bytes / (c.graph_us * 1e-6) / 1e9
+        c.pct_copy = 100 * c.gbps / copy_bw
+
+
+def versions() -> dict[str, Any]:
+    meta: dict[str, Any] = {"python": platform.python_version(), "host": platform.node()}
+    for mod in ("torch", "triton", "liger_kernel", "flashinfer", "tvm_ffi"):
+        try:
+            m = __import__(mod)
+            meta[mod] = getattr(m, "__version__", "?")
+        except Exception as exc:
+            meta[mod] = f"unavailable ({type(exc).__name__})"
+    return meta
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cells = plan(args)
+    if args.dry_run:
+        print_plan(cells, args)
+        meta = {"dry_run": True, "device": "dry run (no GPU)", "copy_gbps": 4214.0 if args.fake else None}
+        if args.fake:
+            fake_fill(cells, 4214.0)
+            meta.update(torch="fake", triton="fake", builds={"flashinfer": "fake: failed"})
+        md = write_outputs(cells, args, meta)
+        if args.fake:
+            print(md)
+        return 0
+
+    t_start = time.monotonic()
+    import torch
+
+    if not torch.cuda.is_available():
+        log("no CUDA device: nothing to measure (use --dry-run on CPU)")
+        return 2
+    meta: dict[str, Any] = versions()
+    meta["device"] = torch.cuda.get_device_name()
+    cap = torch.cuda.get_device_capability()
+    meta["capability"] = f"{cap[0]}.{cap[1]}"
+    meta["args"] = {
+        k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
+        for k, v in vars(args).items()
+    }
+    cols = columns(args)
+    env = setup_build_env(f"{cap[0]}.{cap[1]}")
+    meta["build_env"] = env
+    log(
+        f"{meta['device']} (sm {meta['capability']}); torch {meta['torch']}, triton {meta['triton']}; build env {env}"
+    )
+
+    log_dir = Path(args.json).parent if args.json else Path(os.environ.get("TMPDIR", "/tmp"))
+    with contextlib.suppress(Exception):
+        log_dir.mkdir(parents=True, exist_ok=True)
+    builds: dict[str, Build] = {}
+    if "vllm_c" in cols:
+        builds["vllm_c"] = Build("vllm_c", VLLM_C_BUILD.format(path=str(VLLM_C_DIR)), log_dir)
+    if "flashinfer" in cols:
+        builds["flashinfer"] = Build("flashinfer", FLASHINFER_BUILD, log_dir)
+    impls = Impls(builds, args.build_timeout_s)
+
+    try:
+        from _gpu_timing import copy_gbps
+
+        copy_bw = copy_gbps()
+        meta["copy_gbps"] = copy_bw
+        log(f"copy bandwidth {copy_bw:.0f} GB/s (read+write)")
+    except Exception as exc:
+        copy_bw = None
+        meta["copy_gbps"] = None
+        log(f"copy bandwidth: failed: {type(exc).__name__}: {exc}")
+
+    n = len(cells)
+    with torch.no_grad():
+        for i, cell in enumerate(cells, 1):
+            elapsed = time.monotonic() - t_start
+            if elapsed > args.budget_s:
+                cell.status, cell.error = "skip", f"time budget {args.budget_s:.0f} s spent"
+                continue
+            log(f"[{i}/{n}] {cell.op} {cell.dtype} {cell.tokens}x{cell.hidden} {cell.impl} ...")
+            t0 = time.monotonic()
+            try:
+                measure(cell, impls, copy_bw, not args.no_do_bench)
+            except Exception as exc:
+                cell.status = "error"
+                cell.error = f"{type(exc).__name__}: {str(exc).strip()[:300]}"
+                log(f"    error: {cell.error}")
+                if os.environ.get("KERNELS_GPU_TRACEBACK"):
+                    traceback.print_exc()
+                with contextlib.suppress(Exception):
+                    torch.cuda.synchronize()
+                with contextlib.suppress(Exception):
+                    torch.cuda.empty_cache()
+            cell.seconds = time.monotonic() - t0
+            if cell.status == "ok":
+                pct = f", {cell.pct_copy:.0f}% BW" if cell.pct_copy is not None else ""
+                db = f", do_bench {cell.do_bench_us:.1f} us" if cell.do_bench_us is not None else ""
+                log(
+                    f"    {cell.graph_us:.2f} us/call (graph x{cell.graph_calls}){db}{pct}; rel err {cell.rel_err:.1e} ({cell.seconds:.1f} s)"
+                )
+            elif cell.status in ("fail", "unavailable"):
+                log(f"    {cell.status}: {cell.error}")
+            if i % 24 == 0:  # partial results on disk in case the run is killed
+                meta["elapsed_s"] = time.monotonic() - t_start
+                write_outputs(cells, args, meta)
+
+    with contextlib.suppress(Exception):
+        from _gpu_timing import copy_gbps
+
+        meta["copy_gbps_end"] = copy_gbps()
+    meta["builds"] = {}
+    for name, b in builds.items():
+        if b.result is None and b.proc is not None and b.proc.poll() is None:
+            b.proc.kill()
+            b.result = "not needed / killed at the end"
+        elif b.result is None:
+            b.wait(1)
+        meta["builds"][name] = f"{b.result}" + (f" ({b.seconds:.0f} s)" if b.seconds else "")
+    meta["unavailable"] = dict(impls.why)
+    meta["elapsed_s"] = time.monotonic() - t_start
+    counts: dict[str, int] = {}
+    for c in cells:
+        counts[c.status] = counts.get(c.status, 0) + 1
+    meta["status_counts"] = counts
+    md = write_outputs(cells, args, meta)
+    print(md)
+    log(f"done in {meta['elapsed_s']:.0f} s: {counts}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
