@@ -15,9 +15,6 @@ from ircore.errors import (
     ProviderLoadError,
 )
 from ircore.op import Impl, IrOp, Sample, Tolerance, all_ops, get_op, register_op
-from ircore.platform import Platform, current_platform
-from ircore.plugins.config import configure
-from ircore.plugins.hookspecs import API_VERSION, hookimpl, hookspec
 
 __version__ = "0.1.0"
 
@@ -57,6 +54,32 @@ __all__ = [
     "register_op",
     "set_priority",
 ]
+
+
+# Imported on first use, so that ``import ircore`` stays cheap (pluggy, tomllib, the platform probe).
+_LAZY = {
+    "API_VERSION": "ircore.plugins.hookspecs",
+    "hookimpl": "ircore.plugins.hookspecs",
+    "hookspec": "ircore.plugins.hookspecs",
+    "configure": "ircore.plugins.config",
+    "Platform": "ircore.platform",
+    "current_platform": "ircore.platform",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ircore' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def explain(op: "str | IrOp", *args: object, **kwargs: object) -> Explanation:

@@ -10,7 +10,6 @@ decided in :mod:`ircore.dispatch`.
 from __future__ import annotations
 
 import inspect
-import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 import torch
 
 from ircore import dispatch as _dispatch
+from ircore._fastpath import build_eager_call
 from ircore.errors import ImplRegistrationError, OpDeclarationError
 
 __all__ = [
@@ -40,16 +40,10 @@ LIBRARY_NAMESPACE = "ircore"
 _LIBRARY = torch.library.Library(LIBRARY_NAMESPACE, "FRAGMENT")
 _OPS: dict[str, IrOp] = {}
 
-# Bound once: these run on every eager call.
+# Bound once: the torch-op fallback checks of every call.
 _Tensor = torch.Tensor
 _is_compiling = torch.compiler.is_compiling
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
-_SCOPE = _dispatch.SCOPE
-_STATE = _dispatch.STATE
-_call_first_supported = _dispatch.call_first_supported
-_log = logging.getLogger("ircore")
-_log_enabled = _log.isEnabledFor
-_DEBUG = logging.DEBUG
 
 
 @dataclass(frozen=True)
@@ -142,40 +136,12 @@ class IrOp:
         self.__doc__ = self.doc or self.native.__doc__
         self.torch_op: Any = None
 
-    # ------------------------------------------------------------------ eager call (hot path)
+    # ------------------------------------------------------------------ calls
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # Every line here runs on every eager call: see benchmarks/dispatch_overhead.py.
-        if _is_compiling() or _dispatch_stack_len():
+        """Run the op. ``register_op`` replaces this with a faster one of the native signature."""
+        if _is_compiling() or _dispatch_stack_len() or type(args[0]) is not _Tensor:
             return self.torch_op(*args, **kwargs)
-        if kwargs or len(args) != self._arity:
-            if not kwargs and self._required <= len(args):
-                args += self._defaults[len(args) :]
-            else:
-                args = self._complete(args, kwargs)
-        if type(args[0]) is not _Tensor:  # fake/proxy/subclass tensors: let torch dispatch
-            return self.torch_op(*args)
-        self.check_args(*args)
-        scope = _SCOPE.get()
-        if scope is None or self.name not in scope.priorities:
-            plan = self._plan
-            if plan[0] is not _STATE.generation:
-                plan = _dispatch.refresh_plan(self)
-        else:
-            plan = _dispatch.scoped_plan(self, scope)
-        try:
-            for entry in plan[1]:
-                pred = entry[3]
-                if pred is None or pred(*args):
-                    break
-        except Exception:  # a predicate raised: let the careful path report and skip it
-            return _call_first_supported(self.name, plan[1], args, 1)
-        if _log_enabled(_DEBUG):
-            _log.debug("%s: running %s", self.name, entry[0])
-        try:
-            return entry[1](*args)
-        except Exception as exc:
-            _dispatch.note_failure(self.name, entry[0], exc)
-            raise
+        return _dispatch.run(self, self._complete(args, kwargs), allow_inplace=False)
 
     def maybe_inplace(self, *args: Any, **kwargs: Any) -> Any:
         """Run the op, allowing an in-place implementation to overwrite ``inplace_args``.
@@ -438,6 +404,8 @@ def register_op(
             reference=reference,
         )
         _define_torch_op(op, fake)
+        # A class per op, whose __call__ has the native signature: see ircore._fastpath.
+        op.__class__ = type(f"IrOp[{op_name}]", (IrOp,), {"__call__": build_eager_call(op)})
         _OPS[op_name] = op
         _dispatch.bump_generation()
         return op

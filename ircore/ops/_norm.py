@@ -30,7 +30,7 @@ def _check_rms_norm(
                 if x.dim():
                     return
             elif (
-                weight.shape[0] == x.shape[-1]
+                weight.numel() == x.shape[-1]
                 and weight.dim() == 1
                 and weight.dtype in _FLOAT
                 and weight.device == x.device
@@ -122,6 +122,27 @@ def _check_fused_add_rms_norm(
     epsilon: float,
     variance_size: int | None,
 ) -> None:
+    try:  # the common valid call in one expression, as in _check_rms_norm
+        if (
+            variance_size is None
+            and x.dtype in _FLOAT
+            and x_residual.dtype == x.dtype
+            and x_residual.shape == x.shape
+            and x_residual.device == x.device
+            and x.dim()
+            and (
+                weight is None
+                or (
+                    weight.numel() == x.shape[-1]
+                    and weight.dim() == 1
+                    and weight.dtype in _FLOAT
+                    and weight.device == x.device
+                )
+            )
+        ):
+            return
+    except (AttributeError, IndexError):
+        pass
     op = "fused_add_rms_norm"
     if x.dtype not in _checks.FLOAT_DTYPES:
         _checks.check_tensor(op, "x", x)

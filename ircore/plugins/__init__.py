@@ -15,13 +15,14 @@ def ensure_loaded() -> None:
 
 def discovered_names() -> set[str]:
     """Names of every discovered provider, whatever its state (for priority validation)."""
-    from ircore.plugins.manager import MANAGER
+    from ircore.plugins.discovery import discover
 
-    return MANAGER.discovered_names()
+    return {candidate.name for candidate in discover()}
 
 
 def provider_status(name: str) -> str | None:
     """Why a known provider cannot run, or None if it is active or unknown."""
-    from ircore.plugins.manager import MANAGER
+    import sys
 
-    return MANAGER.status_of(name)
+    manager = sys.modules.get("ircore.plugins.manager")  # nothing loaded yet: nothing to say
+    return None if manager is None else manager.MANAGER.status_of(name)

@@ -25,11 +25,6 @@ from typing import Any
 
 from ircore.errors import ConfigError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 __all__ = ["configure", "Settings", "ConfigSource", "KNOWN_KEYS"]
 
 KNOWN_KEYS = ("providers", "disable", "priority", "strict")
@@ -165,6 +160,10 @@ def find_config_file(environ: Mapping[str, str] | None = None, cwd: Path | None 
 
 
 def read_file(path: Path) -> ConfigSource:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:

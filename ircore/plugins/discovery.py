@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from importlib import metadata
-
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-from packaging.version import Version
 
 ENTRY_POINT_GROUP = "ircore.providers"
 
@@ -24,8 +21,12 @@ class Candidate:
     requires: tuple[str, ...]
 
 
-def discover() -> list[Candidate]:
-    """Every provider entry point of every installed distribution (first on sys.path wins)."""
+@functools.lru_cache(maxsize=1)
+def discover() -> tuple[Candidate, ...]:
+    """Every provider entry point of every installed distribution (first on sys.path wins).
+
+    Reads metadata only; cached for the life of the process (``discover.cache_clear()`` rescans).
+    """
     found: list[Candidate] = []
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = ep.dist
@@ -38,11 +39,15 @@ def discover() -> list[Candidate]:
                 requires=tuple(dist.requires or ()) if dist is not None else (),
             )
         )
-    return found
+    return tuple(found)
 
 
 def incompatibility(candidate: Candidate, core_version: str) -> str | None:
     """Why the candidate's ``Requires-Dist: ircore ...`` excludes this core, or None if it doesn't."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
     for line in candidate.requires:
         try:
             req = Requirement(line)

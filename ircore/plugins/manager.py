@@ -60,19 +60,13 @@ class ProviderManager:
         self.records: dict[str, ProviderRecord] = {}
         self.settings: Settings | None = None
         self.config_error: ConfigError | None = None
-        self._candidates: list[Candidate] | None = None
         self._current = False
         self._platform: Platform | None = None
         self._active_reason: dict[str, str] = {}
 
     # ------------------------------------------------------------------ discovery
-    def candidates(self) -> list[Candidate]:
-        if self._candidates is None:
-            self._candidates = discover()
-        return self._candidates
-
-    def discovered_names(self) -> set[str]:
-        return {c.name for c in self.candidates()}
+    def candidates(self) -> tuple[Candidate, ...]:
+        return discover()
 
     # ------------------------------------------------------------------ loading
     def ensure_loaded(self) -> None:

@@ -1,0 +1,198 @@
+"""Per-call cost of ircore's eager dispatch, side by side with vLLM IR's, and the import cost.
+
+Why: dispatch runs on every eager call of every layer; it must cost next to nothing compared
+with the kernel it picks. For each case we time (a) ``ircore.ops.rms_norm(x, w, eps)`` and (b) the
+chosen implementation's function called directly, interleaved in rounds on one thread; the
+overhead is median(a) - median(b). The same measurement of vLLM IR runs in its own venv
+(benchmarks/setup_vllm_venv.sh) as a subprocess of this run, and the two are reported together.
+
+Run: ``.venv/bin/python benchmarks/dispatch_overhead.py [--json PATH] [--quick] [--no-vllm]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _round_ns(fn: Callable[[], object], calls: int) -> float:
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter_ns() - start) / calls
+
+
+def interleaved_medians(
+    fns: dict[str, Callable[[], object]], rounds: int, calls: int
+) -> dict[str, float]:
+    """Median per-call ns of each function, measured in interleaved rounds to cancel drift."""
+    for fn in fns.values():
+        _round_ns(fn, max(calls // 10, 10))
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(_round_ns(fn, calls))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def measure_ircore(rounds: int, calls: int) -> list[dict[str, Any]]:
+    import torch
+
+    import ircore
+
+    torch.set_num_threads(1)
+    op = ircore.ops.rms_norm
+    ircore.get_priority("rms_norm")  # discovery and provider loading happen here, not in rounds
+    rows = []
+    providers = [p for p in ("vllm_c",) if p in op.impls] + ["native"]
+    for provider in providers:
+        for dtype in (torch.float32, torch.bfloat16):
+            for tokens in (1, 16):
+                x = torch.randn(tokens, 4096, dtype=dtype)
+                w = torch.randn(4096, dtype=dtype)
+                impl = op.native if provider == "native" else op.impls[provider].fn
+                with ircore.priority(rms_norm=[provider]), torch.inference_mode():
+                    assert ircore.explain(op, x, w, 1e-6).chosen == provider
+                    med = interleaved_medians(
+                        {
+                            "eager": lambda x=x, w=w: op(x, w, 1e-6),
+                            "direct": lambda x=x, w=w, impl=impl: impl(x, w, 1e-6, None),
+                        },
+                        rounds,
+                        calls,
+                    )
+                row = {
+                    "impl": provider,
+                    "dtype": str(dtype).replace("torch.", ""),
+                    "T": tokens,
+                    "eager_us": med["eager"] / 1e3,
+                    "direct_us": med["direct"] / 1e3,
+                    "overhead_us": (med["eager"] - med["direct"]) / 1e3,
+                }
+                _log(f"ircore {provider} {row['dtype']} T={tokens}: overhead {row['overhead_us']:.3f} us")
+                rows.append(row)
+    return rows
+
+
+def measure_vllm(quick: bool) -> dict[str, Any] | None:
+    from vllm_anchor import run_in_vllm_venv
+
+    venv = os.environ.get("VLLM_VENV", str(REPO / ".venv-vllm"))
+    if not Path(venv, "bin", "python").exists():
+        _log(f"no vLLM venv at {venv}: run benchmarks/setup_vllm_venv.sh (skipping vLLM IR)")
+        return None
+    _log("measuring vLLM IR in its venv ...")
+    return run_in_vllm_venv(["--only", "overhead", *(["--quick"] if quick else [])], venv=venv)
+
+
+_IMPORT_PROBE = """
+import json, sys, time
+import torch
+t0 = time.perf_counter()
+import ircore
+t1 = time.perf_counter()
+from ircore.plugins import discovered_names
+names = discovered_names()
+t2 = time.perf_counter()
+assert not [m for m in sys.modules if m.startswith("ircore_fixture")], "a provider was imported"
+print(json.dumps({"import_ms": (t1 - t0) * 1e3, "discover_ms": (t2 - t1) * 1e3, "found": sorted(names)}))
+"""
+
+
+def measure_import(runs: int) -> dict[str, Any]:
+    """``import ircore`` after ``import torch``, then discovery of 5 installed providers (none imported).
+
+    Timed inside fresh interpreters (median of ``runs``), with bytecode caching on as in a normal
+    installation; the first run, which writes the bytecode, is discarded.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IRCORE_")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    with tempfile.TemporaryDirectory() as site:
+        fixtures = REPO / "tests" / "fixtures"
+        five = ["good", "boom_import", "boom_hook", "unknown_op", "unavailable"]
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+             "--no-compile", "--target", site, *[str(fixtures / f) for f in five]],
+            check=True,
+        )
+        env["PYTHONPATH"] = os.pathsep.join([site, str(REPO)])
+        samples = []
+        for i in range(runs + 1):
+            out = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], env=env, check=True,
+                                 capture_output=True, text=True).stdout
+            if i:
+                samples.append(json.loads(out))
+    found = samples[0]["found"]
+    assert set(five) <= set(found), found
+    imp = statistics.median(s["import_ms"] for s in samples)
+    disc = statistics.median(s["discover_ms"] for s in samples)
+    return {
+        "import_ircore_over_torch_ms": imp,
+        "discover_5_providers_ms": disc,
+        "import_and_discover_5_over_torch_ms": imp + disc,
+        "providers_found": found,
+        "runs": runs,
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = ["| impl | dtype | T | eager us | direct us | ircore overhead us |", "|---|---|---|---|---|---|"]
+    for r in result["ircore"]:
+        lines.append(
+            f"| {r['impl']} | {r['dtype']} | {r['T']} | {r['eager_us']:.2f} | {r['direct_us']:.2f} "
+            f"| **{r['overhead_us']:.3f}** |"
+        )
+    vllm = result.get("vllm")
+    if vllm:
+        lines += ["", "vLLM IR (same run, its own venv):", "",
+                  "| dtype | T | mode | overhead us (vs impl_fn) |", "|---|---|---|---|"]
+        for r in vllm.get("overhead", []):
+            lines.append(
+                f"| {r.get('dtype')} | {r.get('T')} | {r.get('mode', '')} | {r.get('overhead_us', float('nan')):.3f} |"
+            )
+    imp = result.get("import")
+    if imp:
+        lines += ["", f"import ircore after torch: {imp['import_ircore_over_torch_ms']:.1f} ms; discovery "
+                  f"of 5 installed providers (none imported): {imp['discover_5_providers_ms']:.1f} ms; "
+                  f"together: {imp['import_and_discover_5_over_torch_ms']:.1f} ms (median of {imp['runs']})"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", metavar="PATH", help="write all figures as JSON")
+    parser.add_argument("--quick", action="store_true", help="few rounds (smoke test)")
+    parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM IR side")
+    parser.add_argument("--no-import", action="store_true", help="skip the import-cost measurement")
+    args = parser.parse_args(argv)
+    rounds, calls = (5, 2000) if args.quick else (21, 5000)
+    result: dict[str, Any] = {"ircore": measure_ircore(rounds, calls)}
+    if not args.no_vllm:
+        result["vllm"] = measure_vllm(args.quick)
+    if not args.no_import:
+        _log("measuring import cost ...")
+        result["import"] = measure_import(3 if args.quick else 11)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
