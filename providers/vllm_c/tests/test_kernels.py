@@ -103,6 +103,13 @@ def test_rms_norm_layouts(target, hidden, dtype):
         _ref.assert_close(out, _ref.rms_norm(x, w, 1e-6), dtype)
 
 
+def test_large_fresh_output(target):
+    """Outputs >= 32 MB take the huge-page path on CPU."""
+    x = _randn((2048, 4096), torch.float32, target, 8)
+    w = _weight(4096, torch.float32, target)
+    _ref.assert_close(ops.rms_norm(x, w, 1e-6, None), _ref.rms_norm(x, w, 1e-6), torch.float32)
+
+
 def test_rms_norm_shapes_and_empty(target):
     x = _randn((2, 3, 4, 128), torch.bfloat16, target, 5)
     w = _weight(128, torch.bfloat16, target)
@@ -203,6 +210,27 @@ def test_silu_and_mul_layouts_and_extremes(target, dtype):
     x3 = _randn((2, 3, 128), dtype, target, 4)
     _ref.assert_close(ops.silu_and_mul(x3), _ref.silu_and_mul(x3), dtype)
     assert ops.silu_and_mul(torch.empty((0, 16), dtype=dtype, device=target)).shape == (0, 8)
+
+
+@pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
+def test_streaming_stores(target, dtype):
+    """The out variants write large outputs with non-temporal stores: forced on here."""
+    if target != "cpu":
+        pytest.skip("CPU only")
+    prev = ops._set_cpu_stream_bytes(1)
+    try:
+        for hidden in (64, 1000, 4096, 4097):
+            x = _randn((7, hidden), dtype, target, hidden)
+            w = _weight(hidden, dtype, target)
+            out = torch.empty_like(x)
+            ops.rms_norm_out(out, x, w, 1e-6, None)
+            _ref.assert_close(out, _ref.rms_norm(x, w, 1e-6), dtype)
+            x2 = _randn((7, 2 * hidden), dtype, target, hidden + 1)
+            out2 = torch.empty_like(x)
+            ops.silu_and_mul_out(out2, x2)
+            _ref.assert_close(out2, _ref.silu_and_mul(x2), dtype)
+    finally:
+        ops._set_cpu_stream_bytes(prev)
 
 
 # ------------------------------------------------------------------------------ out variants

@@ -89,6 +89,7 @@ ISA_INLINE V vfma(V a, V b, V c) { return a * b + c; }
 ISA_INLINE V vneg(V a) { return -a; }
 ISA_INLINE float vhsum(V a) { return a; }
 ISA_INLINE V vexp(V a) { return std::exp(a); }
+ISA_INLINE void vsfence() {}
 
 template <class T>
 struct L;
@@ -97,6 +98,7 @@ struct L<float> {
   static V load(const float* p) { return *p; }
   static V load_n(const float* p, int) { return *p; }
   static void store(float* p, V v) { *p = v; }
+  static void stream(float* p, V v) { *p = v; }
   static void store_n(float* p, V v, int) { *p = v; }
   static V store_round(float* p, V v) { return *p = v; }
   static V store_round_n(float* p, V v, int) { return *p = v; }
@@ -106,6 +108,7 @@ struct L<f16> {
   static V load(const f16* p) { return half_to_float(p->x); }
   static V load_n(const f16* p, int) { return load(p); }
   static void store(f16* p, V v) { p->x = float_to_half(v); }
+  static void stream(f16* p, V v) { store(p, v); }
   static void store_n(f16* p, V v, int) { store(p, v); }
   static V store_round(f16* p, V v) {
     p->x = float_to_half(v);
@@ -118,6 +121,7 @@ struct L<bf16> {
   static V load(const bf16* p) { return bf16_to_float(p->x); }
   static V load_n(const bf16* p, int) { return load(p); }
   static void store(bf16* p, V v) { p->x = float_to_bf16(v); }
+  static void stream(bf16* p, V v) { store(p, v); }
   static void store_n(bf16* p, V v, int) { store(p, v); }
   static V store_round(bf16* p, V v) {
     p->x = float_to_bf16(v);
@@ -172,6 +176,7 @@ ISA_INLINE V vexp(V x) {
   __m256i e = _mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127));
   return _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
 }
+ISA_INLINE void vsfence() { _mm_sfence(); }
 ISA_INLINE __m256i tailmask(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -193,6 +198,7 @@ struct L<float> {
   ISA_INLINE static V load(const float* p) { return _mm256_loadu_ps(p); }
   ISA_INLINE static V load_n(const float* p, int n) { return _mm256_maskload_ps(p, tailmask(n)); }
   ISA_INLINE static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  ISA_INLINE static void stream(float* p, V v) { _mm256_stream_ps(p, v); }
   ISA_INLINE static void store_n(float* p, V v, int n) { _mm256_maskstore_ps(p, tailmask(n), v); }
   ISA_INLINE static V store_round(float* p, V v) {
     store(p, v);
@@ -209,6 +215,9 @@ struct Half16 {  // shared load/store plumbing for the two 16-bit types
   }
   ISA_INLINE static void st(void* p, __m128i v) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);
+  }
+  ISA_INLINE static void nt(void* p, __m128i v) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), v);
   }
 };
 template <>
@@ -229,6 +238,7 @@ struct L<bf16> {
   ISA_INLINE static V load(const bf16* p) { return cvt(Half16::ld(p)); }
   ISA_INLINE static V load_n(const bf16* p, int n) { return cvt(load16_n(p, n)); }
   ISA_INLINE static void store(bf16* p, V v) { Half16::st(p, pack(v)); }
+  ISA_INLINE static void stream(bf16* p, V v) { Half16::nt(p, pack(v)); }
   ISA_INLINE static void store_n(bf16* p, V v, int n) { store16_n(p, pack(v), n); }
   ISA_INLINE static V store_round(bf16* p, V v) {
     const __m128i h = pack(v);
@@ -250,6 +260,7 @@ struct L<f16> {
   ISA_INLINE static V load(const f16* p) { return cvt(Half16::ld(p)); }
   ISA_INLINE static V load_n(const f16* p, int n) { return cvt(load16_n(p, n)); }
   ISA_INLINE static void store(f16* p, V v) { Half16::st(p, pack(v)); }
+  ISA_INLINE static void stream(f16* p, V v) { Half16::nt(p, pack(v)); }
   ISA_INLINE static void store_n(f16* p, V v, int n) { store16_n(p, pack(v), n); }
   ISA_INLINE static V store_round(f16* p, V v) {
     const __m128i h = pack(v);
@@ -387,12 +398,12 @@ const char* isa_name(Isa isa) {
 
 void rms_norm_rows(Isa isa, DType dt, void* out, int64_t out_stride, const void* in,
                    int64_t in_stride, const void* weight, int64_t hidden, int64_t variance_size,
-                   float eps, int64_t begin, int64_t end) {
+                   float eps, int64_t begin, int64_t end, bool stream) {
   IRC_DISPATCH_ISA(isa, IRC_DISPATCH_DT(dt, ns::rms_norm_rows_t<T>(
                                                 static_cast<T*>(out), out_stride,
                                                 static_cast<const T*>(in), in_stride,
                                                 static_cast<const T*>(weight), hidden,
-                                                variance_size, eps, begin, end)))
+                                                variance_size, eps, begin, end, stream)))
 }
 
 void fused_add_rms_norm_rows(Isa isa, DType dt, void* x, int64_t x_stride, void* residual,
@@ -406,11 +417,12 @@ void fused_add_rms_norm_rows(Isa isa, DType dt, void* x, int64_t x_stride, void*
 }
 
 void silu_and_mul_rows(Isa isa, DType dt, void* out, int64_t out_stride, const void* in,
-                       int64_t in_stride, int64_t d, int64_t begin, int64_t end) {
+                       int64_t in_stride, int64_t d, int64_t begin, int64_t end,
+                       bool stream) {
   IRC_DISPATCH_ISA(isa, IRC_DISPATCH_DT(dt, ns::silu_and_mul_rows_t<T>(
                                                 static_cast<T*>(out), out_stride,
                                                 static_cast<const T*>(in), in_stride, d, begin,
-                                                end)))
+                                                end, stream)))
 }
 
 }  // namespace cpu

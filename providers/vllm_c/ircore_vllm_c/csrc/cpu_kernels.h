@@ -22,10 +22,12 @@ bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);
 
 // All strides and sizes are in elements. Rows [begin, end) are processed.
-// weight may be null (no scaling). variance_size in [1, hidden].
+// weight may be null (no scaling). variance_size in [1, hidden]. `stream`: write the output
+// with non-temporal stores (rows starting on a 64-byte boundary), for outputs far larger than
+// the caches: saves the read-for-ownership of every output line.
 void rms_norm_rows(Isa isa, DType dt, void* out, int64_t out_stride, const void* in,
                    int64_t in_stride, const void* weight, int64_t hidden,
-                   int64_t variance_size, float eps, int64_t begin, int64_t end);
+                   int64_t variance_size, float eps, int64_t begin, int64_t end, bool stream);
 
 // In place: residual <- round(x + residual); x <- rms_norm(residual).
 void fused_add_rms_norm_rows(Isa isa, DType dt, void* x, int64_t x_stride, void* residual,
@@ -34,7 +36,7 @@ void fused_add_rms_norm_rows(Isa isa, DType dt, void* x, int64_t x_stride, void*
 
 // out[r, :d] = silu(in[r, :d]) * in[r, d:2d]
 void silu_and_mul_rows(Isa isa, DType dt, void* out, int64_t out_stride, const void* in,
-                       int64_t in_stride, int64_t d, int64_t begin, int64_t end);
+                       int64_t in_stride, int64_t d, int64_t begin, int64_t end, bool stream);
 
 }  // namespace cpu
 }  // namespace ircore_vllm_c
