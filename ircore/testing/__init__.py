@@ -1,5 +1,10 @@
-"""Helpers for checking implementations against an op's semantics (the conformance kit's base)."""
+"""Helpers for provider authors: check implementations against an op's semantics.
+
+``assert_close_to_reference(op, out, args)`` checks one output; ``check_provider(name, device=...)``
+is the conformance kit: every implementation of a provider, on every sample input it accepts.
+"""
 
 from ircore.testing._compare import assert_close_to_reference
+from ircore.testing._conformance import ConformanceReport, check_provider
 
-__all__ = ["assert_close_to_reference"]
+__all__ = ["ConformanceReport", "assert_close_to_reference", "check_provider"]
