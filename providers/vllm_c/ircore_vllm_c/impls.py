@@ -7,7 +7,8 @@ What the kernels handle (the predicates say exactly this, and run on every eager
 are a handful of attribute reads):
 
 - device: CPU always (once loaded); CUDA when the CUDA kernels are loaded;
-- dtype: float32, float16, bfloat16; weight (when given) of x's dtype, 1-D, of size hidden;
+- dtype: float32, float16, bfloat16; weight (when given) of x's dtype or float32, 1-D, of
+  size hidden;
 - any layout: rows with one row stride are read (and written, in place) directly, anything
   else goes through a contiguous copy inside the op; any hidden size >= 1 (16-byte vector paths
   where aligned, element-wise paths elsewhere);
@@ -49,7 +50,9 @@ def _norm_ok(x: torch.Tensor, weight: torch.Tensor | None, variance_size: int | 
     if variance_size is not None and not 0 < variance_size <= hidden:
         return False
     if weight is not None:
-        if weight.dtype != x.dtype or weight.dim() != 1 or weight.shape[0] != hidden:
+        if weight.dtype != x.dtype and weight.dtype != torch.float32:
+            return False
+        if weight.dim() != 1 or weight.shape[0] != hidden:
             return False
         if weight.device != x.device:
             return False

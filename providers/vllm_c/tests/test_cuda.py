@@ -66,6 +66,9 @@ def test_misaligned_rows(dtype):
     _ref.assert_close(ops.silu_and_mul(x), _ref.silu_and_mul(x), dtype)
     wb = _randn((4097,), dtype, 5)[1:]  # misaligned weight
     _ref.assert_close(ops.rms_norm(x, wb, 1e-6, None), _ref.rms_norm(x, wb, 1e-6), dtype)
+    xa = _randn((9, 4096), dtype, 6)
+    w32 = _randn((4096 + 4,), torch.float32, 7)[4:]  # 16- but not 32-byte aligned fp32 weight
+    _ref.assert_close(ops.rms_norm(xa, w32, 1e-6, None), _ref.rms_norm(xa, w32, 1e-6), dtype)
 
 
 def test_many_rows_bandwidth_regime():

@@ -82,6 +82,19 @@ def test_rms_norm_no_weight_and_variance_size(target, hidden, dtype):
         _ref.assert_close(ops.rms_norm(x, None, 1e-6, vs), _ref.rms_norm(x, None, 1e-6, vs), dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("hidden", [64, 1000, 4096, 4097])
+def test_fp32_weight(target, hidden, dtype):
+    x = _randn((9, hidden), dtype, target, hidden, scale=2.0)
+    w = _weight(hidden, torch.float32, target)
+    for vs in (None, hidden // 2 or 1):
+        _ref.assert_close(ops.rms_norm(x, w, 1e-6, vs), _ref.rms_norm(x, w, 1e-6, vs), dtype)
+        r = _randn((9, hidden), dtype, target, hidden + 3)
+        _check_fused(x.clone(), r, w, 1e-6, vs, dtype)
+    xs = _randn((9, hidden + 8), dtype, target, 1)[:, 8:]
+    _ref.assert_close(ops.rms_norm(xs, w, 1e-6, None), _ref.rms_norm(xs, w, 1e-6), dtype)
+
+
 def _layouts(tokens, hidden, dtype, device, seed):
     """Non-contiguous inputs: (label, tensor)."""
     base = _randn((tokens, hidden + 24), dtype, device, seed)

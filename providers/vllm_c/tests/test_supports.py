@@ -25,7 +25,10 @@ def test_rms_norm_supports(device):
     assert ok(torch.randn(0, 64, device=device), w, EPS, None)
     assert not ok(x.double(), w.double(), EPS, None)  # dtype
     assert not ok(x.to(torch.int32), None, EPS, None)
-    assert not ok(x.half(), w, EPS, None)  # weight dtype != x dtype
+    assert ok(x.half(), w, EPS, None)  # fp32 weight with 16-bit x
+    assert ok(x.bfloat16(), w, EPS, None)
+    assert not ok(x.half(), w.bfloat16(), EPS, None)  # other weight dtypes
+    assert not ok(x, w.half(), EPS, None)
     assert not ok(x, w[:32], EPS, None)  # weight size
     assert not ok(x, w.view(8, 8), EPS, None)  # weight rank
     assert not ok(x, w, EPS, 0)  # variance_size range

@@ -396,24 +396,37 @@ const char* isa_name(Isa isa) {
     }                               \
   }
 
-void rms_norm_rows(Isa isa, DType dt, void* out, int64_t out_stride, const void* in,
+// The weight is x's dtype, or float32 (wdt); a null weight takes the first form.
+#define IRC_DISPATCH_WT(dt, wdt, FN, ...)                        \
+  IRC_DISPATCH_DT(dt, {                                          \
+    if (wdt == DType::kFloat && dt != DType::kFloat) {           \
+      using WT = float;                                          \
+      FN;                                                        \
+    } else {                                                     \
+      using WT = T;                                              \
+      FN;                                                        \
+    }                                                            \
+  })
+
+void rms_norm_rows(Isa isa, DType dt, DType wdt, void* out, int64_t out_stride, const void* in,
                    int64_t in_stride, const void* weight, int64_t hidden, int64_t variance_size,
                    float eps, int64_t begin, int64_t end, bool stream) {
-  IRC_DISPATCH_ISA(isa, IRC_DISPATCH_DT(dt, ns::rms_norm_rows_t<T>(
-                                                static_cast<T*>(out), out_stride,
-                                                static_cast<const T*>(in), in_stride,
-                                                static_cast<const T*>(weight), hidden,
-                                                variance_size, eps, begin, end, stream)))
+  IRC_DISPATCH_ISA(isa, IRC_DISPATCH_WT(dt, wdt, (ns::rms_norm_rows_t<T, WT>(
+                                                     static_cast<T*>(out), out_stride,
+                                                     static_cast<const T*>(in), in_stride,
+                                                     static_cast<const WT*>(weight), hidden,
+                                                     variance_size, eps, begin, end, stream))))
 }
 
-void fused_add_rms_norm_rows(Isa isa, DType dt, void* x, int64_t x_stride, void* residual,
-                             int64_t res_stride, const void* weight, int64_t hidden,
-                             int64_t variance_size, float eps, int64_t begin, int64_t end) {
-  IRC_DISPATCH_ISA(isa, IRC_DISPATCH_DT(dt, ns::fused_add_rms_norm_rows_t<T>(
-                                                static_cast<T*>(x), x_stride,
-                                                static_cast<T*>(residual), res_stride,
-                                                static_cast<const T*>(weight), hidden,
-                                                variance_size, eps, begin, end)))
+void fused_add_rms_norm_rows(Isa isa, DType dt, DType wdt, void* x, int64_t x_stride,
+                             void* residual, int64_t res_stride, const void* weight,
+                             int64_t hidden, int64_t variance_size, float eps, int64_t begin,
+                             int64_t end) {
+  IRC_DISPATCH_ISA(isa, IRC_DISPATCH_WT(dt, wdt, (ns::fused_add_rms_norm_rows_t<T, WT>(
+                                                     static_cast<T*>(x), x_stride,
+                                                     static_cast<T*>(residual), res_stride,
+                                                     static_cast<const WT*>(weight), hidden,
+                                                     variance_size, eps, begin, end))))
 }
 
 void silu_and_mul_rows(Isa isa, DType dt, void* out, int64_t out_stride, const void* in,

@@ -25,12 +25,13 @@ const char* isa_name(Isa isa);
 // weight may be null (no scaling). variance_size in [1, hidden]. `stream`: write the output
 // with non-temporal stores (rows starting on a 64-byte boundary), for outputs far larger than
 // the caches: saves the read-for-ownership of every output line.
-void rms_norm_rows(Isa isa, DType dt, void* out, int64_t out_stride, const void* in,
+// wdt: the weight's dtype, dt or kFloat.
+void rms_norm_rows(Isa isa, DType dt, DType wdt, void* out, int64_t out_stride, const void* in,
                    int64_t in_stride, const void* weight, int64_t hidden,
                    int64_t variance_size, float eps, int64_t begin, int64_t end, bool stream);
 
 // In place: residual <- round(x + residual); x <- rms_norm(residual).
-void fused_add_rms_norm_rows(Isa isa, DType dt, void* x, int64_t x_stride, void* residual,
+void fused_add_rms_norm_rows(Isa isa, DType dt, DType wdt, void* x, int64_t x_stride, void* residual,
                              int64_t res_stride, const void* weight, int64_t hidden,
                              int64_t variance_size, float eps, int64_t begin, int64_t end);
 

@@ -98,11 +98,12 @@ void rms_norm_into(at::Tensor& out, const at::Tensor& x, const std::optional<at:
   void* o = out.data_ptr();
   const void* i = xin.data_ptr();
   const void* wp = w.defined() ? w.data_ptr() : nullptr;
+  const cpu::DType wdt = w.defined() ? to_dtype(w.scalar_type()) : dt;
   const int64_t stride = rows->stride;
   const float eps = static_cast<float>(epsilon);
   const bool stream = allow_stream && use_stream(out);
   at::parallel_for(0, rows->rows, grain_rows(hidden), [&](int64_t b, int64_t e) {
-    cpu::rms_norm_rows(isa, dt, o, hidden, i, stride, wp, hidden, vs, eps, b, e, stream);
+    cpu::rms_norm_rows(isa, dt, wdt, o, hidden, i, stride, wp, hidden, vs, eps, b, e, stream);
   });
 }
 
@@ -147,11 +148,12 @@ void fused_add_rms_norm_cpu(at::Tensor& x, at::Tensor& residual,
   void* xp = xw.data_ptr();
   void* rp = rw.data_ptr();
   const void* wp = w.defined() ? w.data_ptr() : nullptr;
+  const cpu::DType wdt = w.defined() ? to_dtype(w.scalar_type()) : dt;
   const int64_t xs = xr->stride;
   const int64_t rs = rr->stride;
   const float eps = static_cast<float>(epsilon);
   at::parallel_for(0, xr->rows, grain_rows(hidden), [&](int64_t b, int64_t e) {
-    cpu::fused_add_rms_norm_rows(isa, dt, xp, xs, rp, rs, wp, hidden, vs, eps, b, e);
+    cpu::fused_add_rms_norm_rows(isa, dt, wdt, xp, xs, rp, rs, wp, hidden, vs, eps, b, e);
   });
   if (!xw.is_same(x)) x.copy_(xw);
   if (!rw.is_same(residual)) residual.copy_(rw);

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "ops_common.h"
@@ -68,7 +69,7 @@ __device__ __forceinline__ void vstore(T* p, const Vec<T, N>& v) {
 // ------------------------------------------------------------------------------------------
 // Norm kernels.
 
-template <class T>
+template <class T, class WT>
 struct NormParams {
   T* out;  // rms_norm: the output; fused: x (written in place)
   int64_t out_stride;
@@ -76,7 +77,7 @@ struct NormParams {
   int64_t in_stride;
   T* res;  // fused only: the residual (read, then overwritten with x + residual)
   int64_t res_stride;
-  const T* w;  // may be null
+  const WT* w;  // may be null; x's dtype or float
   int hidden;
   int var_size;
   float eps;
@@ -113,10 +114,13 @@ constexpr int max_threads_for_nv() {
   return NV == 1 ? 1024 : 512;
 }
 
-template <class T, int VEC, int NV, bool FUSED>
-__global__ void __launch_bounds__(max_threads_for_nv<NV>()) norm_reg_kernel(const NormParams<T> p) {
+template <class T, class WT, int VEC, int NV, bool FUSED>
+__global__ void __launch_bounds__(max_threads_for_nv<NV>())
+    norm_reg_kernel(const NormParams<T, WT> p) {
   using C = Cvt<T>;
+  using CW = Cvt<WT>;
   using V = Vec<T, VEC>;
+  using VW = Vec<WT, VEC>;
   const int tpr = p.tpr;
   const int lane = threadIdx.x % tpr;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * p.rows_per_block + threadIdx.x / tpr;
@@ -124,7 +128,7 @@ __global__ void __launch_bounds__(max_threads_for_nv<NV>()) norm_reg_kernel(cons
   const int nvec = p.hidden / VEC;
 
   V xv[NV];
-  V wv[NV];
+  VW wv[NV];
   float acc = 0.0f;
   if (active) {
     const T* xrow = p.in + row * p.in_stride;
@@ -136,7 +140,7 @@ __global__ void __launch_bounds__(max_threads_for_nv<NV>()) norm_reg_kernel(cons
       if (vi < nvec) {
         xv[k] = vload<T, VEC>(xrow + vi * VEC);
         if constexpr (FUSED) rv[k] = vload<T, VEC>(p.res + row * p.res_stride + vi * VEC);
-        if (p.w != nullptr) wv[k] = vload<T, VEC>(p.w + vi * VEC);
+        if (p.w != nullptr) wv[k] = vload<WT, VEC>(p.w + vi * VEC);
       }
     }
 #pragma unroll
@@ -167,7 +171,7 @@ __global__ void __launch_bounds__(max_threads_for_nv<NV>()) norm_reg_kernel(cons
       V o;
       if (p.w != nullptr) {
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) o.v[i] = C::of(C::f32(xv[k].v[i]) * inv * C::f32(wv[k].v[i]));
+        for (int i = 0; i < VEC; ++i) o.v[i] = C::of(C::f32(xv[k].v[i]) * inv * CW::f32(wv[k].v[i]));
       } else {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) o.v[i] = C::of(C::f32(xv[k].v[i]) * inv);
@@ -178,9 +182,10 @@ __global__ void __launch_bounds__(max_threads_for_nv<NV>()) norm_reg_kernel(cons
 }
 
 // Any row length: one row per block, two passes (the second re-reads the row, from L2).
-template <class T, int VEC, bool FUSED>
-__global__ void __launch_bounds__(1024) norm_loop_kernel(const NormParams<T> p) {
+template <class T, class WT, int VEC, bool FUSED>
+__global__ void __launch_bounds__(1024) norm_loop_kernel(const NormParams<T, WT> p) {
   using C = Cvt<T>;
+  using CW = Cvt<WT>;
   using V = Vec<T, VEC>;
   const int64_t row = blockIdx.x;
   const int nvec = p.hidden / VEC;
@@ -209,9 +214,9 @@ __global__ void __launch_bounds__(1024) norm_loop_kernel(const NormParams<T> p) 
     const V x = vload<T, VEC>(src + vi * VEC);
     V o;
     if (p.w != nullptr) {
-      const V w = vload<T, VEC>(p.w + vi * VEC);
+      const Vec<WT, VEC> w = vload<WT, VEC>(p.w + vi * VEC);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) o.v[i] = C::of(C::f32(x.v[i]) * inv * C::f32(w.v[i]));
+      for (int i = 0; i < VEC; ++i) o.v[i] = C::of(C::f32(x.v[i]) * inv * CW::f32(w.v[i]));
     } else {
 #pragma unroll
       for (int i = 0; i < VEC; ++i) o.v[i] = C::of(C::f32(x.v[i]) * inv);
@@ -298,27 +303,27 @@ NormConfig pick_norm_config(int64_t rows, int nvec, int sms) {
   return c;
 }
 
-template <class T, int VEC, bool FUSED>
-void launch_norm_vec(NormParams<T> p, cudaStream_t stream, int sms) {
+template <class T, class WT, int VEC, bool FUSED>
+void launch_norm_vec(NormParams<T, WT> p, cudaStream_t stream, int sms) {
   const int nvec = p.hidden / VEC;
   const NormConfig c = pick_norm_config(p.rows, nvec, sms);
   p.tpr = c.tpr;
   if (c.nv == 0) {
     p.rows_per_block = 1;
-    norm_loop_kernel<T, VEC, FUSED><<<static_cast<unsigned>(p.rows), c.block, 0, stream>>>(p);
+    norm_loop_kernel<T, WT, VEC, FUSED><<<static_cast<unsigned>(p.rows), c.block, 0, stream>>>(p);
   } else {
     p.rows_per_block = c.block / c.tpr;
     const int64_t grid = (p.rows + p.rows_per_block - 1) / p.rows_per_block;
     const unsigned g = static_cast<unsigned>(grid);
     switch (c.nv) {
       case 1:
-        norm_reg_kernel<T, VEC, 1, FUSED><<<g, c.block, 0, stream>>>(p);
+        norm_reg_kernel<T, WT, VEC, 1, FUSED><<<g, c.block, 0, stream>>>(p);
         break;
       case 2:
-        norm_reg_kernel<T, VEC, 2, FUSED><<<g, c.block, 0, stream>>>(p);
+        norm_reg_kernel<T, WT, VEC, 2, FUSED><<<g, c.block, 0, stream>>>(p);
         break;
       default:
-        norm_reg_kernel<T, VEC, 4, FUSED><<<g, c.block, 0, stream>>>(p);
+        norm_reg_kernel<T, WT, VEC, 4, FUSED><<<g, c.block, 0, stream>>>(p);
         break;
     }
   }
@@ -326,20 +331,22 @@ void launch_norm_vec(NormParams<T> p, cudaStream_t stream, int sms) {
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+inline bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) % n) == 0; }
 
-template <class T, bool FUSED>
-void launch_norm(const NormParams<T>& p, cudaStream_t stream, int sms) {
+template <class T, class WT, bool FUSED>
+void launch_norm(const NormParams<T, WT>& p, cudaStream_t stream, int sms) {
   constexpr int kVec = 16 / sizeof(T);
+  // An fp32 weight with 16-bit x is read as 32-byte vectors: it needs 32-byte alignment.
   const bool vec_ok = p.hidden % kVec == 0 && aligned16(p.out) && aligned16(p.in) &&
-                      (p.w == nullptr || aligned16(p.w)) &&
+                      (p.w == nullptr || aligned(p.w, sizeof(WT) * kVec)) &&
                       (p.out_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
                       (p.in_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
                       (!FUSED || (aligned16(p.res) &&
                                   (p.res_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0));
   if (vec_ok) {
-    launch_norm_vec<T, kVec, FUSED>(p, stream, sms);
+    launch_norm_vec<T, WT, kVec, FUSED>(p, stream, sms);
   } else {
-    launch_norm_vec<T, 1, FUSED>(p, stream, sms);
+    launch_norm_vec<T, WT, 1, FUSED>(p, stream, sms);
   }
 }
 
@@ -445,18 +452,27 @@ void rms_norm_out_cuda(at::Tensor& out, const at::Tensor& x,
   check_sizes("rms_norm", hidden, rows->rows);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const int sms = sm_count(x.device().index());
+  const bool fp32_weight = w.defined() && w.scalar_type() != x.scalar_type();
   IRC_CUDA_DISPATCH(x.scalar_type(), {
-    NormParams<T> p{};
-    p.out = static_cast<T*>(out.data_ptr());
-    p.out_stride = hidden;
-    p.in = static_cast<const T*>(xin.data_ptr());
-    p.in_stride = rows->stride;
-    p.w = w.defined() ? static_cast<const T*>(w.data_ptr()) : nullptr;
-    p.hidden = static_cast<int>(hidden);
-    p.var_size = static_cast<int>(vs);
-    p.eps = static_cast<float>(epsilon);
-    p.rows = rows->rows;
-    launch_norm<T, false>(p, stream, sms);
+    auto run = [&](auto* wtag) {
+      using WT = std::remove_pointer_t<decltype(wtag)>;
+      NormParams<T, WT> p{};
+      p.out = static_cast<T*>(out.data_ptr());
+      p.out_stride = hidden;
+      p.in = static_cast<const T*>(xin.data_ptr());
+      p.in_stride = rows->stride;
+      p.w = w.defined() ? static_cast<const WT*>(w.data_ptr()) : nullptr;
+      p.hidden = static_cast<int>(hidden);
+      p.var_size = static_cast<int>(vs);
+      p.eps = static_cast<float>(epsilon);
+      p.rows = rows->rows;
+      launch_norm<T, WT, false>(p, stream, sms);
+    };
+    if (fp32_weight) {
+      run(static_cast<float*>(nullptr));
+    } else {
+      run(static_cast<T*>(nullptr));
+    }
   })
 }
 
@@ -493,20 +509,29 @@ void fused_add_rms_norm_cuda(at::Tensor& x, at::Tensor& residual,
   check_sizes("fused_add_rms_norm", hidden, xr->rows);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const int sms = sm_count(x.device().index());
+  const bool fp32_weight = w.defined() && w.scalar_type() != x.scalar_type();
   IRC_CUDA_DISPATCH(x.scalar_type(), {
-    NormParams<T> p{};
-    p.out = static_cast<T*>(xw.data_ptr());
-    p.out_stride = xr->stride;
-    p.in = p.out;
-    p.in_stride = xr->stride;
-    p.res = static_cast<T*>(rw.data_ptr());
-    p.res_stride = rr->stride;
-    p.w = w.defined() ? static_cast<const T*>(w.data_ptr()) : nullptr;
-    p.hidden = static_cast<int>(hidden);
-    p.var_size = static_cast<int>(vs);
-    p.eps = static_cast<float>(epsilon);
-    p.rows = xr->rows;
-    launch_norm<T, true>(p, stream, sms);
+    auto run = [&](auto* wtag) {
+      using WT = std::remove_pointer_t<decltype(wtag)>;
+      NormParams<T, WT> p{};
+      p.out = static_cast<T*>(xw.data_ptr());
+      p.out_stride = xr->stride;
+      p.in = p.out;
+      p.in_stride = xr->stride;
+      p.res = static_cast<T*>(rw.data_ptr());
+      p.res_stride = rr->stride;
+      p.w = w.defined() ? static_cast<const WT*>(w.data_ptr()) : nullptr;
+      p.hidden = static_cast<int>(hidden);
+      p.var_size = static_cast<int>(vs);
+      p.eps = static_cast<float>(epsilon);
+      p.rows = xr->rows;
+      launch_norm<T, WT, true>(p, stream, sms);
+    };
+    if (fp32_weight) {
+      run(static_cast<float*>(nullptr));
+    } else {
+      run(static_cast<T*>(nullptr));
+    }
   })
   if (!xw.is_same(x)) x.copy_(xw);
   if (!rw.is_same(residual)) residual.copy_(rw);

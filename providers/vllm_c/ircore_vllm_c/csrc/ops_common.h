@@ -73,9 +73,9 @@ inline int64_t check_norm_args(const char* op, const at::Tensor& x,
               hidden, "], got ", vs);
   if (weight.has_value() && weight->defined()) {
     const at::Tensor& w = *weight;
-    TORCH_CHECK(w.scalar_type() == x.scalar_type(), "ircore_vllm_c.", op,
-                ": weight dtype must equal x dtype (", x.scalar_type(), "), got ",
-                w.scalar_type());
+    TORCH_CHECK(w.scalar_type() == x.scalar_type() || w.scalar_type() == at::ScalarType::Float,
+                "ircore_vllm_c.", op, ": weight dtype must be x's (", x.scalar_type(),
+                ") or float32, got ", w.scalar_type());
     TORCH_CHECK(w.dim() == 1 && w.size(0) == hidden, "ircore_vllm_c.", op,
                 ": weight must have shape [", hidden, "], got ", w.sizes());
     TORCH_CHECK(w.device() == x.device(), "ircore_vllm_c.", op, ": weight is on ", w.device(),
