@@ -190,3 +190,17 @@ def test_resolve_cuda_home_sees_through_a_wrapper(tmp_path, monkeypatch):
     assert kernels.resolve_cuda_home() == str(toolkit.resolve())
     monkeypatch.setenv("CUDA_HOME", str(bindir.parent))  # not a toolkit: skipped
     assert kernels.resolve_cuda_home() == str(toolkit.resolve())
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_conformance_kit(device):
+    """The core's own conformance kit, when this provider is installed (entry point found)."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    testing = pytest.importorskip("ircore.testing")
+    if not hasattr(testing, "check_provider"):
+        pytest.skip("this ircore has no conformance kit")
+    report = testing.check_provider("vllm_c", device=device)
+    if not report.checked:
+        pytest.skip("ircore-provider-vllm-c is not installed (no entry point), or not active here")
+    assert all(n > 0 for n in report.checked.values()), str(report)
