@@ -133,7 +133,10 @@ def _load_once(kind: str) -> str | None:
     except Exception as exc:  # never let a broken build or environment escape
         reason = f"{kind.upper()} kernels failed to load: {type(exc).__name__}: {_first_line(exc)}"
     if reason is None:
-        _register_fakes()
+        try:
+            _register_fakes()
+        except Exception as exc:  # e.g. another copy registered them already
+            log.info("ircore_vllm_c: fake kernels not registered: %s", _first_line(exc))
         log.debug("ircore_vllm_c %s kernels loaded", kind)
     else:
         log.warning("ircore_vllm_c: %s", reason)
