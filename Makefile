@@ -4,6 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # The CPU build of torch; an unpinned torch would pull a multi-GB CUDA build.
 TORCH_PIN ?= torch==2.13.0
+TRITON_PIN ?= triton==3.6.0
 PROVIDERS := $(wildcard providers/*/pyproject.toml)
 STAMP := $(VENV)/.ircore-installed
 
@@ -13,7 +14,10 @@ $(STAMP): pyproject.toml $(PROVIDERS) Makefile
 	@echo "==> creating $(VENV) and installing $(TORCH_PIN), ircore and its providers"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install -q $(TORCH_PIN) numpy ninja
+	$(BIN)/python -m pip install -q $(TORCH_PIN) 'numpy<2.4' ninja
+	@# Triton's interpreter runs the triton provider's kernels on the CPU in tests
+	@# (numpy<2.4: triton 3.6's interpreter breaks on 2.4, triton-lang/triton#9171).
+	$(BIN)/python -m pip install -q $(TRITON_PIN)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@for p in $(dir $(PROVIDERS)); do \
 		echo "==> installing provider $$p"; \
@@ -26,9 +30,13 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/python examples/demo.py
 
+# Three pytest runs: the providers' test folders share file names and the triton tests must set
+# TRITON_INTERPRET before triton is first imported.
 test: setup
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q providers/vllm_c/tests
+	$(BIN)/python -m pytest -q providers/triton/tests
 
 lint: setup
 	$(BIN)/python -m ruff check .
