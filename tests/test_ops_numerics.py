@@ -101,7 +101,11 @@ BAD_CALLS = [
         lambda: (torch.ones(2, 8, dtype=torch.int8), torch.ones(2, 8, dtype=torch.int8), None, 1e-6),
         "'x' has dtype torch.int8",
     ),
-    ("silu_and_mul", lambda: (torch.randn(3, 7),), "'x' has an odd last dimension 7"),
+    ("silu_and_mul", lambda: (torch.randn(3, 7),), "'x' has last dimension 7 (shape (3, 7)); it must be even"),
+    ("silu_and_mul", lambda: (torch.randn(3, 0),), "'x' has last dimension 0"),
+    ("rms_norm", lambda: (torch.randn(3, 0), None, 1e-6), "'x' has an empty last dimension (shape (3, 0))"),
+    ("rms_norm", lambda: (torch.randn(3, 0), torch.randn(0), 1e-6), "'x' has an empty last dimension"),
+    ("fused_add_rms_norm", lambda: (torch.randn(3, 0), torch.randn(3, 0), None, 1e-6), "'x' has an empty last dimension"),
     ("silu_and_mul", lambda: (torch.ones(3, 8, dtype=torch.int16),), "'x' has dtype torch.int16"),
 ]
 

@@ -19,7 +19,7 @@ ACTIVATION_TOLERANCES = {
 
 def _check_silu_and_mul(x: torch.Tensor) -> None:
     try:  # the common valid call first: this runs on every eager call
-        if x.dtype in _FLOAT and not x.shape[-1] % 2:
+        if x.dtype in _FLOAT and (d := x.shape[-1]) and not d % 2:
             return
     except (AttributeError, IndexError):
         pass
@@ -28,12 +28,12 @@ def _check_silu_and_mul(x: torch.Tensor) -> None:
         _checks.check_float("silu_and_mul", "x", x)
     if x.dim() == 0:
         _checks.check_rows("silu_and_mul", x)
-    if x.shape[-1] % 2:
+    if x.shape[-1] % 2 or not x.shape[-1]:
         _checks.bad_argument(
             "silu_and_mul",
             "x",
-            f"has an odd last dimension {x.shape[-1]} (shape {tuple(x.shape)}); it must hold "
-            "the two halves [gate, up] of equal size",
+            f"has last dimension {x.shape[-1]} (shape {tuple(x.shape)}); it must be even and "
+            "non-zero: the two halves [gate, up] of equal size",
         )
 
 

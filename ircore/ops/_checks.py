@@ -52,5 +52,8 @@ def check_variance_size(op: str, x: torch.Tensor, variance_size: int) -> None:
 
 
 def check_rows(op: str, x: torch.Tensor) -> None:
+    """At least one dimension, and a non-empty last one (there is nothing to normalise)."""
     if x.dim() == 0:
         bad_argument(op, "x", "is a 0-d tensor; expected at least one dimension")
+    if x.shape[-1] == 0:
+        bad_argument(op, "x", f"has an empty last dimension (shape {tuple(x.shape)})")

@@ -27,10 +27,11 @@ def _check_rms_norm(
     try:
         if variance_size is None and x.dtype in _FLOAT:
             if weight is None:
-                if x.dim():
+                if x.shape[-1]:
                     return
             elif (
-                weight.numel() == x.shape[-1]
+                (hidden := x.shape[-1])
+                and weight.numel() == hidden
                 and weight.dim() == 1
                 and weight.dtype in _FLOAT
                 and weight.device == x.device
@@ -129,11 +130,11 @@ def _check_fused_add_rms_norm(
             and x_residual.dtype == x.dtype
             and x_residual.shape == x.shape
             and x_residual.device == x.device
-            and x.dim()
+            and (hidden := x.shape[-1])
             and (
                 weight is None
                 or (
-                    weight.numel() == x.shape[-1]
+                    weight.numel() == hidden
                     and weight.dim() == 1
                     and weight.dtype in _FLOAT
                     and weight.device == x.device
@@ -147,8 +148,7 @@ def _check_fused_add_rms_norm(
     if x.dtype not in _checks.FLOAT_DTYPES:
         _checks.check_tensor(op, "x", x)
         _checks.check_float(op, "x", x)
-    if x.dim() == 0:
-        _checks.check_rows(op, x)
+    _checks.check_rows(op, x)
     if x_residual.shape != x.shape or x_residual.dtype != x.dtype:
         _checks.check_tensor(op, "x_residual", x_residual)
         _checks.bad_argument(

@@ -3,8 +3,10 @@
 Each function has exactly the native op's signature and calls this provider's torch op
 (``torch.ops.ircore_vllm_c.*``, loaded by :func:`ircore_vllm_c.kernels.load_kernels`).
 
-What the kernels handle (the predicates say exactly this, and run on every eager call, so they
-are a handful of attribute reads):
+The predicates run on every eager call, after the core's own argument check (so x is a
+float32/float16/bfloat16 tensor with a non-empty last dimension, the weight is 1-D of size
+hidden on x's device, variance_size is in range, the residual matches x, and silu_and_mul's
+last dimension is even). On top of that, what the kernels handle:
 
 - device: CPU always (once loaded); CUDA when the CUDA kernels are loaded;
 - dtype: float32, float16, bfloat16; weight (when given) of x's dtype or float32, 1-D, of
@@ -32,33 +34,10 @@ __all__ = [
     "silu_and_mul_supports",
 ]
 
-_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
+_F32 = torch.float32
 
 
-def _device_ok(x: torch.Tensor) -> bool:
-    if x.is_cuda:
-        return kernels.cuda_loaded()
-    return x.is_cpu and kernels.cpu_loaded()
-
-
-def _norm_ok(x: torch.Tensor, weight: torch.Tensor | None, variance_size: int | None) -> bool:
-    if x.dtype not in _DTYPES or x.dim() == 0:
-        return False
-    hidden = x.shape[-1]
-    if hidden == 0 or not _device_ok(x):
-        return False
-    if variance_size is not None and not 0 < variance_size <= hidden:
-        return False
-    if weight is not None:
-        if weight.dtype != x.dtype and weight.dtype != torch.float32:
-            return False
-        if weight.dim() != 1 or weight.shape[0] != hidden:
-            return False
-        if weight.device != x.device:
-            return False
-    return True
-
-
+# The predicates below are written out in one expression each: they run on every eager call.
 def rms_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None,
@@ -76,7 +55,9 @@ def rms_norm_supports(
     variance_size: int | None = None,
 ) -> bool:
     """True for calls the kernel handles (see the module docstring)."""
-    return _norm_ok(x, weight, variance_size)
+    return (weight is None or weight.dtype is x.dtype or weight.dtype is _F32) and (
+        (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
+    )
 
 
 def fused_add_rms_norm(
@@ -98,12 +79,9 @@ def fused_add_rms_norm_supports(
     epsilon: float,
     variance_size: int | None = None,
 ) -> bool:
-    """As :func:`rms_norm_supports`, with a residual of x's shape, dtype and device."""
-    return (
-        _norm_ok(x, weight, variance_size)
-        and x_residual.dtype == x.dtype
-        and x_residual.shape == x.shape
-        and x_residual.device == x.device
+    """As :func:`rms_norm_supports` (the core has checked the residual against x)."""
+    return (weight is None or weight.dtype is x.dtype or weight.dtype is _F32) and (
+        (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
     )
 
 
@@ -113,5 +91,5 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 
 
 def silu_and_mul_supports(x: torch.Tensor) -> bool:
-    """Float dtypes, an even non-empty last dimension, a loaded device."""
-    return x.dtype in _DTYPES and x.dim() > 0 and x.shape[-1] > 0 and x.shape[-1] % 2 == 0 and _device_ok(x)
+    """Any input the core accepts, on a device whose kernels are loaded."""
+    return (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)

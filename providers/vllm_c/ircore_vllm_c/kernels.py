@@ -71,14 +71,19 @@ def load_kernels(cuda: bool | None = None) -> str | None:
         return reason
 
 
+# Whether each library is loaded: read by the predicates on every eager call, so plain globals.
+CPU_LOADED = False
+CUDA_LOADED = False
+
+
 def cpu_loaded() -> bool:
     """Whether the CPU kernels are loaded (the ops exist)."""
-    return _results.get("cpu", "") is None
+    return CPU_LOADED
 
 
 def cuda_loaded() -> bool:
     """Whether the CUDA kernels are loaded."""
-    return _results.get("cuda", "") is None
+    return CUDA_LOADED
 
 
 def cache_root() -> Path:
@@ -141,6 +146,9 @@ def _load_once(kind: str) -> str | None:
     else:
         log.warning("ircore_vllm_c: %s", reason)
     _results[kind] = reason
+    global CPU_LOADED, CUDA_LOADED
+    CPU_LOADED = _results.get("cpu", "") is None
+    CUDA_LOADED = _results.get("cuda", "") is None
     return reason
 
 
