@@ -36,7 +36,8 @@ def main() -> None:
     section("fused residual add + RMSNorm never mutates its inputs")
     before = x.clone()
     normed, new_residual = ircore.ops.fused_add_rms_norm(x, residual, weight, 1e-6)
-    print(f"x unchanged: {torch.equal(x, before)}; outputs {tuple(normed.shape)}, {tuple(new_residual.shape)}")
+    shapes = f"{tuple(normed.shape)}, {tuple(new_residual.shape)}"
+    print(f"x unchanged: {torch.equal(x, before)}; outputs {shapes}")
 
     section("priorities: process-wide, or scoped to a block (per thread / task)")
     print("default rms_norm priority:", ircore.get_priority("rms_norm"))
