@@ -48,7 +48,7 @@ def compile_cuda_object(
     std = "-std=c++20" if torch.__version__ >= (2, 10) else "-std=c++17"  # as torch builds
     log = []
     ok = True
-    for src in kernels.CUDA_SOURCES:
+    for src in [s for s in kernels.CUDA_SOURCES if s.endswith(".cu")]:
         cmd = [
             nvcc, "-c", str(kernels.CSRC_DIR / src), "-o", str(out_dir / (Path(src).stem + ".o")),
             std, "-Xcompiler", "-fPIC", *TORCH_NVCC_FLAGS, *kernels.CUDA_CFLAGS,

@@ -421,18 +421,6 @@ void launch_silu_vec(T* out, const T* in, int64_t in_stride, int64_t rows, int64
     }                                      \
   }
 
-void check_cuda(const char* op, const at::Tensor& x) {
-  TORCH_CHECK(x.device().is_cuda(), "ircore_vllm_c.", op, ": expected a CUDA tensor, got ",
-              x.device());
-}
-
-void check_sizes(const char* op, int64_t hidden, int64_t rows) {
-  TORCH_CHECK(hidden < (int64_t{1} << 30), "ircore_vllm_c.", op, ": hidden size ", hidden,
-              " too large");
-  TORCH_CHECK(rows < (int64_t{1} << 31) - 1, "ircore_vllm_c.", op, ": too many rows (", rows,
-              ")");
-}
-
 void rms_norm_out_cuda(at::Tensor& out, const at::Tensor& x,
                        const std::optional<at::Tensor>& weight, double epsilon,
                        std::optional<int64_t> variance_size) {
