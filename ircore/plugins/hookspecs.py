@@ -39,7 +39,9 @@ def ircore_register(registrar: Registrar, platform: Platform) -> None:
 
     ``fn`` must have exactly the native function's signature; ``supports_args`` (same
     parameters, returns bool) says which calls ``fn`` handles, anything else falls through to the
-    next provider. Registration is all-or-nothing: if any one is rejected, none is kept.
+    next provider. It runs on every eager call, and only on arguments that passed the op's own
+    check (dtype, shapes, devices), so it tests just what the kernel adds. Registration is
+    all-or-nothing: if any one is rejected, none is kept.
     """
 
 

@@ -4,9 +4,10 @@ Why: the CPU kernels must be at least as fast as vLLM's ``torch.ops._C.rms_norm`
 ``fused_add_rms_norm`` at every size; this measures both in one process, interleaved, so they
 see the same machine state.
 
-Run:  .venv/bin/python providers/vllm_c/bench_cpu.py            (ours only)
-      .venv-vllm/bin/python providers/vllm_c/bench_cpu.py       (ours and vLLM's, side by side)
-      .venv/bin/python providers/vllm_c/bench_cpu.py --vllm     (re-runs itself in .venv-vllm)
+Run:  .venv/bin/python benchmarks/kernels_cpu.py            (ours only)
+      .venv-vllm/bin/python benchmarks/kernels_cpu.py       (ours and vLLM's, side by side)
+      .venv/bin/python benchmarks/kernels_cpu.py --vllm     (re-runs itself in .venv-vllm)
+(the vLLM venv: bash benchmarks/setup_vllm_venv.sh)
 
 Method: per case, rounds of back-to-back calls (calls per round calibrated to ~20 ms), median of
 the per-round means, candidates interleaved round by round; inference_mode on; in-place
@@ -30,7 +31,8 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+REPO = HERE.parent
+sys.path.insert(0, str(REPO / "providers" / "vllm_c"))  # ircore_vllm_c, also from the vLLM venv
 
 EPS = 1e-6
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -184,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vllm", action="store_true", help="re-run under .venv-vllm (vLLM side by side)")
     args = p.parse_args(argv)
     if args.vllm and "vllm" not in sys.modules:
-        py = HERE.parents[1] / ".venv-vllm" / "bin" / "python"
+        py = REPO / ".venv-vllm" / "bin" / "python"
         if not py.exists():
             raise SystemExit(f"{py} missing: run bash benchmarks/setup_vllm_venv.sh")
         rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--vllm"]
