@@ -1,9 +1,29 @@
 // Argument checks shared by the CPU and CUDA bindings, so both devices accept and reject exactly
 // the same calls with the same messages. Built by the host C++ compiler into each library (see
 // ops_common.h for why they are not inline).
+#include <string>
+
 #include "ops_common.h"
 
 namespace ircore_vllm_c {
+
+namespace {
+
+// Numbers in messages are formatted here, never by std::ostream: on the H200 image (torch
+// 2.11.0+cu130) inserting a number into the stream TORCH_CHECK builds crashed inside extension
+// code, CPU and CUDA libraries alike (libstdc++ locale facets); strings are inserted safely.
+std::string num(int64_t v) { return std::to_string(v); }
+
+std::string dims(c10::IntArrayRef sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(sizes[i]);
+  }
+  return out + "]";
+}
+
+}  // namespace
 
 void check_x(const char* op, const at::Tensor& x) {
   TORCH_CHECK(x.dim() >= 1, "ircore_vllm_c.", op, ": x must have at least one dimension");
@@ -20,14 +40,14 @@ int64_t check_norm_args(const char* op, const at::Tensor& x,
   const int64_t hidden = x.size(-1);
   const int64_t vs = variance_size.has_value() ? *variance_size : hidden;
   TORCH_CHECK(vs >= 1 && vs <= hidden, "ircore_vllm_c.", op, ": variance_size must be in [1, ",
-              hidden, "], got ", vs);
+              num(hidden), "], got ", num(vs));
   if (weight.has_value() && weight->defined()) {
     const at::Tensor& w = *weight;
     TORCH_CHECK(w.scalar_type() == x.scalar_type() || w.scalar_type() == at::ScalarType::Float,
                 "ircore_vllm_c.", op, ": weight dtype must be x's (", x.scalar_type(),
                 ") or float32, got ", w.scalar_type());
     TORCH_CHECK(w.dim() == 1 && w.size(0) == hidden, "ircore_vllm_c.", op,
-                ": weight must have shape [", hidden, "], got ", w.sizes());
+                ": weight must have shape [", num(hidden), "], got ", dims(w.sizes()));
     TORCH_CHECK(w.device() == x.device(), "ircore_vllm_c.", op, ": weight is on ", w.device(),
                 ", x on ", x.device());
     w_out = w.contiguous();
@@ -39,7 +59,8 @@ int64_t check_norm_args(const char* op, const at::Tensor& x,
 
 void check_residual(const char* op, const at::Tensor& x, const at::Tensor& residual) {
   TORCH_CHECK(residual.sizes() == x.sizes(), "ircore_vllm_c.", op,
-              ": residual must have the shape of x ", x.sizes(), ", got ", residual.sizes());
+              ": residual must have the shape of x ", dims(x.sizes()), ", got ",
+              dims(residual.sizes()));
   TORCH_CHECK(residual.scalar_type() == x.scalar_type(), "ircore_vllm_c.", op,
               ": residual dtype must equal x dtype (", x.scalar_type(), "), got ",
               residual.scalar_type());
@@ -51,7 +72,7 @@ void check_silu_args(const at::Tensor& x) {
   check_x("silu_and_mul", x);
   TORCH_CHECK(x.size(-1) % 2 == 0,
               "ircore_vllm_c.silu_and_mul: the last dimension of x must be even, got ",
-              x.size(-1));
+              num(x.size(-1)));
 }
 
 
@@ -59,8 +80,8 @@ void check_silu_args(const at::Tensor& x) {
 // overlapping x.
 void check_out(const char* op, const at::Tensor& out, const at::Tensor& x,
                       c10::IntArrayRef sizes) {
-  TORCH_CHECK(out.sizes() == sizes, "ircore_vllm_c.", op, "_out: out must have shape ", sizes,
-              ", got ", out.sizes());
+  TORCH_CHECK(out.sizes() == sizes, "ircore_vllm_c.", op, "_out: out must have shape ",
+              dims(sizes), ", got ", dims(out.sizes()));
   TORCH_CHECK(out.scalar_type() == x.scalar_type() && out.device() == x.device(),
               "ircore_vllm_c.", op, "_out: out must be ", x.scalar_type(), " on ", x.device());
   TORCH_CHECK(out.is_contiguous(), "ircore_vllm_c.", op, "_out: out must be contiguous");
@@ -72,9 +93,9 @@ void check_cuda(const char* op, const at::Tensor& x) {
 }
 
 void check_sizes(const char* op, int64_t hidden, int64_t rows) {
-  TORCH_CHECK(hidden < (int64_t{1} << 30), "ircore_vllm_c.", op, ": hidden size ", hidden,
+  TORCH_CHECK(hidden < (int64_t{1} << 30), "ircore_vllm_c.", op, ": hidden size ", num(hidden),
               " too large");
-  TORCH_CHECK(rows < (int64_t{1} << 31) - 1, "ircore_vllm_c.", op, ": too many rows (", rows,
+  TORCH_CHECK(rows < (int64_t{1} << 31) - 1, "ircore_vllm_c.", op, ": too many rows (", num(rows),
               ")");
 }
 

@@ -55,10 +55,8 @@ inline bool is_supported_dtype(at::ScalarType t) {
          t == at::ScalarType::BFloat16;
 }
 
-// Argument checks (defined in checks.cpp). Their messages are formatted there, in code the host
-// C++ compiler builds: formatting numbers in nvcc-compiled code instantiated libstdc++ stream
-// internals inside the CUDA library, which crashed when a check failed (seen on the H200 build
-// with nvcc 13.0).
+// Argument checks (defined in checks.cpp, where their messages are formatted without
+// std::ostream number insertion: see there).
 void check_x(const char* op, const at::Tensor& x);
 // Checks the norm arguments; returns the variance size and the weight made contiguous
 // (undefined when there is no weight).
