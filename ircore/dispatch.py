@@ -90,6 +90,7 @@ def bump_generation() -> None:
 
 
 def note_impl_registered(impl: Impl) -> None:
+    """A new implementation may change any plan of its op."""
     bump_generation()
 
 

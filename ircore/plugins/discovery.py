@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -66,14 +65,12 @@ def incompatibility(candidate: Candidate, core_version: str) -> str | None:
     return None
 
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
 def name_problem(name: str) -> str | None:
-    from ircore.op import RESERVED_PROVIDER_NAMES
+    """Why an entry point's name cannot be a provider's name, or None."""
+    from ircore.op import NAME_PATTERN, RESERVED_PROVIDER_NAMES
 
-    if not _NAME.match(name):
-        return f"entry point name {name!r} is not a valid provider name (must match {_NAME.pattern})"
+    if not NAME_PATTERN.match(name):
+        return f"entry point name {name!r} is not a valid provider name (must match {NAME_PATTERN.pattern})"
     if name in RESERVED_PROVIDER_NAMES:
         return f"entry point name {name!r} is reserved (reserved: {sorted(RESERVED_PROVIDER_NAMES)})"
     return None

@@ -15,12 +15,12 @@ import os
 import threading
 import traceback
 from collections import defaultdict
-from types import ModuleType, TracebackType
+from types import TracebackType
 
 import pluggy
 
 from ircore import dispatch
-from ircore.errors import ConfigError, ImplRegistrationError, ProviderLoadError
+from ircore.errors import ImplRegistrationError, ProviderLoadError
 from ircore.op import all_ops
 from ircore.platform import Platform, current_platform
 from ircore.plugins import hookspecs
@@ -59,7 +59,6 @@ class ProviderManager:
         self._lock = threading.RLock()
         self.records: dict[str, ProviderRecord] = {}
         self.settings: Settings | None = None
-        self.config_error: ConfigError | None = None
         self._current = False
         self._platform: Platform | None = None
         self._active_reason: dict[str, str] = {}
@@ -241,9 +240,6 @@ class ProviderManager:
             return None
         return f"provider {name!r} is {record.state}: {record.reason}"
 
-    def module_of(self, name: str) -> ModuleType | None:
-        record = self.records.get(name)
-        return None if record is None else importlib.import_module(record.module)
 
 
 MANAGER = ProviderManager()
