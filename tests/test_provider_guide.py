@@ -1,0 +1,57 @@
+"""The minimal provider in docs/writing-a-provider.md works when copied as the guide says.
+
+The two files are taken from the guide's code blocks, installed with pip as a real distribution
+and listed by ``ircore list --json``; on this CPU-only machine its platform check must say why
+it is unavailable, and with the check bypassed its implementation must be registered and run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from .provider_env import REPO, ProviderEnv
+
+GUIDE = REPO / "docs" / "writing-a-provider.md"
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", GUIDE.read_text(), flags=re.S)
+
+
+def test_guide_provider_installs_and_reports(tmp_path):
+    project = tmp_path / "ircore-provider-myprov"
+    package = project / "ircore_myprov"
+    package.mkdir(parents=True)
+    (project / "pyproject.toml").write_text(_blocks("toml")[0])
+    (package / "__init__.py").write_text("")
+    (package / "provider.py").write_text(_blocks("python")[0])
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--no-compile", "--target", str(site), str(project)],
+        check=True,
+    )
+    penv = ProviderEnv(site, tmp_path)
+    run = penv.cli("list", "--json")
+    assert run.returncode == 0, run.stderr
+    record = next(p for p in json.loads(run.stdout)["providers"] if p["name"] == "myprov")
+    assert record["distribution"] == "ircore-provider-myprov"
+    assert record["state"] == "unavailable"
+    assert record["reason"].startswith("needs an NVIDIA GPU; found CPU (")
+    # with its platform check answered "yes", the same module registers and serves calls
+    code = (
+        "import torch, ircore, ircore_myprov.provider as p\n"
+        "p.ircore_check_platform = ircore.hookimpl(lambda platform: None)\n"
+        "p.rms_norm_supports = lambda x, weight, epsilon, variance_size: True\n"
+        "from ircore.plugins.manager import MANAGER\n"
+        "MANAGER.ensure_loaded()\n"
+        "x, w = torch.randn(2, 8), torch.randn(8)\n"
+        "print('OUT', MANAGER.records['myprov'].state, ircore.get_priority('rms_norm'),"
+        " ircore.explain('rms_norm', x, w, 1e-6).chosen)\n"
+    )
+    run = penv.run(["-c", code])
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("OUT", 1)[1].split() == ["active", "['myprov',", "'native']", "myprov"]
