@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ircore.errors import PriorityError
 
 if TYPE_CHECKING:
-    from ircore.op import Impl, IrOp
+    from ircore.op import IrOp
 
 __all__ = [
     "set_priority",
@@ -87,11 +87,6 @@ STATE = DispatchState()
 def bump_generation() -> None:
     """Invalidate every cached plan."""
     STATE.generation = object()
-
-
-def note_impl_registered(impl: Impl) -> None:
-    """A new implementation may change any plan of its op."""
-    bump_generation()
 
 
 def _ensure_loaded() -> None:

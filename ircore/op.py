@@ -182,7 +182,7 @@ class IrOp:
         """
         impl = self.validate_impl(provider, fn, supports_args, inplace)
         self.impls[provider] = impl
-        _dispatch.note_impl_registered(impl)
+        _dispatch.bump_generation()
         return impl
 
     def validate_impl(
