@@ -10,7 +10,7 @@ STAMP := $(VENV)/.ircore-installed
 
 .PHONY: setup demo test lint bench clean
 
-$(STAMP): pyproject.toml $(PROVIDERS) Makefile
+$(STAMP): pyproject.toml setup.py ircore/csrc/signature.cpp $(PROVIDERS) Makefile
 	@echo "==> creating $(VENV) and installing $(TORCH_PIN), ircore and its providers"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml $(PROVIDERS) Makefile
 	@# Triton's interpreter runs the triton provider's kernels on the CPU in tests
 	@# (numpy<2.4: triton 3.6's interpreter breaks on 2.4, triton-lang/triton#9171).
 	$(BIN)/python -m pip install -q $(TRITON_PIN)
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	@# --no-build-isolation: setup.py compiles ircore's call-signature helper against this torch
+	$(BIN)/python -m pip install -q --no-build-isolation -e '.[dev]'
 	@for p in $(dir $(PROVIDERS)); do \
 		echo "==> installing provider $$p"; \
 		$(BIN)/python -m pip install -q --no-build-isolation --no-deps -e $$p || exit 1; \

@@ -36,6 +36,14 @@ fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if [ -d "$SITE" ]; then export PYTHONPATH="$PYTHONPATH:$SITE"; fi
 
+# ircore's compiled call-signature helper, built in place against this machine's torch (as
+# `pip install --no-build-isolation` does on an install); without it the pure-Python path runs.
+if python3 setup.py -q build_ext --inplace >"$OUT/build_signature.log" 2>&1; then
+  note "built ircore's call-signature helper: $(python3 -c 'import ircore._signature as s; print(s.signature is not None, s.unavailable_reason)')"
+else
+  note "building ircore's call-signature helper FAILED (see build_signature.log); the pure-Python path runs"
+fi
+
 {
   nvidia-smi -L 2>&1 || true
   python3 - <<'PY' 2>&1

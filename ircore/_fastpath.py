@@ -10,6 +10,13 @@ What the generated function does, in order: under Dynamo, ``make_fx`` or any dis
 for tensor subclasses) it calls ``torch.ops.ircore.<op>`` so the graph records the op; otherwise
 it validates the arguments, takes the cached plan (see ``ircore.dispatch``), runs the first
 implementation whose ``supports_args`` accepts the call, and says which at DEBUG.
+
+Signature cache: for ops declared ``cache_by_signature`` (and when the compiled helper of
+``ircore._signature`` is loaded) a block in front of that looks the call's signature up in
+``op.signature_cache`` and calls the remembered implementation directly: no Python-level argument check and no
+predicate, which is most of the cost above (RESULTS.md section 1). A miss, or a call the helper
+declines (dispatch modes, subclasses), goes on to the path above; ``dispatch.choose_and_cache``
+fills the cache.
 """
 
 from __future__ import annotations
@@ -21,13 +28,33 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ircore import dispatch
+from ircore import _signature, dispatch
 
 if TYPE_CHECKING:
     from ircore.op import IrOp
 
+# Under Dynamo the first test is constant-folded to True, so Dynamo never traces the C helper.
+_SIGNATURE_BLOCK = """
+    if not _ir_is_dynamo_compiling():
+        _ir_key = _ir_signature(_ir_spec, {args})
+        if _ir_key is not None:
+            _ir_scope = _ir_SCOPE.get()
+            if _ir_scope is not None and _ir_name in _ir_scope.priorities:
+                return _ir_call_scoped(_ir_self, _ir_scope, _ir_key, ({args},))
+            _ir_entry = _ir_cache_get(_ir_key)
+            if _ir_entry is None:
+                return _ir_choose_and_cache(_ir_self, _ir_key, ({args},))
+            if _ir_debug_cached(10) is not False and _ir_log_enabled(10):
+                _ir_log.debug("%s: running %s", _ir_name, _ir_entry[0])
+            try:
+                return _ir_entry[1]({args})
+            except Exception as _ir_exc:
+                _ir_note_failure(_ir_name, _ir_entry[0], _ir_exc)
+                raise
+"""
+
 _TEMPLATE = """
-def __call__(_ir_self, {params}):
+def __call__(_ir_self, {params}):{signature_block}
     if _ir_is_compiling() or _ir_dispatch_stack_len() or type({first}) is not _ir_Tensor:
         return _ir_self.torch_op({args})
     _ir_self.check_args({args})
@@ -55,6 +82,12 @@ def __call__(_ir_self, {params}):
 """
 
 _log = logging.getLogger("ircore")
+# logging.Logger caches isEnabledFor answers in ``_cache`` (cleared in place on level changes).
+# Where it says False, isEnabledFor would too; anything else (not yet cached, True, a Python
+# without that dict) asks isEnabledFor. Saves ~30 ns per call.
+_debug_cached = _log._cache.get if isinstance(getattr(_log, "_cache", None), dict) else (lambda level: None)
+# Cheaper than is_compiling (one call, no is_scripting), and folded to True by Dynamo.
+_is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
 
 def build_eager_call(op: IrOp) -> Callable[..., Any]:
@@ -63,11 +96,23 @@ def build_eager_call(op: IrOp) -> Callable[..., Any]:
     names = [p.name for p in params]
     if any(name.startswith("_ir_") for name in names):  # cannot happen for declared ops
         raise ValueError(f"op {op.name!r}: parameter names may not start with '_ir_'")
+    args = ", ".join(names)
+    use_signature = op.signature_spec is not None and _signature.signature is not None
     source = _TEMPLATE.format(
-        params=", ".join(names), first=names[0], args=", ".join(names)
+        params=args,
+        first=names[0],
+        args=args,
+        signature_block=_SIGNATURE_BLOCK.format(args=args).rstrip("\n") if use_signature else "",
     )
     namespace: dict[str, Any] = {
         "_ir_is_compiling": torch.compiler.is_compiling,
+        "_ir_is_dynamo_compiling": _is_dynamo_compiling,
+        "_ir_signature": _signature.signature,
+        "_ir_spec": op.signature_spec,
+        "_ir_choose_and_cache": dispatch.choose_and_cache,
+        "_ir_call_scoped": dispatch.call_scoped,
+        "_ir_cache_get": op.signature_cache.get,
+        "_ir_debug_cached": _debug_cached,
         "_ir_dispatch_stack_len": torch._C._len_torch_dispatch_stack,
         "_ir_Tensor": torch.Tensor,
         "_ir_SCOPE": dispatch.SCOPE,

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 import ircore
-from ircore import dispatch
+from ircore import _signature, dispatch
 from ircore.errors import IrcoreError
 from ircore.plugins.config import ENV_VARS, find_config_file
 from ircore.plugins.manager import MANAGER
@@ -154,6 +154,8 @@ def _doctor_report() -> dict[str, Any]:
         "platform_kind": plat.kind,
         "torch": torch.__version__,
         "triton": _version_of("triton"),
+        # the compiled call-signature helper: not an error when missing, only a slower eager path
+        "signature_helper": "loaded" if _signature.signature is not None else _signature.unavailable_reason,
         "config_file": str(config_file) if config_file else None,
         "environment": env,
         "config_error": config_error,
@@ -172,6 +174,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     print(f"ircore {report['ircore']} (provider API {report['api_version']}), Python {report['python']}")
     print(f"platform: {report['platform']}")
     print(f"torch {report['torch']}, triton {report['triton'] or 'not installed'}")
+    helper = report["signature_helper"]
+    print(
+        "eager signature cache: "
+        + ("on (compiled helper loaded)" if helper == "loaded" else f"off, slower eager calls ({helper})")
+    )
     searched = "none (IRCORE_CONFIG, ./ircore.toml, ./pyproject.toml [tool.ircore])"
     print(f"config file: {report['config_file'] or searched}")
     print(

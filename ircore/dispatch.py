@@ -39,9 +39,14 @@ _log = logging.getLogger("ircore")
 NATIVE = "native"
 DEFAULT_RANK = 100
 
-# An entry: (provider, functional callable, raw callable, supports_args or None).
-Entry = tuple[str, Callable[..., Any], Callable[..., Any], Any]
-Plan = tuple[object, tuple[Entry, ...]]
+# An entry: (provider, functional callable, raw callable, supports_args or None, whether
+# supports_args' answer may be cached per call signature).
+Entry = tuple[str, Callable[..., Any], Callable[..., Any], Any, bool]
+# A plan: (generation, entries, {call signature: the entry that runs it}).
+Plan = tuple[object, tuple[Entry, ...], dict[bytes, Entry]]
+# Distinct signatures remembered per plan before the cache starts over (a bound, not a tuning knob:
+# an engine sees a few dozen).
+SIGNATURE_CACHE_LIMIT = 4096
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,8 +90,13 @@ STATE = DispatchState()
 
 
 def bump_generation() -> None:
-    """Invalidate every cached plan."""
-    STATE.generation = object()
+    """Invalidate every cached plan and every remembered per-signature choice."""
+    from ircore.op import all_ops
+
+    with STATE.lock:
+        STATE.generation = object()
+        for op in all_ops().values():
+            op.signature_cache.clear()
 
 
 def _ensure_loaded() -> None:
@@ -218,12 +228,13 @@ def _entries(op: IrOp, names: Sequence[str]) -> tuple[Entry, ...]:
     entries: list[Entry] = []
     for name in names:
         if name == NATIVE:
-            entries.append((NATIVE, op.native, op.native, None))
+            entries.append((NATIVE, op.native, op.native, None, True))
             break  # native runs everything: nothing after it is reached
         impl = op.impls.get(name)
         if impl is None or name in STATE.blocked:
             continue
-        entries.append((name, op.functional_call(impl), impl.fn, impl.supports_args))
+        cacheable = impl.supports_args is None or impl.cache_by_signature
+        entries.append((name, op.functional_call(impl), impl.fn, impl.supports_args, cacheable))
     return tuple(entries)
 
 
@@ -231,7 +242,7 @@ def refresh_plan(op: IrOp) -> Plan:
     """Resolve and cache ``op``'s plan outside any priority scope."""
     _ensure_loaded()
     generation = STATE.generation
-    plan = (generation, _entries(op, effective_priority(op, None)[0]))
+    plan = (generation, _entries(op, effective_priority(op, None)[0]), {})
     op._plan = plan
     return plan
 
@@ -242,7 +253,7 @@ def scoped_plan(op: IrOp, scope: _Scope) -> Plan:
     if plan is None or plan[0] is not STATE.generation:
         _ensure_loaded()
         generation = STATE.generation
-        plan = (generation, _entries(op, effective_priority(op, scope)[0]))
+        plan = (generation, _entries(op, effective_priority(op, scope)[0]), {})
         scope.plans[op.name] = plan
     return plan
 
@@ -296,6 +307,63 @@ def call_first_supported(op_name: str, entries: tuple[Entry, ...], args: tuple[A
             note_failure(op_name, entry[0], exc)
             raise
     raise AssertionError(f"ircore op {op_name!r}: plan has no native entry")
+
+
+def choose_and_cache(op: IrOp, key: bytes, args: tuple[Any, ...]) -> Any:
+    """An eager call whose signature ``key`` has no remembered choice: validate, choose, run.
+
+    The choice is remembered for ``key`` when it cannot depend on more than the signature: the
+    op's check and every ``supports_args`` consulted up to the chosen entry are declared
+    ``cache_by_signature`` (and none raised). Outside priority scopes it goes to
+    ``op.signature_cache``, which :func:`bump_generation` clears; inside a scope, to the scope's
+    plan, which is replaced when the generation changes. Either way a remembered choice never
+    outlives the priorities and providers it was made under.
+    """
+    scope = SCOPE.get()
+    scoped = scope is not None and op.name in scope.priorities
+    plan = scoped_plan(op, scope) if scoped else current_plan(op)
+    op.check_args(*args)
+    cacheable = True
+    for entry in plan[1]:
+        pred = entry[3]
+        if pred is not None:
+            cacheable = cacheable and entry[4]
+            try:
+                if not pred(*args):
+                    continue
+            except Exception as exc:
+                _predicate_raised(op.name, entry[0], exc)
+                cacheable = False
+                continue
+        break
+    else:
+        raise AssertionError(f"ircore op {op.name!r}: plan has no native entry")
+    if cacheable:
+        cache = plan[2] if scoped else op.signature_cache
+        with STATE.lock:  # not after a bump_generation that this plan predates
+            if plan[0] is STATE.generation:
+                if len(cache) >= SIGNATURE_CACHE_LIMIT:
+                    cache.clear()
+                cache[key] = entry
+    return _run_entry(op.name, entry, args)
+
+
+def call_scoped(op: IrOp, scope: _Scope, key: bytes, args: tuple[Any, ...]) -> Any:
+    """The eager call with a signature ``key`` inside a priority scope that names ``op``."""
+    entry = scoped_plan(op, scope)[2].get(key)
+    if entry is None:
+        return choose_and_cache(op, key, args)
+    return _run_entry(op.name, entry, args)
+
+
+def _run_entry(op_name: str, entry: Entry, args: tuple[Any, ...]) -> Any:
+    if _log.isEnabledFor(logging.DEBUG):
+        _log.debug("%s: running %s", op_name, entry[0])
+    try:
+        return entry[1](*args)
+    except Exception as exc:
+        note_failure(op_name, entry[0], exc)
+        raise
 
 
 def note_failure(op_name: str, provider: str, exc: BaseException) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,8 @@ class Impl:
     supports_args: Callable[..., bool] | None
     inplace: bool
     source: str
+    # supports_args' answer depends only on the call signature (see ircore._signature)
+    cache_by_signature: bool = False
 
     @property
     def name(self) -> str:
@@ -120,6 +123,8 @@ class IrOp:
     make_inputs: Callable[..., tuple[Any, ...]] | None = None
     reference: Callable[..., Any] | None = None
     doc: str = ""
+    # check_args' verdict depends only on the call signature (see ircore._signature)
+    cache_by_signature: bool = False
 
     def __post_init__(self) -> None:
         self.signature = inspect.signature(self.native)
@@ -131,8 +136,12 @@ class IrOp:
         self._inplace_indices = tuple(self.param_names.index(a) for a in self.inplace_args)
         self.schema = _infer_schema(self.native)
         self.impls: dict[str, Impl] = {}
-        # (generation, entries): see ircore.dispatch.resolve_plan
-        self._plan: tuple[object, tuple[tuple[str, Callable[..., Any], Any], ...]] = (None, ())
+        # (generation, entries, signature cache): see ircore.dispatch
+        self._plan: _dispatch.Plan = (None, (), {})
+        self.signature_spec = _signature_spec(self) if self.cache_by_signature else None
+        # call signature -> the plan entry that runs it, outside priority scopes; cleared by
+        # dispatch.bump_generation (see ircore._fastpath)
+        self.signature_cache: dict[bytes, _dispatch.Entry] = {}
         self.__doc__ = self.doc or self.native.__doc__
         self.torch_op: Any = None
 
@@ -172,15 +181,20 @@ class IrOp:
         fn: Callable[..., Any],
         supports_args: Callable[..., bool] | None = None,
         inplace: bool = False,
+        *,
+        cache_by_signature: bool = False,
     ) -> Impl:
         """Attach ``provider``'s implementation ``fn``; validate everything first.
 
         ``fn`` must have exactly the native signature (checked through the torch schema it
         implies); ``supports_args`` takes the same parameters and returns whether ``fn``
         handles that call; ``inplace=True`` says ``fn`` may overwrite the op's
-        ``inplace_args`` (allowed only where the op declares some).
+        ``inplace_args`` (allowed only where the op declares some). ``cache_by_signature=True``
+        promises that ``supports_args`` answers from the call's signature alone (devices, dtypes,
+        dimensions, last-dimension size and layout, int arguments: see :mod:`ircore._signature`),
+        so its answer may be cached per signature: a cheaper eager call.
         """
-        impl = self.validate_impl(provider, fn, supports_args, inplace)
+        impl = self.validate_impl(provider, fn, supports_args, inplace, cache_by_signature=cache_by_signature)
         self.impls[provider] = impl
         _dispatch.bump_generation()
         return impl
@@ -191,6 +205,8 @@ class IrOp:
         fn: Callable[..., Any],
         supports_args: Callable[..., bool] | None = None,
         inplace: bool = False,
+        *,
+        cache_by_signature: bool = False,
     ) -> Impl:
         """Check an implementation without registering it; returns the :class:`Impl`."""
         if not isinstance(provider, str) or not NAME_PATTERN.match(provider):
@@ -266,6 +282,7 @@ class IrOp:
             supports_args=supports_args,
             inplace=bool(inplace),
             source=_source_of(fn),
+            cache_by_signature=bool(cache_by_signature),
         )
 
     def unregister_impl(self, provider: str) -> None:
@@ -302,6 +319,21 @@ class IrOp:
 
     def __repr__(self) -> str:
         return f"<ircore op {self.name}{self.signature} impls={list(self.impls)}>"
+
+
+def _signature_spec(op: IrOp) -> bytes:
+    """The per-parameter kinds ``ircore._signature`` reads; refuses parameter types it cannot."""
+    from ircore._signature import spec_for
+
+    hints = typing.get_type_hints(op.native)
+    annotations = [hints.get(name) for name in op.param_names]
+    spec = spec_for(annotations)
+    if spec is None:
+        raise OpDeclarationError(
+            f"op {op.name!r} ({_source_of(op.native)}): cache_by_signature=True needs every parameter to be "
+            f"a Tensor, an int, a bool or a float (each optional or not); got {annotations}"
+        )
+    return spec
 
 
 def _check_native(name: str | None, native: Callable[..., Any], inplace_args: Sequence[str]) -> str:
@@ -382,6 +414,7 @@ def register_op(
     make_inputs: Callable[..., tuple[Any, ...]] | None = None,
     reference: Callable[..., Any] | None = None,
     fake: Callable[..., Any] | None = None,
+    cache_by_signature: bool = False,
 ) -> Any:
     """Declare an op from its native function; usable as ``@register_op`` or ``@register_op(...)``.
 
@@ -389,6 +422,9 @@ def register_op(
     (none: in-place implementations are refused). ``check_args`` raises
     :class:`~ircore.errors.InvalidArgumentError` for bad input before any implementation runs.
     ``fake`` overrides the fake implementation (default: native on fake tensors).
+    ``cache_by_signature=True`` promises that ``check_args`` passes or fails by the call's
+    signature alone (see :mod:`ircore._signature`); with providers that promise the same of their
+    ``supports_args``, eager calls then validate and choose once per signature.
     """
 
     def declare(fn: Callable[..., Any]) -> IrOp:
@@ -402,6 +438,7 @@ def register_op(
             sample_inputs=sample_inputs,
             make_inputs=make_inputs,
             reference=reference,
+            cache_by_signature=bool(cache_by_signature),
         )
         _define_torch_op(op, fake)
         # A class per op, whose __call__ has the native signature: see ircore._fastpath.

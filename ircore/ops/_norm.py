@@ -93,6 +93,7 @@ def _make_rms_norm_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: st
     sample_inputs=_rms_norm_samples,
     make_inputs=_make_rms_norm_inputs,
     reference=_rms_norm_reference,
+    cache_by_signature=True,  # _check_rms_norm reads dtypes, devices, dims and sizes only
 )
 def rms_norm(
     x: torch.Tensor,
@@ -199,6 +200,7 @@ def _make_fused_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, 
     sample_inputs=_fused_samples,
     make_inputs=_make_fused_inputs,
     reference=_fused_add_rms_norm_reference,
+    cache_by_signature=True,  # as rms_norm, plus "x_residual has x's shape", a signature fact
 )
 def fused_add_rms_norm(
     x: torch.Tensor,

@@ -120,6 +120,11 @@ def parse_values(raw: Mapping[str, Any], source: ConfigSource) -> ConfigSource:
     return source
 
 
+# Read elsewhere: the config file's path, the kernel build cache (providers), the switch that turns
+# the compiled call-signature helper off (ircore._signature).
+_OTHER_ENV_VARS = ("IRCORE_CONFIG", "IRCORE_CACHE_DIR", "IRCORE_NO_SIGNATURE")
+
+
 def read_environment(environ: Mapping[str, str] | None = None) -> ConfigSource:
     environ = os.environ if environ is None else environ
     raw = {key: environ[var] for key, var in ENV_VARS.items() if var in environ}
@@ -128,7 +133,7 @@ def read_environment(environ: Mapping[str, str] | None = None) -> ConfigSource:
         for v in environ
         if v.startswith("IRCORE_")
         and v not in ENV_VARS.values()
-        and v not in ("IRCORE_CONFIG", "IRCORE_CACHE_DIR")
+        and v not in _OTHER_ENV_VARS
     )
     if unknown:
         import logging
@@ -136,7 +141,7 @@ def read_environment(environ: Mapping[str, str] | None = None) -> ConfigSource:
         logging.getLogger("ircore").warning(
             "ignoring unknown environment variable(s) %s; known: %s",
             ", ".join(unknown),
-            ", ".join([*ENV_VARS.values(), "IRCORE_CONFIG", "IRCORE_CACHE_DIR"]),
+            ", ".join([*ENV_VARS.values(), *_OTHER_ENV_VARS]),
         )
     return parse_values(raw, ConfigSource("environment"))
 

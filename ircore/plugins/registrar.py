@@ -26,6 +26,8 @@ class Registrar:
         fn: Callable[..., Any],
         supports_args: Callable[..., bool] | None = None,
         inplace: bool = False,
+        *,
+        cache_by_signature: bool = False,
     ) -> None:
         """Offer ``fn`` as this provider's implementation of ``op`` (see ``IrOp.register_impl``)."""
         ops = all_ops()
@@ -36,7 +38,9 @@ class Registrar:
             )
         if any(pending.op_name == op for _, pending in self._pending):
             raise ImplRegistrationError(f"provider {self.provider!r} registers op {op!r} twice")
-        impl = target.validate_impl(self.provider, fn, supports_args, inplace)
+        impl = target.validate_impl(
+            self.provider, fn, supports_args, inplace, cache_by_signature=cache_by_signature
+        )
         self._pending.append((target, impl))
 
     @property

@@ -1,0 +1,304 @@
+"""The eager path's per-signature cache: what a signature holds, when a choice is remembered,
+and that nothing remembered outlives the priorities, providers or checks it was made under.
+
+Needs the compiled helper (ircore/csrc/signature.cpp, built by `pip install --no-build-isolation`,
+as the Makefile does); without it the pure-Python path runs and these tests skip.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import ircore
+from ircore import _signature, dispatch
+from ircore.errors import InvalidArgumentError, OpDeclarationError
+
+from . import impls
+from .impls import fused_inplace, rms_norm_a, rms_norm_b
+
+pytestmark = pytest.mark.skipif(
+    _signature.signature is None, reason=f"call-signature helper not loaded: {_signature.unavailable_reason}"
+)
+rms_norm = ircore.ops.rms_norm
+SPEC = rms_norm.signature_spec
+
+
+def sig(*args):
+    return _signature.signature(SPEC, *args)
+
+
+class Counting:
+    """A supports_args that counts its calls and accepts fp32 only."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, x, weight, epsilon, variance_size):
+        self.calls += 1
+        return x.dtype == torch.float32
+
+
+@pytest.fixture(autouse=True)
+def _clear_calls():
+    impls.CALLS.clear()
+
+
+# ---------------------------------------------------------------------- what a signature is
+def test_signature_ignores_row_count_and_epsilon():
+    w = torch.ones(64)
+    assert sig(torch.randn(1, 64), w, 1e-6, None) == sig(torch.randn(300, 64), w, 1e-5, None)
+    assert sig(torch.randn(2, 3, 64), w, 1e-6, None) != sig(torch.randn(6, 64), w, 1e-6, None)  # dims
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        lambda x, w: (x.half(), w, 1e-6, None),  # dtype
+        lambda x, w: (x, w.half(), 1e-6, None),  # weight dtype
+        lambda x, w: (x, None, 1e-6, None),  # weight None
+        lambda x, w: (x, w, 1e-6, 32),  # variance_size given
+        lambda x, w: (x.t().contiguous().t(), w, 1e-6, None),  # last-dim stride != 1
+        lambda x, w: (torch.randn(8, 128)[:, :64], w, 1e-6, None),  # rows strided: not contiguous
+        lambda x, w: (torch.randn(8, 32), torch.ones(32), 1e-6, None),  # hidden size
+    ],
+)
+def test_signature_tells_apart(other):
+    x, w = torch.randn(8, 64), torch.ones(64)
+    assert sig(x, w, 1e-6, None) != sig(*other(x, w))
+    assert sig(x, w, 1e-6, 32) != sig(x, w, 1e-6, 16)
+
+
+def test_signature_declines_what_needs_the_careful_path():
+    x, w = torch.randn(4, 64), torch.ones(64)
+
+    class Sub(torch.Tensor):
+        pass
+
+    assert sig(x.as_subclass(Sub), w, 1e-6, None) is None
+    assert sig([1.0], w, 1e-6, None) is None
+    assert sig(x, w, 1e-6, 2.5) is None
+    assert sig(x, torch.nn.Parameter(w), 1e-6, None) == sig(x, w, 1e-6, None)  # Parameter is a tensor
+    with FakeTensorMode() as mode:
+        assert sig(mode.from_tensor(x), None, 1e-6, None) is None
+    fused = ircore.ops.fused_add_rms_norm.signature_spec
+    same = _signature.signature(fused, x, torch.randn(4, 64), w, 1e-6, None)
+    assert same != _signature.signature(fused, x, torch.randn(1, 64), w, 1e-6, None)  # residual shape
+
+
+def test_make_fx_and_fake_mode_still_record_the_op():
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    x, w = torch.randn(4, 64), torch.ones(64)
+    rms_norm(x, w, 1e-6)  # remembered for this signature
+    gm = make_fx(lambda x, w: rms_norm(x, w, 1e-6))(x, w)
+    assert any(n.target is rms_norm.torch_op for n in gm.graph.nodes)
+    gm = make_fx(lambda x, w: rms_norm(x, w, 1e-6), tracing_mode="fake")(x, w)
+    assert any(n.target is rms_norm.torch_op for n in gm.graph.nodes)
+
+
+# ---------------------------------------------------------------------- when a choice is remembered
+def test_declared_predicate_is_asked_once_per_signature(x4096):
+    pred = Counting()
+    rms_norm.register_impl("prov_a", rms_norm_a, supports_args=pred, cache_by_signature=True)
+    rms_norm.register_impl("prov_b", rms_norm_b)
+    x, w = x4096
+    for _ in range(5):
+        rms_norm(x, w, 1e-6)
+    rms_norm(x[:3], w, 1e-6)  # fewer rows: same signature
+    assert pred.calls == 1 and impls.CALLS == ["a"] * 6
+    for _ in range(3):
+        rms_norm(x.half(), w.half(), 1e-6)  # another signature: asked once, declines
+    assert pred.calls == 2 and impls.CALLS[6:] == ["b"] * 3
+
+
+def test_undeclared_predicate_is_asked_every_call(x4096):
+    pred = Counting()
+    rms_norm.register_impl("prov_a", rms_norm_a, supports_args=pred)
+    x, w = x4096
+    for _ in range(4):
+        rms_norm(x, w, 1e-6)
+    assert pred.calls == 4 and impls.CALLS == ["a"] * 4
+
+
+def test_undeclared_predicate_ahead_stops_caching_behind_it(x4096):
+    first, second = Counting(), Counting()
+    rms_norm.register_impl("prov_a", rms_norm_a, supports_args=first)  # undeclared, declines fp16
+    rms_norm.register_impl("prov_b", rms_norm_b, supports_args=second, cache_by_signature=True)
+    x, w = x4096
+    for _ in range(3):
+        rms_norm(x.half(), w.half(), 1e-6)
+    assert first.calls == 3 and second.calls == 3  # the choice depended on an undeclared answer
+
+
+def test_priority_changes_forget_remembered_choices(x4096):
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
+    x, w = x4096
+    rms_norm(x, w, 1e-6)
+    ircore.set_priority(rms_norm=["prov_b"])
+    rms_norm(x, w, 1e-6)
+    with ircore.priority(rms_norm=["prov_a"]):
+        rms_norm(x, w, 1e-6)
+        rms_norm(x, w, 1e-6)
+        with ircore.priority(rms_norm=["native"]):
+            rms_norm(x, w, 1e-6)  # native: records nothing
+    rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["a", "b", "a", "a", "b"]
+
+
+def test_unregistering_forgets_remembered_choices(x4096):
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    x, w = x4096
+    rms_norm(x, w, 1e-6)
+    rms_norm.unregister_impl("prov_a")
+    rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
+    rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["a", "b"]
+
+
+def test_scopes_in_threads_keep_their_own_choices(x4096):
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
+    x, w = x4096
+    seen: dict[str, set[str]] = {}
+    barrier = threading.Barrier(2)
+
+    def worker(name, provider):
+        out = []
+        with ircore.priority(rms_norm=[provider]):
+            barrier.wait()
+            for _ in range(50):
+                before = len(impls.CALLS)
+                rms_norm(x, w, 1e-6)
+                out.append(impls.CALLS[before] if len(impls.CALLS) > before else "?")
+        seen[name] = set(out) - {"?"}
+
+    threads = [threading.Thread(target=worker, args=(n, p)) for n, p in (("t1", "prov_a"), ("t2", "prov_b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # CALLS is shared, so a slot may hold the other thread's call; what each thread ran is
+    # checked exactly below, without threads
+    assert seen["t1"] and seen["t2"]
+    impls.CALLS.clear()
+    with ircore.priority(rms_norm=["prov_b"]):
+        rms_norm(x, w, 1e-6)
+    rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["b", "a"]
+
+
+def test_bad_input_is_never_remembered():
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    for _ in range(2):
+        with pytest.raises(InvalidArgumentError, match="argument 'weight' has shape"):
+            rms_norm(torch.randn(4, 64), torch.ones(32), 1e-6)
+        with pytest.raises(InvalidArgumentError, match="variance_size"):
+            rms_norm(torch.randn(4, 64), None, 1e-6, 65)
+    assert rms_norm.signature_cache == {}
+
+
+def test_raising_predicate_is_not_remembered(x4096, caplog):
+    def boom(x, weight, epsilon, variance_size):
+        raise RuntimeError("probe failed")
+
+    rms_norm.register_impl("prov_a", rms_norm_a, supports_args=boom, cache_by_signature=True)
+    rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
+    x, w = x4096
+    with caplog.at_level(logging.WARNING, logger="ircore"):
+        rms_norm(x, w, 1e-6)
+        rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["b", "b"] and rms_norm.signature_cache == {}
+
+
+def test_functional_call_of_inplace_impl_still_clones():
+    fused = ircore.ops.fused_add_rms_norm
+    fused.register_impl("prov_a", fused_inplace, inplace=True, cache_by_signature=True)
+    x, r, w = torch.randn(4, 64), torch.randn(4, 64), torch.ones(64)
+    x0, r0 = x.clone(), r.clone()
+    for _ in range(3):
+        out, _ = fused(x, r, w, 1e-6)
+        assert torch.equal(x, x0) and torch.equal(r, r0)
+    torch.testing.assert_close(out, fused.native(x0, r0, w, 1e-6)[0])
+    assert impls.CALLS == ["inplace"] * 3
+
+
+def test_debug_log_on_remembered_calls(x4096, caplog):
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    x, w = x4096
+    rms_norm(x, w, 1e-6)
+    with caplog.at_level(logging.DEBUG, logger="ircore"):
+        rms_norm(x, w, 1e-6)
+        rms_norm(x, w, 1e-6)
+    assert [r.getMessage() for r in caplog.records] == ["rms_norm: running prov_a"] * 2
+
+
+def test_failure_in_remembered_impl_names_the_provider(x4096):
+    def broken(
+        x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None = None
+    ) -> torch.Tensor:
+        raise ValueError("kernel exploded")
+
+    rms_norm.register_impl("prov_a", broken, cache_by_signature=True)
+    x, w = x4096
+    for _ in range(2):
+        with pytest.raises(ValueError, match="kernel exploded") as info:
+            rms_norm(x, w, 1e-6)
+        assert any("provider 'prov_a'" in note for note in info.value.__notes__)
+
+
+def test_cache_is_bounded(x4096, monkeypatch):
+    monkeypatch.setattr(dispatch, "SIGNATURE_CACHE_LIMIT", 2)
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    for hidden in (8, 16, 32, 64, 128):
+        rms_norm(torch.randn(2, hidden), None, 1e-6)
+        assert 1 <= len(rms_norm.signature_cache) <= 2
+
+
+# ---------------------------------------------------------------------- declaration and loading
+def test_op_with_unsupported_parameter_type_cannot_promise(unique_name):
+    def native(x: torch.Tensor, mode: str) -> torch.Tensor:
+        return x.clone()
+
+    with pytest.raises(OpDeclarationError, match=r"cache_by_signature=True needs every parameter"):
+        ircore.register_op(native, name=unique_name(), cache_by_signature=True)
+
+
+def test_build_for_another_torch_is_not_loaded(tmp_path, monkeypatch):
+    meta = tmp_path / "_signature_build.json"
+    meta.write_text('{"torch": "0.0.1"}')
+    monkeypatch.setattr(_signature, "_META", meta)
+    fn, reason = _signature._load()
+    assert fn is None and reason == (
+        f"built for torch 0.0.1, running {torch.__version__}: reinstall ircore to rebuild"
+    )
+
+
+def test_without_the_helper_every_call_takes_the_careful_path():
+    code = (
+        "import torch, ircore\n"
+        "from ircore import _signature\n"
+        "calls = []\n"
+        "def pred(x, weight, epsilon, variance_size):\n"
+        "    calls.append(1)\n"
+        "    return True\n"
+        "def impl(x: torch.Tensor, weight: torch.Tensor | None, epsilon: float,\n"
+        "         variance_size: int | None = None) -> torch.Tensor:\n"
+        "    return x * 2\n"
+        "ircore.ops.rms_norm.register_impl('p', impl, supports_args=pred, cache_by_signature=True)\n"
+        "x = torch.ones(2, 8)\n"
+        "for _ in range(3):\n"
+        "    assert torch.equal(ircore.ops.rms_norm(x, None, 1e-6), x * 2)\n"
+        "print(_signature.signature, _signature.unavailable_reason, len(calls))\n"
+    )
+    env = {**os.environ, "IRCORE_NO_SIGNATURE": "1", "IRCORE_PROVIDERS": "none"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "None disabled by IRCORE_NO_SIGNATURE 3"
