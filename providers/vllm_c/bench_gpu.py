@@ -1,13 +1,21 @@
 """GPU benchmark and launch-configuration sweep for the vllm_c CUDA kernels (run on the H200).
 
-Why: the norm kernels' launch heuristic (threads per row, vectors per thread) was written
-without a GPU; this measures the kernels' own time (CUDA-graph replay of back-to-back calls, so
-host launch cost is excluded), as % of the copy bandwidth measured in the same run, and with
-``--sweep`` tries every configuration per shape to show what the heuristic should pick.
+Why: the norm kernels' launch heuristic (threads per row, vectors per thread, rows per thread
+group, register bound) was written without a GPU; this measures the kernels' own time (CUDA-graph
+replay of back-to-back calls, so host launch cost is excluded), as % of the copy bandwidth
+measured in the same run, and with ``--sweep`` tries the compiled configurations per shape to
+show what the heuristic should pick.
 
 Run:  python providers/vllm_c/bench_gpu.py                 (default sizes, bf16)
-      python providers/vllm_c/bench_gpu.py --sweep         (+ best forced config per shape)
+      python providers/vllm_c/bench_gpu.py --sweep         (+ best forced configs per shape)
+      python providers/vllm_c/bench_gpu.py --sweep --ops rms_norm fused_add_rms_norm \
+          --shapes 1024x4096 8192x4096 32768x4096 8192x8192   (the quick check, ~1 min)
       python providers/vllm_c/bench_gpu.py --json > out.json
+
+A configuration is ``nv tpr block rows minb`` (see _cuda_set_norm_config in csrc/cuda_ops.cu):
+16-byte vectors per thread, threads per row, threads per block, rows per thread group, and the
+register bound (1: none; 3 / 4: at most 40 / 32 registers, 1536 / 2048 threads per SM). Each
+line shows the configuration the heuristic picked (``auto``) and, with ``--sweep``, the fastest.
 """
 
 from __future__ import annotations
@@ -113,21 +121,47 @@ def _case(op: str, tokens: int, hidden: int, dtype: torch.dtype):
     return (lambda: ops.fused_add_rms_norm(xb, rb, w, EPS, None)), (4 * tokens * hidden + hidden) * es, check
 
 
+# (nv, rows, minb) compiled for 16-byte vectors: kNormVariants in csrc/cuda_ops.cu.
+NORM_VARIANTS = [(1, 1, 1), (1, 2, 1), (1, 2, 4), (1, 4, 1), (2, 1, 1), (2, 1, 3), (2, 2, 1), (4, 1, 1)]
+SWEEP_BLOCKS = (256, 512, 1024)
+
+
+def _round_tpr(t: int) -> int:
+    """Threads per row as the kernels round them: a power of two up to 32, a multiple of 32 above."""
+    if t <= 32:
+        return 1 << max(0, (t - 1).bit_length())
+    return min(1024, -(-t // 32) * 32)
+
+
 def sweep_configs(hidden: int, dtype: torch.dtype):
-    """Forced (nv, tpr, block) configurations worth trying for this hidden size."""
+    """Forced (nv, tpr, block, rows, minb) configurations worth trying for this hidden size.
+
+    Every compiled variant whose row fits its thread bound (1024 threads for one vector of one
+    row, else 512), with as many threads per row as it needs, in blocks of 256 to 1024 threads.
+    """
     vec = 16 // torch.empty((), dtype=dtype).element_size()
-    nvec = hidden // vec
-    for nv in (1, 2, 4):
-        tpr = -(-nvec // nv)
-        if tpr > (1024 if nv == 1 else 512):
+    nvec = -(-hidden // vec)
+    for nv, rows, minb in NORM_VARIANTS:
+        tpr = _round_tpr(-(-nvec // nv))
+        bound = 1024 if nv * rows == 1 else 512
+        if tpr > bound or tpr * nv < nvec:  # does not fit: the loop kernel, measured as auto
             continue
-        for block in (0, 128, 256, 512, 1024):
-            if block and (block < tpr or (nv > 1 and block > 512)):
-                continue
-            yield nv, tpr, block
+        blocks = [b for b in SWEEP_BLOCKS if tpr <= b <= bound] or [bound]
+        for block in blocks:
+            yield nv, tpr, block, rows, minb
 
 
-def run(ops: list[str], shapes: list[tuple[int, int]], dtype_name: str, sweep: bool) -> dict:
+def _fmt_cfg(cfg) -> str:
+    nv, tpr, block, rows, minb = cfg
+    return f"nv{nv} tpr{tpr} b{block} r{rows} mb{minb}"
+
+
+def _last_cfg() -> tuple[int, ...]:
+    """(nv, tpr, block, rows, minb) of the latest norm launch (nv 0: the loop kernel)."""
+    return tuple(torch.ops.ircore_vllm_c._cuda_last_norm_config()[:5])
+
+
+def run(ops: list[str], shapes: list[tuple[int, int]], dtype_name: str, sweep: bool, top: int = 3) -> dict:
     from ircore_vllm_c import kernels
 
     reason = kernels.load_kernels(cuda=True)
@@ -143,27 +177,43 @@ def run(ops: list[str], shapes: list[tuple[int, int]], dtype_name: str, sweep: b
     set_cfg = torch.ops.ircore_vllm_c._cuda_set_norm_config
     for op, (t, h) in itertools.product(ops, shapes):
         fn, nbytes, check = _case(op, t, h, dtype)
-        set_cfg(0, 0, 0)
+        set_cfg(0, 0, 0, 0, 0)
         check()
+        norm = op != "silu_and_mul"
+        auto = _last_cfg() if norm else None
         us = graph_time_us(fn)
         row = {"op": op, "tokens": t, "hidden": h, "dtype": dtype_name, "us": us, "gbs": nbytes / (us * 1e3)}
         row["pct_copy_bw"] = 100 * row["gbs"] / bw
-        if sweep and op != "silu_and_mul":
-            best = None
-            for cfg in sweep_configs(h, dtype):
+        line = f"{op:19} {t:>6}x{h:<6} {us:9.2f} us {row['gbs']:7.0f} GB/s {row['pct_copy_bw']:5.1f}%"
+        if norm:
+            row["auto_cfg"] = dict(zip(("nv", "tpr", "block", "rows", "minb"), auto))
+            line += f"   auto {_fmt_cfg(auto)}"
+        print(line, file=sys.stderr, flush=True)
+        if sweep and norm:
+            configs = list(sweep_configs(h, dtype))
+            print(f"#   sweep: {len(configs)} configs", file=sys.stderr, flush=True)
+            results = {auto: us}  # by the configuration that actually ran
+            for cfg in configs:
                 set_cfg(*cfg)
                 check()
-                cus = graph_time_us(fn)
-                if best is None or cus < best[1]:
-                    best = (cfg, cus)
-            set_cfg(0, 0, 0)
-            row["best_cfg"] = {"nv": best[0][0], "tpr": best[0][1], "block": best[0][2]}
-            row["best_us"] = best[1]
+                ran = _last_cfg()
+                if ran != cfg:
+                    print(f"#   {_fmt_cfg(cfg)} ran as {_fmt_cfg(ran)}", file=sys.stderr)
+                if ran not in results:
+                    results[ran] = graph_time_us(fn)
+            set_cfg(0, 0, 0, 0, 0)
+            ranked = sorted(results.items(), key=lambda kv: kv[1])
+            row["sweep"] = [{"cfg": _fmt_cfg(c), "us": u} for c, u in ranked]
+            row["best_cfg"] = dict(zip(("nv", "tpr", "block", "rows", "minb"), ranked[0][0]))
+            row["best_us"] = ranked[0][1]
+            for cfg, cus in ranked[:top]:
+                pct = 100 * nbytes / (cus * 1e3) / bw
+                mark = "  <- auto" if cfg == auto else ""
+                print(f"#   {_fmt_cfg(cfg):28} {cus:9.2f} us {pct:5.1f}%{mark}", file=sys.stderr)
+            if auto not in dict(ranked[:top]):
+                rank = [c for c, _ in ranked].index(auto) + 1
+                print(f"#   auto is #{rank} of {len(ranked)}", file=sys.stderr, flush=True)
         rows.append(row)
-        line = f"{op:19} {t:>6}x{h:<6} {us:9.2f} us {row['gbs']:7.0f} GB/s {row['pct_copy_bw']:5.1f}%"
-        if "best_us" in row:
-            line += f"   best forced {row['best_cfg']} {row['best_us']:.2f} us"
-        print(line, file=sys.stderr, flush=True)
     return {"device": torch.cuda.get_device_name(), "copy_gbs": bw, "rows": rows}
 
 
@@ -172,11 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ops", nargs="+", default=["rms_norm", "fused_add_rms_norm", "silu_and_mul"])
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--shapes", nargs="+", default=None, help="TxH, e.g. 8192x4096")
-    p.add_argument("--sweep", action="store_true", help="also try every forced launch configuration")
+    p.add_argument("--sweep", action="store_true", help="also try every compiled launch configuration")
+    p.add_argument("--top", type=int, default=3, help="with --sweep: configurations shown per shape")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else SHAPES
-    result = run(args.ops, shapes, args.dtype, args.sweep)
+    result = run(args.ops, shapes, args.dtype, args.sweep, args.top)
     if args.json:
         print(json.dumps(result, indent=1))
     return 0

@@ -67,13 +67,13 @@ def ircore_register(registrar: Any, platform: Platform) -> None:
 
 @hookimpl
 def ircore_default_priority(platform: Platform) -> dict[str, int] | None:
-    """On NVIDIA GPUs, ahead of vllm_c (rank 10) where its kernels measured faster; else 20.
+    """Rank 20 everywhere: behind vllm_c (rank 10) on NVIDIA GPUs and CPUs, first elsewhere.
 
-    H200, 2026-12-02 (benchmarks/RESULTS.md, CUDA-graph replay, bf16+fp16, 24 shapes): triton's
-    kernel time over vllm_c's, geometric mean, is 0.79 for rms_norm (faster in 24/24 shapes) and
-    0.94 for fused_add_rms_norm (19/24), so rank 5 there; 0.98 for silu_and_mul, within the
-    noise, where vllm_c keeps first place: its eager launch from Python is 2x cheaper.
+    H200, 2026-12-02 run 3 (benchmarks/RESULTS.md section 3; bf16+fp16, 24 shapes per op), vllm_c's
+    time over triton's, geometric mean. Eager calls (do_bench, launch included): 0.81 rms_norm,
+    0.81 fused_add_rms_norm, 0.49 silu_and_mul -- Triton's Python launch costs 5-27 us. Kernel time
+    (CUDA-graph replay): 0.99-1.01 at T >= 1024; at T <= 128 triton is 0.1-0.3 us faster (1.08,
+    1.10, 1.02). vllm_c's norms were 1.17-1.66x slower before its kernels kept two to four loads in
+    flight per thread; run 2 put triton first for the norms on that measurement.
     """
-    if platform.kind == "cuda":
-        return {"rms_norm": 5, "fused_add_rms_norm": 5, "silu_and_mul": 20}
     return dict.fromkeys(_OPS, 20)

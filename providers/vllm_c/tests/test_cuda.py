@@ -4,6 +4,7 @@ element-wise path for misaligned rows, CUDA graphs and a second device. Skipped 
 import _ref
 import pytest
 import torch
+from bench_gpu import NORM_VARIANTS
 from conftest import requires_cuda
 
 pytestmark = requires_cuda
@@ -19,6 +20,122 @@ def _randn(shape, dtype, seed, scale=1.0):
 def forced_config():
     yield ops._cuda_set_norm_config
     ops._cuda_set_norm_config(0, 0, 0)
+
+
+def _round_tpr(t):
+    return 1 << max(0, (t - 1).bit_length()) if t <= 32 else min(1024, -(-t // 32) * 32)
+
+
+def _expected_variant(nv, rows, minb, nvec):
+    """(nv, tpr, rows, minb) that forcing a compiled (nv, rows, minb) gives (nv 0: loop kernel)."""
+    tpr = _round_tpr(-(-nvec // nv))
+    if tpr * nv < nvec or (nv > 1 and tpr > 512):
+        return 0, None, 1, 1
+    if tpr > (1024 if nv * rows == 1 else 512):  # over that kernel's thread bound: one row
+        return nv, tpr, 1, 1
+    return nv, tpr, rows, minb
+
+
+WEIGHTS = ["none", "x", "fp32"]
+
+
+@pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
+@pytest.mark.parametrize("weight", WEIGHTS)
+@pytest.mark.parametrize("hidden", [64, 1000, 4096, 8192])
+def test_rows_per_group_variants(forced_config, hidden, weight, dtype):
+    """Each compiled (nv, rows, minb), forced: rows not a multiple of rows x groups per block,
+    row-strided x, a hidden not a multiple of the threads, variance_size, weights of each kind."""
+    vec = 16 // torch.empty((), dtype=dtype).element_size()
+    nvec = hidden // vec
+    vs = hidden // 3
+    w = None
+    if weight != "none":
+        w = _randn((hidden,), dtype if weight == "x" else torch.float32, 3, scale=0.1) + 1
+    for tokens in (1, 3, 37, 130):
+        base = _randn((tokens, hidden + 16), dtype, hidden + tokens)
+        x = base[:, :hidden]  # row stride hidden + 16: 16-byte aligned rows, not contiguous
+        r = _randn((tokens, hidden), dtype, hidden + 1)
+        exp = _ref.rms_norm(x, w, 1e-6)
+        exp_vs = _ref.rms_norm(x, w, 1e-6, vs)
+        exp_out, exp_res = _ref.fused_add_rms_norm(x, r, w, 1e-6, vs)
+        for nv, rows, minb in NORM_VARIANTS:
+            want = _expected_variant(nv, rows, minb, nvec)
+            for block in (0, 256, 512):
+                forced_config(nv, 0, block, rows, minb)
+                _ref.assert_close(ops.rms_norm(x, w, 1e-6, None), exp, dtype)
+                _ref.assert_close(ops.rms_norm(x, w, 1e-6, vs), exp_vs, dtype)
+                got = ops._cuda_last_norm_config()
+                assert (got[0], got[3], got[4]) == (want[0], want[2], want[3]), (nv, rows, minb, block, got)
+                if want[0]:
+                    assert (got[1], got[5]) == (want[1], vec)
+                    assert got[2] % 32 == 0 and got[2] % got[1] == 0
+                    assert got[2] <= (1024 if got[0] * got[3] == 1 else 512)
+                xb, rb = base.clone()[:, :hidden], r.clone()
+                ops.fused_add_rms_norm(xb, rb, w, 1e-6, vs)
+                torch.testing.assert_close(rb, exp_res, atol=0, rtol=0)
+                _ref.assert_close(xb, exp_out, dtype)
+                got_fused = ops._cuda_last_norm_config()
+                assert (got_fused[0], got_fused[3], got_fused[4]) == (got[0], got[3], got[4])
+
+
+@pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
+def test_rows_per_group_on_the_elementwise_path(forced_config, dtype):
+    """Misaligned rows (1-element vectors) have one row per group: a forced rows falls back."""
+    base = _randn((37, 1001), dtype, 1)
+    x = base[:, 1:]  # 2- or 4-byte offset
+    r = _randn((37, 1000), dtype, 2)
+    w = _randn((1000,), dtype, 3, scale=0.1) + 1
+    exp_out, exp_res = _ref.fused_add_rms_norm(x, r, w, 1e-6)
+    for rows in (2, 4):
+        forced_config(1, 0, 0, rows, 4)
+        _ref.assert_close(ops.rms_norm(x, w, 1e-6, 77), _ref.rms_norm(x, w, 1e-6, 77), dtype)
+        got = ops._cuda_last_norm_config()
+        assert (got[0], got[3], got[4], got[5]) == (1, 1, 1, 1)
+        xb, rb = base.clone()[:, 1:], r.clone()
+        ops.fused_add_rms_norm(xb, rb, w, 1e-6, None)
+        torch.testing.assert_close(rb, exp_res, atol=0, rtol=0)
+        _ref.assert_close(xb, exp_out, dtype)
+        got = ops._cuda_last_norm_config()
+        assert (got[0], got[3], got[4], got[5]) == (1, 1, 1, 1)
+
+
+# The automatic choice (nv, tpr, block, rows, minb, elements per vector), bf16, on the H200's 132
+# SMs: chosen from the H200 sweep of 2026-12-02 (see pick_norm_config and benchmarks/RESULTS.md).
+AUTO = [
+    ("rms_norm", 16, 4096, "x", [1, 512, 512, 1, 1, 8]),  # one wave
+    ("rms_norm", 1024, 4096, "x", [4, 128, 256, 1, 1, 8]),  # mid size: four loads per thread
+    ("rms_norm", 1024, 8192, "x", [4, 256, 256, 1, 1, 8]),
+    ("fused_add_rms_norm", 1024, 4096, "x", [4, 128, 512, 1, 1, 8]),
+    ("rms_norm", 8192, 4096, "x", [2, 256, 512, 1, 1, 8]),  # bandwidth: two loads per thread
+    ("rms_norm", 8192, 4096, "fp32", [2, 256, 512, 1, 1, 8]),
+    ("rms_norm", 8192, 8192, "x", [2, 512, 512, 1, 1, 8]),
+    ("fused_add_rms_norm", 8192, 4096, "x", [1, 512, 1024, 1, 1, 8]),  # x and residual: one each
+    ("fused_add_rms_norm", 8192, 8192, "x", [1, 1024, 1024, 1, 1, 8]),
+]
+
+
+@pytest.mark.parametrize(("op", "tokens", "hidden", "weight", "expected"), AUTO)
+def test_automatic_config(forced_config, op, tokens, hidden, weight, expected):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if sms != 132:
+        pytest.skip(f"the expected choices are for 132 SMs (H100/H200 SXM); this GPU has {sms}")
+    forced_config(0, 0, 0)
+    x = _randn((tokens, hidden), torch.bfloat16, 1)
+    w = _randn((hidden,), torch.bfloat16 if weight == "x" else torch.float32, 2, scale=0.1) + 1
+    if op == "rms_norm":
+        _ref.assert_close(ops.rms_norm(x, w, 1e-6, None), _ref.rms_norm(x, w, 1e-6), torch.bfloat16)
+    else:
+        r = _randn((tokens, hidden), torch.bfloat16, 3)
+        xb, rb = x.clone(), r.clone()
+        ops.fused_add_rms_norm(xb, rb, w, 1e-6, None)
+        _ref.assert_close(xb, _ref.fused_add_rms_norm(x, r, w, 1e-6)[0], torch.bfloat16)
+    assert list(ops._cuda_last_norm_config()) == expected
+
+
+def test_set_norm_config_checks(forced_config):
+    for args in [(3, 0, 0), (0, 2000, 0), (0, 0, 0, 3, 0), (0, 0, 0, 0, 5), (0, 0, 0, -1, 0)]:
+        with pytest.raises(RuntimeError, match="_cuda_set_norm_config"):
+            forced_config(*args)
 
 
 @pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)

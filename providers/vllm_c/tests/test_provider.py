@@ -34,9 +34,11 @@ XPU = Platform(kind="xpu", device_type="xpu", device_name="Max 1550", capability
 class Recorder:
     def __init__(self):
         self.calls = []
+        self.cached = []  # every predicate reads signature facts only: all True
 
-    def register(self, op, fn, supports_args=None, inplace=False):
+    def register(self, op, fn, supports_args=None, inplace=False, *, cache_by_signature=False):
         self.calls.append((op, fn, supports_args, inplace))
+        self.cached.append(cache_by_signature)
 
 
 def test_check_platform():
@@ -48,6 +50,7 @@ def test_check_platform():
 def test_register_and_priority():
     rec = Recorder()
     provider.ircore_register(rec, CPU)
+    assert rec.cached == [True, True, True]
     assert rec.calls == [
         ("rms_norm", impls.rms_norm, impls.rms_norm_supports, False),
         ("fused_add_rms_norm", impls.fused_add_rms_norm, impls.fused_add_rms_norm_supports, True),

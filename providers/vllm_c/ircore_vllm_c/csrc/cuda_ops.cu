@@ -2,10 +2,11 @@
 //
 // Norms: each row is handled by `tpr` threads (a power of two up to 32, so several rows share a
 // block, or a multiple of 32 up to 1024); each thread keeps NV 16-byte vectors of the row in
-// registers, so x (and the residual) are read from global memory once. fp32 accumulation,
-// warp shuffles, then one shared-memory step across the warps of a row. Rows too long for
-// registers (or misaligned ones, with 1-element "vectors") use the same scheme with more work
-// per thread, or a two-pass loop kernel that re-reads the row from L2.
+// registers, so x (and the residual) are read from global memory once; a group of tpr threads
+// may take ROWS rows at once (more loads in flight per thread, the weight read once for them).
+// fp32 accumulation, warp shuffles, then one shared-memory step across the warps of a row.
+// Rows too long for registers (or misaligned ones, with 1-element "vectors") use the same
+// scheme with more work per thread, or a two-pass loop kernel that re-reads the row from L2.
 //
 // Only c10/cuda headers are used (no ATen/cuda/CUDAContext.h): those need cuBLAS/cuSPARSE
 // headers that a bare toolkit may lack.
@@ -22,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -66,6 +68,91 @@ __device__ __forceinline__ void vstore(T* p, const Vec<T, N>& v) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
 
+// N elements of T held in registers as 32-bit words (16-bit types two to a word). Element
+// arrays of 16-bit types get one register per element from the compiler; words keep a
+// 16-byte vector in four, which is what lets several rows' vectors stay in registers.
+template <class T, int N>
+struct Pk {
+  static constexpr int kWords = sizeof(T) * N >= 4 ? static_cast<int>(sizeof(T) * N / 4) : 1;
+  uint32_t w[kWords];
+};
+
+template <class T, int N>
+__device__ __forceinline__ Pk<T, N> pload(const T* p) {
+  Pk<T, N> r;
+  if constexpr (sizeof(T) * N >= 4) {
+    constexpr int W = Pk<T, N>::kWords;
+    const Vec<uint32_t, W> v = *reinterpret_cast<const Vec<uint32_t, W>*>(p);
+#pragma unroll
+    for (int i = 0; i < W; ++i) r.w[i] = v.v[i];
+  } else {
+    r.w[0] = *reinterpret_cast<const uint16_t*>(p);
+  }
+  return r;
+}
+
+template <class T, int N>
+__device__ __forceinline__ void pstore(T* p, const Pk<T, N>& r) {
+  if constexpr (sizeof(T) * N >= 4) {
+    constexpr int W = Pk<T, N>::kWords;
+    Vec<uint32_t, W> v;
+#pragma unroll
+    for (int i = 0; i < W; ++i) v.v[i] = r.w[i];
+    *reinterpret_cast<Vec<uint32_t, W>*>(p) = v;
+  } else {
+    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(r.w[0]);
+  }
+}
+
+// Element i as float.
+template <class T, int N>
+__device__ __forceinline__ float pget(const Pk<T, N>& r, int i) {
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(r.w[i]);
+  } else {
+    const uint32_t w = r.w[i / 2];
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      return __uint_as_float((i & 1) ? (w & 0xffff0000u) : (w << 16));
+    } else {
+      return __half2float(__ushort_as_half(static_cast<unsigned short>((i & 1) ? (w >> 16) : w)));
+    }
+  }
+}
+
+// Two floats rounded to T, as one word (a in the low half).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  uint32_t u;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    memcpy(&u, &h, 4);
+  } else {
+    const __half2 h = __floats2half2_rn(a, b);
+    memcpy(&u, &h, 4);
+  }
+  return u;
+}
+
+// f rounded to T.
+template <class T, int N>
+__device__ __forceinline__ Pk<T, N> ppack(const float (&f)[N]) {
+  Pk<T, N> r;
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) r.w[i] = __float_as_uint(f[i]);
+  } else if constexpr (N == 1) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      r.w[0] = __bfloat16_as_ushort(__float2bfloat16_rn(f[0]));
+    } else {
+      r.w[0] = __half_as_ushort(__float2half_rn(f[0]));
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) r.w[i] = pack2<T>(f[2 * i], f[2 * i + 1]);
+  }
+  return r;
+}
+
 // ------------------------------------------------------------------------------------------
 // Norm kernels.
 
@@ -83,100 +170,154 @@ struct NormParams {
   float eps;
   int64_t rows;
   int tpr;             // threads per row
-  int rows_per_block;  // blockDim.x / tpr
+  int rows_per_block;  // blockDim.x / tpr: thread groups per block (each handles ROWS rows)
 };
 
-// Sum of `v` over the `tpr` threads of each row; every thread of the block must call it.
-__device__ __forceinline__ float row_sum(float v, int tpr) {
+// Sums of v[r] over the `tpr` threads of each row group, for ROWS rows at once (the shuffles
+// interleaved, one barrier); every thread of the block must call it.
+template <int ROWS>
+__device__ __forceinline__ void row_sums(float (&v)[ROWS], int tpr) {
   if (tpr <= 32) {
-    for (int o = tpr >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-  }
-  __shared__ float red[32];
+    for (int o = tpr >> 1; o > 0; o >>= 1) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      for (int r = 0; r < ROWS; ++r) v[r] += __shfl_xor_sync(0xffffffffu, v[r], o);
+    }
+    return;
+  }
+  __shared__ float red[ROWS][32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) v[r] += __shfl_xor_sync(0xffffffffu, v[r], o);
+  }
   const int warp = threadIdx.x >> 5;
   const int wl = threadIdx.x & 31;
-  if (wl == 0) red[warp] = v;
+  if (wl == 0) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) red[r][warp] = v[r];
+  }
   __syncthreads();
   const int wpr = tpr >> 5;
   const int first = (threadIdx.x / tpr) * wpr;
-  float s = wl < wpr ? red[first + wl] : 0.0f;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  return s;
+  for (int r = 0; r < ROWS; ++r) v[r] = wl < wpr ? red[r][first + wl] : 0.0f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) v[r] += __shfl_xor_sync(0xffffffffu, v[r], o);
+  }
 }
 
-// Register-resident rows: thread `lane` of a row holds vectors lane + k * tpr, k < NV.
-// NV > 1 needs up to ~100 registers (fused, 16-bit): at most 512 threads per block there.
-template <int NV>
-constexpr int max_threads_for_nv() {
-  return NV == 1 ? 1024 : 512;
+__device__ __forceinline__ float row_sum(float v, int tpr) {
+  float a[1] = {v};
+  row_sums<1>(a, tpr);
+  return a[0];
 }
 
-template <class T, class WT, int VEC, int NV, bool FUSED>
-__global__ void __launch_bounds__(max_threads_for_nv<NV>())
+// Register-resident rows. A block is rows_per_block groups of tpr threads; each group handles
+// ROWS rows: row r of group g in block b is (b * ROWS + r) * rows_per_block + g. Thread `lane`
+// of a group holds vectors lane + k * tpr (k < NV) of each of its rows, so NV * ROWS
+// independent 16-byte loads of x are in flight per thread (twice that for fused), and the
+// weight vectors are loaded once for the ROWS rows. Rows interleaved across the groups of a
+// block rather than adjacent per group: with tpr < 32 a warp holds several groups, and each of
+// its load instructions still reads consecutive rows (one contiguous span); the block as a
+// whole reads ROWS * rows_per_block consecutive rows either way.
+//
+// Threads per block a kernel is compiled for: 1024 for one vector of one row per thread, 512
+// otherwise (room for the registers: up to 82 for NV 4, fused, fp32 weight). MINB, the
+// sweep's `minb`: 1 = that bound alone; 2, 3, 4 = registers for at least that many 512-thread
+// blocks per SM (1024, 1536, 2048 threads: at most 64, 40, 32 registers). More resident threads
+// means more loads in flight per SM, which is what the bandwidth regime is short of.
+__host__ __device__ constexpr int norm_max_threads(int nv, int rows) {
+  return nv * rows == 1 ? 1024 : 512;
+}
+__host__ __device__ constexpr int norm_min_blocks(int nv, int rows, int minb) {
+  return minb <= 1 ? 0 : minb * 512 / norm_max_threads(nv, rows);  // 0: no minimum
+}
+
+template <class T, class WT, int VEC, int NV, int ROWS, int MINB, bool FUSED>
+__global__ void __launch_bounds__(norm_max_threads(NV, ROWS), norm_min_blocks(NV, ROWS, MINB))
     norm_reg_kernel(const NormParams<T, WT> p) {
-  using C = Cvt<T>;
-  using CW = Cvt<WT>;
-  using V = Vec<T, VEC>;
-  using VW = Vec<WT, VEC>;
+  using P = Pk<T, VEC>;
+  using PW = Pk<WT, VEC>;
   const int tpr = p.tpr;
+  const int rpb = p.rows_per_block;
   const int lane = threadIdx.x % tpr;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * p.rows_per_block + threadIdx.x / tpr;
-  const bool active = row < p.rows;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * rpb * ROWS + threadIdx.x / tpr;
   const int nvec = p.hidden / VEC;
-
-  V xv[NV];
-  VW wv[NV];
-  float acc = 0.0f;
-  if (active) {
-    const T* xrow = p.in + row * p.in_stride;
-    V rv[FUSED ? NV : 1];
-    // All loads first, so they are in flight together.
+  bool active[ROWS];  // a prefix: the tail block may lack the group's later rows
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int vi = lane + k * tpr;
-      if (vi < nvec) {
-        xv[k] = vload<T, VEC>(xrow + vi * VEC);
-        if constexpr (FUSED) rv[k] = vload<T, VEC>(p.res + row * p.res_stride + vi * VEC);
-        if (p.w != nullptr) wv[k] = vload<WT, VEC>(p.w + vi * VEC);
+  for (int r = 0; r < ROWS; ++r) active[r] = row0 + static_cast<int64_t>(r) * rpb < p.rows;
+
+  P xv[ROWS][NV];
+  PW wv[NV];
+  float acc[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) acc[r] = 0.0f;
+  if (active[0]) {
+    P rv[FUSED ? ROWS : 1][FUSED ? NV : 1];
+    // All loads first, so they are in flight together: x (and the residual) of every row, and
+    // the weight, once for all the rows.
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      if (!active[r]) continue;
+      const int64_t row = row0 + static_cast<int64_t>(r) * rpb;
+      const T* xrow = p.in + row * p.in_stride;
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        const int vi = lane + k * tpr;
+        if (vi < nvec) {
+          xv[r][k] = pload<T, VEC>(xrow + vi * VEC);
+          if constexpr (FUSED) rv[r][k] = pload<T, VEC>(p.res + row * p.res_stride + vi * VEC);
+          if (r == 0 && p.w != nullptr) wv[k] = pload<WT, VEC>(p.w + vi * VEC);
+        }
       }
     }
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int vi = lane + k * tpr;
-      if (vi < nvec) {
-        if constexpr (FUSED) {
+    for (int r = 0; r < ROWS; ++r) {
+      if (!active[r]) continue;
+      const int64_t row = row0 + static_cast<int64_t>(r) * rpb;
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) xv[k].v[i] = C::of(C::f32(xv[k].v[i]) + C::f32(rv[k].v[i]));
-          vstore<T, VEC>(p.res + row * p.res_stride + vi * VEC, xv[k]);
-        }
+      for (int k = 0; k < NV; ++k) {
+        const int vi = lane + k * tpr;
+        if (vi < nvec) {
+          if constexpr (FUSED) {
+            float s[VEC];
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          const float f = C::f32(xv[k].v[i]);
-          acc += (vi * VEC + i < p.var_size) ? f * f : 0.0f;
+            for (int i = 0; i < VEC; ++i) s[i] = pget(xv[r][k], i) + pget(rv[r][k], i);
+            xv[r][k] = ppack<T, VEC>(s);
+            pstore<T, VEC>(p.res + row * p.res_stride + vi * VEC, xv[r][k]);
+          }
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            const float f = pget(xv[r][k], i);
+            acc[r] += (vi * VEC + i < p.var_size) ? f * f : 0.0f;
+          }
         }
       }
     }
   }
-  const float ss = row_sum(acc, tpr);
-  if (!active) return;
-  const float inv = rsqrtf(ss / static_cast<float>(p.var_size) + p.eps);
-  T* orow = p.out + row * p.out_stride;
+  row_sums<ROWS>(acc, tpr);
 #pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int vi = lane + k * tpr;
-    if (vi < nvec) {
-      V o;
-      if (p.w != nullptr) {
+  for (int r = 0; r < ROWS; ++r) {
+    if (!active[r]) continue;
+    const int64_t row = row0 + static_cast<int64_t>(r) * rpb;
+    const float inv = rsqrtf(acc[r] / static_cast<float>(p.var_size) + p.eps);
+    T* orow = p.out + row * p.out_stride;
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) o.v[i] = C::of(C::f32(xv[k].v[i]) * inv * CW::f32(wv[k].v[i]));
-      } else {
+    for (int k = 0; k < NV; ++k) {
+      const int vi = lane + k * tpr;
+      if (vi < nvec) {
+        float o[VEC];
+        if (p.w != nullptr) {
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) o.v[i] = C::of(C::f32(xv[k].v[i]) * inv);
+          for (int i = 0; i < VEC; ++i) o[i] = pget(xv[r][k], i) * inv * pget(wv[k], i);
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) o[i] = pget(xv[r][k], i) * inv;
+        }
+        pstore<T, VEC>(orow + vi * VEC, ppack<T, VEC>(o));
       }
-      vstore<T, VEC>(orow + vi * VEC, o);
     }
   }
 }
@@ -228,16 +369,60 @@ __global__ void __launch_bounds__(1024) norm_loop_kernel(const NormParams<T, WT>
 // ------------------------------------------------------------------------------------------
 // Launch configuration.
 
+// The register-resident variants (nv, rows, minb) compiled for 16-byte vectors; the element-wise
+// path (misaligned rows) has those with rows 1 and minb 1. Registers from ptxas -v (sm_90,
+// nvcc 13.0; tools/check_cuda_compile.py -v), rms_norm / fused_add_rms_norm, bf16 x and weight;
+// resident threads per SM in brackets (512-thread blocks). None spills except where noted.
+// Bounds that changed nothing, or only spilled, are left out: nv1 rows1 minb4 (same 29 / 31),
+// nv2 rows1 minb4 (fused spills), nv1 rows4 minb3 and nv2 rows2 minb3 (spill).
+struct NormVariant {
+  int nv;
+  int rows;
+  int minb;
+};
+constexpr NormVariant kNormVariants[] = {
+    {1, 1, 1},  // 29 / 31 [2048]
+    {1, 2, 1},  // 39 / 39 [1536]
+    {1, 2, 4},  // 32 / 32 [2048]; fused spills (28 B), so does an fp32 weight (4 B)
+    {1, 4, 1},  // 55 / 56 [1024]
+    {2, 1, 1},  // 32 / 43 [2048 / 1024]
+    {2, 1, 3},  // 40 / 40 [1536]; fused with an fp32 weight spills (40 B)
+    {2, 2, 1},  // 54 / 56 [1024]
+    {4, 1, 1},  // 56 / 64 [1024]
+};
+constexpr int kNumNormVariants = static_cast<int>(sizeof(kNormVariants) / sizeof(kNormVariants[0]));
+
+// Each (nv, rows) listed has minb 1, and each nv rows 1 (the fallbacks of find_norm_variant).
+constexpr bool norm_variants_ok() {
+  for (const NormVariant& a : kNormVariants) {
+    int ones = 0, base = 0;
+    for (const NormVariant& b : kNormVariants) {
+      ones += b.nv == a.nv && b.rows == a.rows && b.minb == 1;
+      base += b.nv == a.nv && b.rows == 1 && b.minb == 1;
+    }
+    if (ones != 1 || base != 1 || a.minb < 1 || a.minb > 4) return false;
+  }
+  return true;
+}
+static_assert(norm_variants_ok(), "kNormVariants");
+
 struct NormConfig {
-  int nv;     // vectors per thread: 1, 2 or 4; 0 = the loop kernel
-  int tpr;    // threads per row
-  int block;  // threads per block
+  int nv;       // vectors per thread: 1, 2 or 4; 0 = the loop kernel
+  int tpr;      // threads per row
+  int block;    // threads per block
+  int rows;     // rows per thread group: 1, 2 or 4
+  int minb;     // register bound, as in norm_min_blocks
+  int variant;  // index in kNormVariants (-1: the loop kernel)
 };
 
-// Forced configuration for tuning sweeps (0 = automatic), set by _cuda_set_norm_config.
+// Forced configuration for tuning sweeps (0 = automatic, per knob), set by _cuda_set_norm_config.
 std::atomic<int> g_force_nv{0};
 std::atomic<int> g_force_tpr{0};
 std::atomic<int> g_force_block{0};
+std::atomic<int> g_force_rows{0};
+std::atomic<int> g_force_minb{0};
+// The configuration of the latest norm launch (packed), for _cuda_last_norm_config.
+std::atomic<uint64_t> g_last_config{0};
 
 constexpr int kMaxNV = 4;
 
@@ -262,8 +447,33 @@ int sm_count(int device) {
   return v;
 }
 
-NormConfig pick_norm_config(int64_t rows, int nvec, int sms, bool fused) {
-  NormConfig c{1, 1, 256};
+// The compiled variant for nv vectors per thread nearest to `rows` and `minb` from below (rows
+// drop to 1 where tpr exceeds the kernel's thread bound). minb 0: automatic, 4 for rms_norm with
+// two rows of one vector and a weight of x's dtype or none (the bound that does not spill there:
+// 2048 threads per SM instead of 1536), else 1. wide: 16-byte vectors, else rows 1 and minb 1.
+int find_norm_variant(int nv, int rows, int minb, int tpr, bool wide, bool fused, bool w32) {
+  if (!wide) rows = minb = 1;
+  if (minb <= 0) minb = nv == 1 && rows == 2 && !fused && !w32 ? 4 : 1;
+  int best = -1;
+  for (int i = 0; i < kNumNormVariants; ++i) {
+    const NormVariant& v = kNormVariants[i];
+    if (v.nv != nv || v.rows > rows || v.minb > minb) continue;
+    if (tpr > norm_max_threads(v.nv, v.rows)) continue;
+    if (best < 0 || v.rows > kNormVariants[best].rows ||
+        (v.rows == kNormVariants[best].rows && v.minb > kNormVariants[best].minb)) {
+      best = i;
+    }
+  }
+  return best;
+}
+
+// w32: an fp32 weight with 16-bit x.
+NormConfig pick_norm_config(int64_t rows, int nvec, int sms, bool fused, bool wide, bool w32) {
+  NormConfig c{1, 1, 256, 1, 1, -1};
+  // Latency regime (all rows in one wave) or bandwidth regime.
+  const bool one_wave = rows * static_cast<int64_t>(nvec) <= static_cast<int64_t>(sms) * 2048;
+  const int frows = g_force_rows.load(std::memory_order_relaxed);
+  int want_rows = frows > 0 ? frows : 1;
   const int fnv = g_force_nv.load(std::memory_order_relaxed);
   if (fnv > 0 || g_force_tpr.load(std::memory_order_relaxed) > 0) {
     c.nv = fnv > 0 ? fnv : 1;
@@ -272,16 +482,31 @@ NormConfig pick_norm_config(int64_t rows, int nvec, int sms, bool fused) {
     // Does not fit (or over the kernel's thread limit): loop kernel.
     if (static_cast<int64_t>(c.tpr) * c.nv < nvec || (c.nv > 1 && c.tpr > 512)) c.nv = 0;
   } else {
-    // One 16-byte vector per thread and as many threads per row as the row has vectors, in
-    // both regimes: measured on the H200 (bench_gpu.py --sweep, 2026-12-02), this beat two or
-    // four vectors per thread at every T x H from 1x4096 to 32768x8192 (bf16), by up to 1.6x
-    // for fused_add_rms_norm at 8192 rows. More vectors per thread only where the row needs it.
+    // One 16-byte vector per thread and as many threads per row as the row has vectors: measured
+    // on the H200 (bench_gpu.py --sweep, 2026-12-02), this beat two or four vectors per thread at
+    // every T x H from 1x4096 to 32768x8192 (bf16), by up to 1.6x for fused_add_rms_norm at 8192
+    // rows -- when two vectors per thread took 52-66 registers (1024 threads per SM), before
+    // the packed registers (Pk). More vectors per thread only where the row needs it.
     int nv = 1;
     while (nv <= kMaxNV && (nvec + nv - 1) / nv > (nv == 1 ? 1024 : 512)) nv *= 2;
     if (nv > kMaxNV) {
       c.nv = 0;
     } else {
       c.nv = nv;
+      // More 16-byte loads in flight per thread, from the H200 sweep (bench_gpu.py --sweep,
+      // 2026-12-02, bf16, packed registers): at mid sizes (up to ~8 waves of vectors, e.g.
+      // 1024 rows) four vectors per thread: rms_norm 1024x8192 7.84 vs 8.18 us, fused 1024x4096
+      // 6.51 vs 7.30 us. In the bandwidth regime rms_norm takes two (8192x4096: 34.3 vs 43.6 us
+      // with one; one load of x in flight per thread left HBM latency uncovered, 64-76% of copy
+      // bandwidth), while fused_add_rms_norm (x and the residual: two streams) keeps one.
+      const bool mid = rows * static_cast<int64_t>(nvec) <= static_cast<int64_t>(sms) * 2048 * 8;
+      if (!one_wave && wide && frows == 0 && nv == 1) {
+        if (mid && nvec >= 256) {
+          c.nv = nv = 4;
+        } else if (!fused) {
+          c.nv = nv = 2;
+        }
+      }
       c.tpr = round_tpr((nvec + nv - 1) / nv);
     }
   }
@@ -290,45 +515,64 @@ NormConfig pick_norm_config(int64_t rows, int nvec, int sms, bool fused) {
     c.block = c.tpr;
     return c;
   }
+  c.variant = find_norm_variant(c.nv, want_rows, g_force_minb.load(std::memory_order_relaxed),
+                                c.tpr, wide, fused, w32);
+  c.rows = kNormVariants[c.variant].rows;
+  c.minb = kNormVariants[c.variant].minb;
+  // Latency regime: small blocks spread rows over SMs. Mid sizes: 256 (rms_norm) / 512 (fused).
+  // Bandwidth regime: the sweep's best at 8192+ rows: 1024-thread blocks for fused_add_rms_norm,
+  // 512 for rms_norm; variants past one vector of one row stop at 512.
   const int fblock = g_force_block.load(std::memory_order_relaxed);
-  // Latency regime (all rows in one wave): small blocks spread rows over SMs. Bandwidth regime:
-  // the sweep's best at 8192+ rows: 1024-thread blocks for fused_add_rms_norm, 512 for rms_norm
-  // (43.6 vs 49.3 us at 8192x4096 bf16).
-  const bool one_wave = rows * static_cast<int64_t>(nvec) <= static_cast<int64_t>(sms) * 2048;
-  const int want = fblock > 0 ? fblock : (one_wave ? 256 : (fused ? 1024 : 512));
+  const bool mid = rows * static_cast<int64_t>(nvec) <= static_cast<int64_t>(sms) * 2048 * 8;
+  const int want = fblock > 0 ? fblock
+                   : one_wave ? 256
+                   : mid      ? (fused ? 512 : 256)
+                              : (fused ? 1024 : 512);
   c.block = std::max(1, want / c.tpr) * c.tpr;
-  // Small row counts: do not make blocks with many idle rows.
-  const int64_t rpb = c.block / c.tpr;
-  if (rows < rpb) c.block = static_cast<int>(std::max<int64_t>(rows, 1)) * c.tpr;
+  // Few rows: do not make blocks with many idle groups.
+  const int64_t groups = (rows + c.rows - 1) / c.rows;
+  if (groups < c.block / c.tpr) c.block = static_cast<int>(std::max<int64_t>(groups, 1)) * c.tpr;
   c.block = (c.block + 31) / 32 * 32;
-  const int max_block = c.nv == 1 ? 1024 : 512;
+  const int max_block = norm_max_threads(c.nv, c.rows);
   if (c.block > max_block) c.block = std::max(1, max_block / c.tpr) * c.tpr;
   return c;
 }
 
+template <class T, class WT, int VEC, bool FUSED, int I = 0>
+void launch_norm_variant(int variant, const NormParams<T, WT>& p, unsigned grid, int block,
+                         cudaStream_t stream) {
+  if constexpr (I < kNumNormVariants) {
+    constexpr NormVariant v = kNormVariants[I];
+    if constexpr (VEC * sizeof(T) == 16 || (v.rows == 1 && v.minb == 1)) {
+      if (variant == I) {
+        norm_reg_kernel<T, WT, VEC, v.nv, v.rows, v.minb, FUSED><<<grid, block, 0, stream>>>(p);
+        return;
+      }
+    }
+    launch_norm_variant<T, WT, VEC, FUSED, I + 1>(variant, p, grid, block, stream);
+  } else {
+    TORCH_CHECK(false, "ircore_vllm_c: no norm kernel variant ", variant);
+  }
+}
+
 template <class T, class WT, int VEC, bool FUSED>
 void launch_norm_vec(NormParams<T, WT> p, cudaStream_t stream, int sms) {
+  constexpr bool kWide = VEC * sizeof(T) == 16;
   const int nvec = p.hidden / VEC;
-  const NormConfig c = pick_norm_config(p.rows, nvec, sms, FUSED);
+  const NormConfig c = pick_norm_config(p.rows, nvec, sms, FUSED, kWide, sizeof(WT) > sizeof(T));
+  using U = uint64_t;
+  g_last_config.store(U(c.nv) | U(c.tpr) << 8 | U(c.block) << 20 | U(c.rows) << 32 |
+                          U(c.minb) << 40 | U(VEC) << 48,
+                      std::memory_order_relaxed);
   p.tpr = c.tpr;
   if (c.nv == 0) {
     p.rows_per_block = 1;
     norm_loop_kernel<T, WT, VEC, FUSED><<<static_cast<unsigned>(p.rows), c.block, 0, stream>>>(p);
   } else {
     p.rows_per_block = c.block / c.tpr;
-    const int64_t grid = (p.rows + p.rows_per_block - 1) / p.rows_per_block;
-    const unsigned g = static_cast<unsigned>(grid);
-    switch (c.nv) {
-      case 1:
-        norm_reg_kernel<T, WT, VEC, 1, FUSED><<<g, c.block, 0, stream>>>(p);
-        break;
-      case 2:
-        norm_reg_kernel<T, WT, VEC, 2, FUSED><<<g, c.block, 0, stream>>>(p);
-        break;
-      default:
-        norm_reg_kernel<T, WT, VEC, 4, FUSED><<<g, c.block, 0, stream>>>(p);
-        break;
-    }
+    const int64_t per_block = static_cast<int64_t>(p.rows_per_block) * c.rows;
+    const unsigned grid = static_cast<unsigned>((p.rows + per_block - 1) / per_block);
+    launch_norm_variant<T, WT, VEC, FUSED>(c.variant, p, grid, c.block, stream);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -563,23 +807,40 @@ at::Tensor silu_and_mul_cuda(const at::Tensor& x) {
   return out;
 }
 
-// Tuning hook: force the norm launch configuration (0 = automatic) for sweeps on new GPUs.
-void set_norm_config(int64_t nv, int64_t tpr, int64_t block) {
+// Tuning hooks: force the norm launch configuration (0 = automatic, per knob) for sweeps on new
+// GPUs; read back what the latest norm launch used.
+void set_norm_config(int64_t nv, int64_t tpr, int64_t block, int64_t rows, int64_t minb) {
   TORCH_CHECK(nv == 0 || nv == 1 || nv == 2 || nv == 4,
               "ircore_vllm_c._cuda_set_norm_config: nv must be 0, 1, 2 or 4");
   TORCH_CHECK(tpr >= 0 && tpr <= 1024 && block >= 0 && block <= 1024,
               "ircore_vllm_c._cuda_set_norm_config: tpr and block must be in [0, 1024]");
+  TORCH_CHECK(rows == 0 || rows == 1 || rows == 2 || rows == 4,
+              "ircore_vllm_c._cuda_set_norm_config: rows must be 0, 1, 2 or 4");
+  TORCH_CHECK(minb >= 0 && minb <= 4,
+              "ircore_vllm_c._cuda_set_norm_config: minb must be in [0, 4]");
   g_force_nv.store(static_cast<int>(nv));
   g_force_tpr.store(static_cast<int>(tpr));
   g_force_block.store(static_cast<int>(block));
+  g_force_rows.store(static_cast<int>(rows));
+  g_force_minb.store(static_cast<int>(minb));
+}
+
+// [nv (0: loop kernel), tpr, block, rows, minb, elements per vector] of the latest norm launch
+// in this process (all 0 before the first).
+std::vector<int64_t> last_norm_config() {
+  const uint64_t v = g_last_config.load(std::memory_order_relaxed);
+  return {static_cast<int64_t>(v & 0xff),         static_cast<int64_t>((v >> 8) & 0xfff),
+          static_cast<int64_t>((v >> 20) & 0xfff), static_cast<int64_t>((v >> 32) & 0xff),
+          static_cast<int64_t>((v >> 40) & 0xff),  static_cast<int64_t>((v >> 48) & 0xff)};
 }
 
 }  // namespace cuda
 }  // namespace ircore_vllm_c
 
 TORCH_LIBRARY_FRAGMENT(ircore_vllm_c, m) {
-  m.def("_cuda_set_norm_config(int nv, int tpr, int block) -> ()",
+  m.def("_cuda_set_norm_config(int nv, int tpr, int block, int rows=0, int minb=0) -> ()",
         &ircore_vllm_c::cuda::set_norm_config);
+  m.def("_cuda_last_norm_config() -> int[]", &ircore_vllm_c::cuda::last_norm_config);
 }
 
 TORCH_LIBRARY_IMPL(ircore_vllm_c, CUDA, m) {
