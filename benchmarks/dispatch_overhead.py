@@ -94,6 +94,15 @@ def measure_ircore(rounds: int, calls: int) -> list[dict[str, Any]]:
     return rows
 
 
+def measure_without_signature_helper(quick: bool) -> list[dict[str, Any]]:
+    """The same rows in a subprocess with IRCORE_NO_SIGNATURE=1: the pure-Python eager path."""
+    _log("measuring ircore without the call-signature helper (IRCORE_NO_SIGNATURE=1) ...")
+    env = {**os.environ, "IRCORE_NO_SIGNATURE": "1"}
+    cmd = [sys.executable, __file__, "--ircore-only", *(["--quick"] if quick else [])]
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["ircore"]
+
+
 def measure_vllm(quick: bool) -> dict[str, Any] | None:
     from vllm_anchor import run_in_vllm_venv
 
@@ -174,6 +183,21 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {r['impl']} | {r['dtype']} | {r['T']} | {r['eager_us']:.2f} | {r['direct_us']:.2f} "
             f"| {r['kernel_us']:.2f} | **{r['overhead_us']:.3f}** |"
         )
+    lines += ["", f"call-signature helper: {result.get('signature_helper')}"]
+    slow = result.get("ircore_no_signature")
+    if slow:
+        lines += [
+            "",
+            "ircore without the call-signature helper (IRCORE_NO_SIGNATURE=1, same run, a subprocess):",
+            "",
+            "| impl | dtype | T | eager us | impl fn us | overhead us |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in slow:
+            lines.append(
+                f"| {r['impl']} | {r['dtype']} | {r['T']} | {r['eager_us']:.2f} | {r['direct_us']:.2f} "
+                f"| {r['overhead_us']:.3f} |"
+            )
     vllm = result.get("vllm")
     if vllm:
         lines += [
@@ -206,9 +230,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="few rounds (smoke test)")
     parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM IR side")
     parser.add_argument("--no-import", action="store_true", help="skip the import-cost measurement")
+    parser.add_argument("--ircore-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     rounds, calls = (5, 2000) if args.quick else (21, 5000)
-    result: dict[str, Any] = {"ircore": measure_ircore(rounds, calls)}
+    from ircore import _signature
+
+    result: dict[str, Any] = {
+        "signature_helper": "loaded" if _signature.signature is not None else _signature.unavailable_reason,
+        "ircore": measure_ircore(rounds, calls),
+    }
+    if args.ircore_only:
+        print(json.dumps(result))
+        return 0
+    if _signature.signature is not None:
+        result["ircore_no_signature"] = measure_without_signature_helper(args.quick)
     if not args.no_vllm:
         result["vllm"] = measure_vllm(args.quick)
     if not args.no_import:
