@@ -85,6 +85,8 @@ def test_signature_declines_what_needs_the_careful_path():
 
     assert sig(x.as_subclass(Sub), w, 1e-6, None) is None
     assert sig([1.0], w, 1e-6, None) is None
+    assert sig(x.to_sparse(), w, 1e-6, None) is None  # sizes/strides are not plain: no C++ throw
+    assert sig(torch.nested.as_nested_tensor([x, x[:2]]), w, 1e-6, None) is None
     assert sig(x, w, 1e-6, 2.5) is None
     assert sig(x, torch.nn.Parameter(w), 1e-6, None) == sig(x, w, 1e-6, None)  # Parameter is a tensor
     with FakeTensorMode() as mode:

@@ -9,7 +9,8 @@
 //   the signature). For each tensor: dtype, device type and index, number of dimensions, flags
 //   (contiguous; last-dimension stride 1; same shape as the first tensor) and the size of the last
 //   dimension. None (the caller takes the careful path) when a tensor is a subclass other than
-//   Parameter, an argument has an unexpected type, or a torch dispatch mode is active.
+//   Parameter or is not a plain strided tensor (sparse, nested), an argument has an unexpected
+//   type, or a torch dispatch mode is active.
 #include <Python.h>
 
 #include <c10/core/impl/TorchDispatchModeTLS.h>
@@ -23,7 +24,19 @@ namespace {
 constexpr Py_ssize_t kMaxArgs = 16;
 constexpr Py_ssize_t kBytesPerTensor = 13;
 
+PyObject* signature_impl(PyObject* const* args, Py_ssize_t nargs);
+
+// A C++ exception must not cross into Python (it would terminate the process): any tensor this
+// code cannot describe sends the call to the careful path instead.
 PyObject* signature(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  try {
+    return signature_impl(args, nargs);
+  } catch (...) {
+    Py_RETURN_NONE;
+  }
+}
+
+PyObject* signature_impl(PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 1 || !PyBytes_CheckExact(args[0])) {
     PyErr_SetString(PyExc_TypeError, "signature(spec: bytes, *args)");
     return nullptr;
@@ -49,6 +62,8 @@ PyObject* signature(PyObject* /*module*/, PyObject* const* args, Py_ssize_t narg
     if (kind == 'T' || kind == 't') {
       if (!THPVariable_CheckExact(a)) Py_RETURN_NONE;
       const at::Tensor& t = THPVariable_Unpack(a);
+      // Sparse, nested and other non-strided tensors: their sizes/strides are not plain arrays.
+      if (t.layout() != c10::kStrided || t.is_nested()) Py_RETURN_NONE;
       const int64_t dim = t.dim();
       if (dim > 64) Py_RETURN_NONE;
       const int64_t last = dim ? t.size(-1) : 0;
