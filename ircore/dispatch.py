@@ -284,29 +284,35 @@ def _predicate_raised(op_name: str, provider: str, exc: BaseException) -> None:
         )
 
 
-def call_first_supported(op_name: str, entries: tuple[Entry, ...], args: tuple[Any, ...], which: int) -> Any:
-    """Run the first entry whose predicate accepts ``args``; ``which`` picks the callable.
+def first_supported(op_name: str, entries: tuple[Entry, ...], args: tuple[Any, ...]) -> tuple[Entry, bool]:
+    """The first entry whose predicate accepts ``args``, and whether that choice may be cached.
 
-    ``which`` is 1 for the functional callable (clones before an in-place implementation) and 2
-    for the raw one (``maybe_inplace``). A predicate that raises counts as "not supported".
+    Cacheable means every predicate consulted (up to and including the chosen entry's) is declared
+    ``cache_by_signature`` and none raised; a predicate that raises counts as "not supported".
     """
+    cacheable = True
     for entry in entries:
         pred = entry[3]
         if pred is not None:
+            cacheable = cacheable and entry[4]
             try:
                 if not pred(*args):
                     continue
             except Exception as exc:
                 _predicate_raised(op_name, entry[0], exc)
+                cacheable = False
                 continue
-        if _log.isEnabledFor(logging.DEBUG):
-            _log.debug("%s: running %s", op_name, entry[0])
-        try:
-            return entry[which](*args)
-        except Exception as exc:
-            note_failure(op_name, entry[0], exc)
-            raise
+        return entry, cacheable
     raise AssertionError(f"ircore op {op_name!r}: plan has no native entry")
+
+
+def call_first_supported(op_name: str, entries: tuple[Entry, ...], args: tuple[Any, ...], which: int) -> Any:
+    """Run the first entry whose predicate accepts ``args``; ``which`` picks the callable.
+
+    ``which`` is 1 for the functional callable (clones before an in-place implementation) and 2
+    for the raw one (``maybe_inplace``).
+    """
+    return _run_entry(op_name, first_supported(op_name, entries, args)[0], args, which)
 
 
 def choose_and_cache(op: IrOp, key: bytes, args: tuple[Any, ...]) -> Any:
@@ -323,21 +329,7 @@ def choose_and_cache(op: IrOp, key: bytes, args: tuple[Any, ...]) -> Any:
     scoped = scope is not None and op.name in scope.priorities
     plan = scoped_plan(op, scope) if scoped else current_plan(op)
     op.check_args(*args)
-    cacheable = True
-    for entry in plan[1]:
-        pred = entry[3]
-        if pred is not None:
-            cacheable = cacheable and entry[4]
-            try:
-                if not pred(*args):
-                    continue
-            except Exception as exc:
-                _predicate_raised(op.name, entry[0], exc)
-                cacheable = False
-                continue
-        break
-    else:
-        raise AssertionError(f"ircore op {op.name!r}: plan has no native entry")
+    entry, cacheable = first_supported(op.name, plan[1], args)
     if cacheable:
         cache = plan[2] if scoped else op.signature_cache
         with STATE.lock:  # not after a bump_generation that this plan predates
@@ -356,11 +348,12 @@ def call_scoped(op: IrOp, scope: _Scope, key: bytes, args: tuple[Any, ...]) -> A
     return _run_entry(op.name, entry, args)
 
 
-def _run_entry(op_name: str, entry: Entry, args: tuple[Any, ...]) -> Any:
+def _run_entry(op_name: str, entry: Entry, args: tuple[Any, ...], which: int = 1) -> Any:
+    """Call ``entry[which]``; say at DEBUG which ran, and in a failure's notes whose it was."""
     if _log.isEnabledFor(logging.DEBUG):
         _log.debug("%s: running %s", op_name, entry[0])
     try:
-        return entry[1](*args)
+        return entry[which](*args)
     except Exception as exc:
         note_failure(op_name, entry[0], exc)
         raise
