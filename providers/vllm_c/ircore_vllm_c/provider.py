@@ -29,26 +29,25 @@ def ircore_check_platform(platform: Platform) -> str | None:
     return kernels.load_kernels(cuda=platform.kind == "cuda")
 
 
-# The predicates read only devices, dtypes and last-dimension layout (see impls.py): facts of the
-# call signature, so ircore may ask once per signature instead of on every call.
-_CACHED = {"cache_by_signature": True}
-
-
 @hookimpl
 def ircore_register(registrar: Any, platform: Platform) -> None:
     """Register the three ops; fused_add_rms_norm works in place (the core clones if needed)."""
     from . import impls
 
-    registrar.register("rms_norm", impls.rms_norm, supports_args=impls.rms_norm_supports, **_CACHED)
+    # cache_by_signature: the predicates read only devices, dtypes and last-dimension layout (see
+    # impls.py), facts of the call signature, so ircore may ask once per signature.
+    registrar.register(
+        "rms_norm", impls.rms_norm, supports_args=impls.rms_norm_supports, cache_by_signature=True
+    )
     registrar.register(
         "fused_add_rms_norm",
         impls.fused_add_rms_norm,
         supports_args=impls.fused_add_rms_norm_supports,
         inplace=True,
-        **_CACHED,
+        cache_by_signature=True,
     )
     registrar.register(
-        "silu_and_mul", impls.silu_and_mul, supports_args=impls.silu_and_mul_supports, **_CACHED
+        "silu_and_mul", impls.silu_and_mul, supports_args=impls.silu_and_mul_supports, cache_by_signature=True
     )
 
 
