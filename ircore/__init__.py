@@ -42,6 +42,7 @@ __all__ = [
     "Tolerance",
     "__version__",
     "all_ops",
+    "compile",
     "configure",
     "current_platform",
     "explain",
@@ -68,18 +69,20 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> object:
+    import importlib
+
+    if name == "compile":  # a callable module: ircore.compile(model), ircore.compile.report()
+        return importlib.import_module("ircore.compile")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'ircore' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {"compile"})
 
 
 def explain(op: "str | IrOp", *args: object, **kwargs: object) -> Explanation:
