@@ -24,6 +24,7 @@ from ircore import plugins as _plugins
 _dispatch.STATE.loader = _plugins.ensure_loaded
 _dispatch.STATE.discovered = _plugins.discovered_names
 _dispatch.STATE.status_of = _plugins.provider_status
+_dispatch.STATE.settings_fingerprint = _plugins.settings_fingerprint
 
 __all__ = [
     "API_VERSION",

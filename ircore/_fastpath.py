@@ -11,9 +11,10 @@ for tensor subclasses) it calls ``torch.ops.ircore.<op>`` so the graph records t
 it validates the arguments, takes the cached plan (see ``ircore.dispatch``), runs the first
 implementation whose ``supports_args`` accepts the call, and says which at DEBUG.
 
-Under Dynamo the function also reads ``dispatch.STATE.version``, an int that every priority,
-configuration or provider change increments: Dynamo guards on the int's value, so a function
-compiled before such a change recompiles (and is lowered again) on its next call. Providers are
+Under Dynamo the function also reads ``dispatch.STATE.version``, an int fingerprint of every
+priority, configuration and provider setting: Dynamo guards on the int's value, so a function
+compiled before a change recompiles (and is lowered again) on its next call, and one compiled
+for a configuration that comes back is reused. Providers are
 loaded first (at trace time, through ``assume_constant_result``), or loading them on the first
 run would change the version and cost a second compile.
 

@@ -73,8 +73,10 @@ class DispatchState:
 
     def __init__(self) -> None:
         self.generation: object = object()
-        # Counts generations. Compiled code reads it under Dynamo, which guards on an int's value
-        # (not on an object's identity): any change makes a compiled function recompile.
+        # An int fingerprint of everything compiled graphs depend on (see _fingerprint), updated
+        # with the generation. Compiled code reads it under Dynamo, which guards on an int's
+        # value (not on an object's identity): a change recompiles, a change back finds the
+        # graph compiled before.
         self.version: int = 0
         self.lock = threading.RLock()
         self.api_priority: dict[str, tuple[str, ...]] = {}
@@ -87,6 +89,8 @@ class DispatchState:
         self.discovered: Callable[[], set[str]] | None = None
         # Why a known provider cannot run (its state and reason), or None.
         self.status_of: Callable[[str], str | None] = lambda name: None
+        # Configuration outside this state that compiled graphs depend on (fusion switches).
+        self.settings_fingerprint: Callable[[], object] = lambda: None
 
 
 STATE = DispatchState()
@@ -98,9 +102,33 @@ def bump_generation() -> None:
 
     with STATE.lock:
         STATE.generation = object()
-        STATE.version += 1
+        STATE.version = _fingerprint()
         for op in all_ops().values():
             op.signature_cache.clear()
+
+
+def _fingerprint() -> int:
+    """The priority sources, ranks, blocked providers, implementations and fusion switches, as an int.
+
+    Equal configurations give equal values within a process, so a compiled function that went
+    through priorities A, B and back to A reuses its graph for A instead of compiling a third.
+    """
+    from ircore.op import all_ops
+
+    impls = tuple(
+        (name, tuple((provider, id(impl)) for provider, impl in op.impls.items()))
+        for name, op in sorted(all_ops().items())
+    )
+    return hash(
+        (
+            tuple(sorted(STATE.api_priority.items())),
+            tuple((layer.source, tuple(sorted(layer.priorities.items()))) for layer in STATE.layers),
+            tuple(sorted((op, tuple(sorted(ranks.items()))) for op, ranks in STATE.ranks.items())),
+            tuple(sorted(STATE.blocked)),
+            impls,
+            STATE.settings_fingerprint(),
+        )
+    )
 
 
 def ensure_loaded() -> None:

@@ -149,6 +149,11 @@ def test_priority_change_recompiles_and_lowers_again():
     assert impls.CALLS == []
     assert counters["stats"]["unique_graphs"] == 2
     assert list(ircore.compile.report().last_lowering.values()) == ["native"]
+    ircore.set_priority(rms_norm=["opaque"])  # back: the graph compiled first serves again
+    impls.CALLS.clear()
+    f(x, w)
+    assert impls.CALLS == ["opaque"]
+    assert counters["stats"]["unique_graphs"] == 2
 
 
 def test_a_priority_scope_runs_the_graph_uncompiled(caplog):

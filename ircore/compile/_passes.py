@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,6 +64,7 @@ class IrcorePostGradPass(_Base):
                 user_pass(graph, is_inference=is_inference)
             else:
                 user_pass(graph)
+        start = time.perf_counter()
         switches = effective_fusions(self.fusions)
         _lowering.functionalize_maybe_inplace(graph)
         counts: Counter[str] = Counter()
@@ -75,7 +77,7 @@ class IrcorePostGradPass(_Base):
             stable_topological_sort(graph)
         chosen, left = _lowering.lower(graph)
         graph.eliminate_dead_code()
-        _report.record_graph(counts, chosen, left)
+        _report.record_graph(counts, chosen, left, time.perf_counter() - start)
 
     def uuid(self) -> str | None:
         """Changes with anything that can change what this pass does (Inductor's cache key)."""

@@ -15,7 +15,8 @@ class CompileReport:
     ``fusions``: matches per fusion. ``lowered``: per op, how many nodes went to each provider.
     ``last_lowering``: ``{node name: provider}`` of the most recent graph. ``left``: ircore nodes
     the lowering could not replace (they dispatch at run time). ``graphs``: graphs the pass ran
-    on. A graph served from Inductor's FX graph cache runs no pass and adds nothing.
+    on. ``seconds``: time spent in the pass. A graph served from Inductor's FX graph cache runs
+    no pass and adds nothing.
     """
 
     graphs: int = 0
@@ -23,6 +24,8 @@ class CompileReport:
     lowered: dict[str, Counter[str]] = field(default_factory=dict)
     last_lowering: dict[str, str] = field(default_factory=dict)
     left: int = 0
+    #: wall time spent in ircore's pass (fusions and lowering), in seconds
+    seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -31,6 +34,7 @@ class CompileReport:
             "lowered": {op: dict(c) for op, c in self.lowered.items()},
             "last_lowering": dict(self.last_lowering),
             "left": self.left,
+            "seconds": self.seconds,
         }
 
 
@@ -47,6 +51,7 @@ def report() -> CompileReport:
             {op: Counter(c) for op, c in _REPORT.lowered.items()},
             dict(_REPORT.last_lowering),
             _REPORT.left,
+            _REPORT.seconds,
         )
 
 
@@ -57,10 +62,13 @@ def reset_report() -> None:
         _REPORT = CompileReport()
 
 
-def record_graph(fusions: Counter[str], lowering: dict[str, tuple[str, str]], left: int) -> None:
+def record_graph(
+    fusions: Counter[str], lowering: dict[str, tuple[str, str]], left: int, seconds: float
+) -> None:
     """Add one graph's results; ``lowering`` maps node name -> (op, provider)."""
     with _lock:
         _REPORT.graphs += 1
+        _REPORT.seconds += seconds
         _REPORT.fusions.update(fusions)
         for op, provider in lowering.values():
             _REPORT.lowered.setdefault(op, Counter())[provider] += 1
