@@ -7,7 +7,11 @@ shows which modules really call ircore, since fp32 results are bitwise those of 
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -193,7 +197,7 @@ def test_class_level_errors_name_the_target():
         irt.apply_to_classes("lama")
     with pytest.raises(TypeError, match="name at least one model type or class"):
         irt.apply_to_classes()
-    with pytest.raises(TypeError, match="expected an nn.Module, got str"):
+    with pytest.raises(TypeError, match=r"expected an nn\.Module, got str"):
         irt.apply("llama")
 
 
@@ -220,6 +224,58 @@ def test_kernels_mapping_with_kernelize(monkeypatch, counting):
     counting.clear()
     logits(model)
     assert counting == []
+
+
+#: transformers 5.22.2, the newest that accepts the kernels 0.17.2 of the package index (5.23
+#: wants >= 0.18.2); `make setup` installs it here, outside the venv's site-packages.
+COMPAT = Path(sys.prefix) / "compat" / "transformers-5.22.2"
+COMPAT_SCRIPT = r"""
+import json, logging, torch, transformers, kernels
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+from transformers.utils import is_kernels_available
+from ircore.integrations.transformers import kernel_mapping
+
+runs = []
+class Count(logging.Handler):
+    def emit(self, record):
+        runs.append(record.getMessage())
+logging.getLogger("ircore").addHandler(Count())
+logging.getLogger("ircore").setLevel(logging.DEBUG)
+torch.manual_seed(0)
+config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=128)
+model = transformers.LlamaForCausalLM(config).eval()
+ids = torch.randint(0, 128, (1, 8))
+with torch.no_grad():
+    stock = model(ids).logits
+    with kernels.use_kernel_mapping(kernel_mapping(), inherit_mapping=False):
+        kernels.kernelize(model, mode=kernels.Mode.INFERENCE, device="cpu")
+    runs.clear()
+    out = model(ids).logits
+print("RESULT" + json.dumps({
+    "versions": [transformers.__version__, kernels.__version__],
+    "kernels_available": is_kernels_available(),
+    "layer_name": getattr(LlamaRMSNorm, "kernel_layer_name", None),
+    "runs": runs,
+    "max_diff": (out - stock).abs().max().item(),
+}))
+"""
+
+
+def test_kernels_mapping_where_transformers_accepts_the_installed_kernels():
+    """transformers 5.22.2 + kernels 0.17.2: the decorator marks the classes, kernelize alone routes."""
+    pytest.importorskip("kernels")
+    if not (COMPAT / "transformers").is_dir():
+        pytest.skip(f"{COMPAT} is missing: `make setup` installs transformers 5.22.2 there")
+    env = dict(os.environ, PYTHONPATH=str(COMPAT), IRCORE_PROVIDERS="none", HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-c", COMPAT_SCRIPT], env=env, capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT") :])
+    assert result["versions"] == ["5.22.2", "0.17.2"]
+    assert result["kernels_available"] and result["layer_name"] == "RMSNorm"
+    assert result["runs"] == ["rms_norm: running native"] * 5
+    assert result["max_diff"] <= 1e-5
 
 
 # ---------------------------------------------------------------------- torch.compile
