@@ -238,7 +238,8 @@ from ircore.integrations.transformers import kernel_mapping
 runs = []
 class Count(logging.Handler):
     def emit(self, record):
-        runs.append(record.getMessage())
+        if ": running " in record.getMessage():
+            runs.append(record.getMessage())
 logging.getLogger("ircore").addHandler(Count())
 logging.getLogger("ircore").setLevel(logging.DEBUG)
 torch.manual_seed(0)
