@@ -146,6 +146,15 @@ def test_mlp_merges_gate_and_up_once(dtype, counting):
     assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
 
 
+def test_save_pretrained_of_a_merged_model_saves_the_stock_weights(tmp_path):
+    model = build("llama")
+    stock = logits(model)
+    irt.apply(model, mlp=True)
+    model.save_pretrained(tmp_path)  # gate and up share one storage here
+    reloaded = transformers.LlamaForCausalLM.from_pretrained(tmp_path).eval()
+    assert torch.equal(logits(reloaded), stock)
+
+
 def test_mlp_with_another_activation_is_left_alone():
     model = build("llama")
     model.model.layers[0].mlp.act_fn = nn.GELU()

@@ -16,37 +16,26 @@ import inspect
 import textwrap
 from typing import Any
 
+# What the RMSNorm forms share: normalise in fp32. They differ in how they apply the weight.
+_NORMALIZE = """
+def forward(self, hidden_states):
+    input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+"""
+
 #: RMSNorm forwards that compute ``rms_norm(x, self.weight, self.variance_epsilon)`` within the
 #: op's tolerance when weight and input share a dtype (transformers 5.23: 142 of 142 classes
 #: decorated ``use_kernel_forward_from_hub("RMSNorm")``). Name -> source.
 NORM_FORMS: dict[str, str] = {
     # Llama, Qwen2/3, Mistral and most others: rounds to the input dtype, then multiplies by weight
-    "llama": """
-def forward(self, hidden_states):
-    input_dtype = hidden_states.dtype
-    hidden_states = hidden_states.to(torch.float32)
-    variance = hidden_states.pow(2).mean(-1, keepdim=True)
-    hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-    return self.weight * hidden_states.to(input_dtype)
-""",
+    "llama": _NORMALIZE + "    return self.weight * hidden_states.to(input_dtype)\n",
     # OLMo and others: multiplies, then rounds once (ircore's own semantics)
-    "weight_then_round": """
-def forward(self, hidden_states):
-    input_dtype = hidden_states.dtype
-    hidden_states = hidden_states.to(torch.float32)
-    variance = hidden_states.pow(2).mean(-1, keepdim=True)
-    hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-    return (self.weight * hidden_states).to(input_dtype)
-""",
+    "weight_then_round": _NORMALIZE + "    return (self.weight * hidden_states).to(input_dtype)\n",
     # Nemotron-H: the same with the weight cast to fp32 first
-    "fp32_weight_then_round": """
-def forward(self, hidden_states):
-    input_dtype = hidden_states.dtype
-    hidden_states = hidden_states.to(torch.float32)
-    variance = hidden_states.pow(2).mean(-1, keepdim=True)
-    hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-    return (self.weight.to(torch.float32) * hidden_states).to(input_dtype)
-""",
+    "fp32_weight_then_round": _NORMALIZE
+    + "    return (self.weight.to(torch.float32) * hidden_states).to(input_dtype)\n",
 }
 
 #: Gated MLPs whose activation may become ``silu_and_mul`` over one merged gate/up projection.

@@ -169,8 +169,7 @@ def undo(model: nn.Module) -> int:
     """Put back every module of ``model`` that ``apply`` patched; returns how many.
 
     Norms get their class's forward again; merged MLPs get their class's forward, and their gate
-    and up weights their own storage (as loaded, same values). Call it before ``save_pretrained``
-    of a model applied with ``mlp=True``: the merged weights share one storage until then.
+    and up weights their own storage (as loaded, same values).
     """
     restored = 0
     for module in model.modules():
