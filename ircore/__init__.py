@@ -19,11 +19,15 @@ from ircore.op import Impl, IrOp, Sample, Tolerance, all_ops, get_op, register_o
 __version__ = "0.1.0"
 
 from ircore import dispatch as _dispatch
+from ircore import distributed as _distributed
 from ircore import plugins as _plugins
 
 _dispatch.STATE.loader = _plugins.ensure_loaded
 _dispatch.STATE.discovered = _plugins.discovered_names
 _dispatch.STATE.status_of = _plugins.provider_status
+
+# DTensor sharding rules: registered when torch.distributed.tensor is imported (never by us).
+_distributed.register_when_dtensor_imported()
 
 __all__ = [
     "API_VERSION",
