@@ -12,8 +12,10 @@ runs when the module's code has finished. It removes itself once the module is i
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -74,13 +76,32 @@ def _remove(finder: _AfterImport) -> None:
         pass
 
 
-def call_after_import(name: str, callback: Callable[[], None]) -> None:
-    """Call ``callback()`` once ``name`` is imported: now if it already is, else right after.
+def call_after_import(name: str, target: str, consequence: str) -> None:
+    """Call ``target`` once module ``name`` is imported: now if it already is, else right after.
 
-    ``callback`` runs inside the import statement that first imports ``name`` (after the module's
-    own code), so it must not raise: an exception would fail that import.
+    ``target`` is ``"module:function"``; the module is imported only then, so a caller's import
+    pays for this module alone. The call runs inside the import statement that first imports
+    ``name`` (after the module's own code), so a failure never propagates: it is logged at
+    WARNING with ``consequence``, what the failure means for the user.
     """
     if _imported(name):
-        callback()
+        _call(target, name, consequence)
     else:
-        sys.meta_path.insert(0, _AfterImport(name, callback))
+        sys.meta_path.insert(0, _AfterImport(name, lambda: _call(target, name, consequence)))
+
+
+def _call(target: str, after: str, consequence: str) -> None:
+    module, _, function = target.partition(":")
+    try:
+        getattr(importlib.import_module(module), function)()
+    except Exception as exc:
+        logging.getLogger("ircore").warning(
+            "%s() failed after %s was imported (%s: %s); %s. Call %s.%s() to see the traceback.",
+            target,
+            after,
+            type(exc).__name__,
+            exc,
+            consequence,
+            module,
+            function,
+        )

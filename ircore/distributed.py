@@ -6,15 +6,16 @@ its own shard whenever no row is split between ranks: ``x`` Replicate, or Shard(
 the last, with the weight Replicate; the outputs then have x's placement. These rules are given
 to DTensor through torch's public ``register_sharding``. DTensor brings any other input to the
 allowed placement its cost model finds cheapest before the local call: ``x`` sharded on its last
-dimension is all-gathered to Replicate (the result is Replicate), a Partial ``x`` is reduced, a
-sharded weight is all-gathered.
+dimension is all-gathered to Replicate (the result is Replicate), and so is one sharded on a
+dimension shorter than the mesh (DTensor's own rule); a Partial ``x`` is reduced, a sharded
+weight is all-gathered.
 
 The local call is ``torch.ops.ircore.<op>`` on each rank's shard, which runs ircore's normal
 dispatch: each rank runs its own best implementation (its providers, priorities and scopes).
 
-The rules are registered when ``torch.distributed.tensor`` is imported (the package every DTensor
-comes from), or at ``import ircore`` if it already is: see :func:`register_when_dtensor_imported`.
-Importing this module imports nothing of ``torch.distributed``.
+``import ircore`` does not import this module: ``ircore._import_hook`` imports it and calls
+:func:`register_sharding_rules` when ``torch.distributed.tensor`` is imported (the package every
+DTensor comes from), or at ``import ircore`` if it already is.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ircore import _import_hook
 from ircore.op import IrOp, get_op
 
-__all__ = ["ROW_WISE_OPS", "register_sharding_rules", "register_when_dtensor_imported"]
+__all__ = ["ROW_WISE_OPS", "register_sharding_rules"]
 
 _log = logging.getLogger("ircore")
 
@@ -104,21 +104,3 @@ def register_sharding_rules() -> None:
             op = get_op(name)
             register_sharding(op.torch_op)(_row_wise_shardings(op, roles))
         _registered = True
-
-
-def _register_or_warn() -> None:
-    try:
-        register_sharding_rules()
-    except Exception as exc:  # runs inside the user's import statement: never fail it
-        _log.warning(
-            "could not register ircore's DTensor sharding rules (%s: %s); ircore ops called with a "
-            "DTensor will fail with DTensor's 'no sharding strategy' error. Call "
-            "ircore.distributed.register_sharding_rules() to see the full error.",
-            type(exc).__name__,
-            exc,
-        )
-
-
-def register_when_dtensor_imported() -> None:
-    """Register the rules now if ``torch.distributed.tensor`` is imported, else right after it is."""
-    _import_hook.call_after_import("torch.distributed.tensor", _register_or_warn)

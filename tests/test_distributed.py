@@ -126,7 +126,10 @@ def test_a_failing_registration_warns_and_never_fails_the_users_import():
         "print('IMPORTED')\n"
     )
     assert "IMPORTED" in run.stdout, run.stderr
-    assert "could not register ircore's DTensor sharding rules (RuntimeError: boom)" in run.stderr, run.stderr
+    assert (
+        "ircore.distributed:register_sharding_rules() failed after torch.distributed.tensor was imported "
+        "(RuntimeError: boom); ircore ops called with a DTensor will fail"
+    ) in run.stderr, run.stderr
 
 
 # ---------------------------------------------------------------------- docs
