@@ -242,6 +242,20 @@ def partial_input_is_reduced_first(group: Group) -> None:
 
 
 @scenario
+def bad_input_gets_ircores_error(group: Group) -> None:
+    """DTensor re-raises the op's InvalidArgumentError as a RuntimeError with the same message."""
+    x = distribute_tensor(torch.randn(4, 64, device=group.device), group.mesh, [Shard(0)])
+    weight = distribute_tensor(torch.randn(32, device=group.device), group.mesh, [Replicate()])
+    try:
+        ircore.ops.rms_norm(x, weight, 1e-6)
+    except RuntimeError as exc:
+        assert isinstance(exc.__cause__, ircore.InvalidArgumentError), repr(exc.__cause__)
+        assert str(exc).startswith("ircore.ops.rms_norm: argument 'weight' has shape (32,); expected (64,)"), exc
+    else:
+        raise AssertionError("a weight of the wrong size was accepted")
+
+
+@scenario
 def ranks_running_different_providers_agree(group: Group) -> None:
     """Rank 0 runs vllm_c's C++ kernels, rank 1 native: the results agree within tolerance."""
     if group.world < 2:

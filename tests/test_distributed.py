@@ -66,13 +66,18 @@ def test_partial_input_is_reduced_first(outcomes):
     _check(outcomes, "partial_input_is_reduced_first")
 
 
+def test_bad_input_gets_ircores_error(outcomes):
+    _check(outcomes, "bad_input_gets_ircores_error")
+
+
 def test_ranks_running_different_providers_agree(outcomes):
     _check(outcomes, "ranks_running_different_providers_agree")
 
 
 def test_every_scenario_has_a_test():
     tested = {"each_op_on_replicate_and_every_allowed_shard", "sharded_last_dim_is_gathered_to_replicate",
-              "partial_input_is_reduced_first", "ranks_running_different_providers_agree"}
+              "partial_input_is_reduced_first", "bad_input_gets_ircores_error",
+              "ranks_running_different_providers_agree"}
     tested |= {f"block_matches_one_process[{v}]" for v in scenarios.VARIANTS}
     assert set(scenarios.SCENARIOS) == tested
 
@@ -82,7 +87,8 @@ def test_every_scenario_has_a_test():
 # trigger cannot be the eager call) must find the rules, whatever the import order.
 _DTENSOR_CALL = """
 import tempfile, torch, torch.distributed as dist
-from torch.distributed.tensor import Replicate, Shard, distribute_tensor, init_device_mesh
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 dist.init_process_group("gloo", init_method="file://" + tempfile.mkdtemp() + "/store", rank=0, world_size=1)
 mesh = init_device_mesh("cpu", (1,))
 x, w = torch.randn(6, 64), torch.randn(64)
