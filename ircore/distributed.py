@@ -45,9 +45,15 @@ _lock = threading.Lock()
 _registered = False
 
 
-def _row_wise_shardings(op: IrOp, roles: Mapping[str, str]) -> Callable[..., list[tuple[list, list]]]:
-    """The ``register_sharding`` function of ``op``: every placement that keeps rows whole."""
-    n_outputs = len(op.torch_op._schema.returns)
+def _row_wise_shardings(
+    op: IrOp, roles: Mapping[str, str], overload: Any
+) -> Callable[..., list[tuple[list, list]]]:
+    """The ``register_sharding`` function of one of ``op``'s overloads: placements keeping rows whole.
+
+    ``maybe_inplace`` returns nothing (it writes into ``x`` and ``x_residual``, whose placements
+    the strategy keeps), so its strategies list no outputs.
+    """
+    n_outputs = len(overload._schema.returns)
 
     def shardings(*args: Any, **kwargs: Any) -> list[tuple[list, list]]:
         from torch.distributed.tensor import Replicate, Shard
@@ -62,8 +68,45 @@ def _row_wise_shardings(op: IrOp, roles: Mapping[str, str]) -> Callable[..., lis
             allowed.append(([placement] * n_outputs, inputs))
         return allowed
 
-    shardings.__qualname__ = f"ircore.distributed[{op.name}]"
+    if overload is op.torch_inplace_op:
+        shardings = _in_place_only(op, roles, shardings)
+    shardings.__qualname__ = f"ircore.distributed[{overload}]"
     return shardings
+
+
+def _in_place_only(op: IrOp, roles: Mapping[str, str], shardings: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``maybe_inplace`` overload's rule: refuse what DTensor would have to redistribute.
+
+    The overload writes into ``x`` and ``x_residual``; on a redistributed copy the write would be
+    lost. ``op.maybe_inplace`` on DTensors takes the functional op; this guards direct calls of
+    ``torch.ops.ircore.<op>.maybe_inplace``.
+    """
+
+    def checked(*args: Any, **kwargs: Any) -> list[tuple[list, list]]:
+        from torch.distributed.tensor import Replicate, Shard
+
+        given = [*zip(op.param_names, args), *kwargs.items()]
+        rows = [(name, spec) for name, spec in given if roles.get(name) == ROWS]
+        first = rows[0][1]
+        for name, spec in rows:
+            for mesh_dim, placement in enumerate(spec.placements):
+                kept = isinstance(placement, Replicate) or (
+                    isinstance(placement, Shard)
+                    and placement.dim % spec.ndim != spec.ndim - 1
+                    and spec.shape[placement.dim] >= spec.mesh.size(mesh_dim)
+                )
+                if not kept or spec.placements != first.placements:
+                    from ircore.errors import InvalidArgumentError
+
+                    raise InvalidArgumentError(
+                        f"torch.ops.ircore.{op.name}.maybe_inplace on DTensor: argument {name!r} has "
+                        f"placements {spec.placements} (shape {tuple(spec.shape)}), which DTensor would "
+                        "redistribute before the local call, losing the in-place write; call "
+                        f"ircore.ops.{op.name}.maybe_inplace(...) or the functional op instead"
+                    )
+        return shardings(*args, **kwargs)
+
+    return checked
 
 
 def _placement_of(role: str | None, value: object, rows: object, whole: object) -> object:
@@ -102,5 +145,7 @@ def register_sharding_rules() -> None:
             return
         for name, roles in ROW_WISE_OPS.items():
             op = get_op(name)
-            register_sharding(op.torch_op)(_row_wise_shardings(op, roles))
+            for overload in (op.torch_op, op.torch_inplace_op):
+                if overload is not None:
+                    register_sharding(overload)(_row_wise_shardings(op, roles, overload))
         _registered = True

@@ -56,6 +56,9 @@ example = _load_example()
 # How the tensor-parallel model is run: name -> wrap(model) -> callable.
 VARIANTS: dict[str, Callable[[nn.Module], Callable[..., Any]]] = {
     "eager": lambda model: model,
+    # the fusion and lowering passes see the local graph (the probe below is then traced into it
+    # with the local shapes, at compile time)
+    "compiled": lambda model: torch.compile(model, backend="ircore", fullgraph=True),
 }
 
 
@@ -229,6 +232,28 @@ def sharded_last_dim_is_gathered_to_replicate(group: Group) -> None:
         # DTensor asks the rule once per input signature (placements, shapes, dtypes): no earlier
         # scenario shards a last dimension, so each case here is new to it and says so
         assert any(f"ircore.ops.{name} on DTensor: argument 'x' is sharded on its last" in m for m in log), log
+
+
+@scenario
+def maybe_inplace_on_shards(group: Group) -> None:
+    """``op.maybe_inplace`` on DTensors computes out of place: right results, kept placements."""
+    op = ircore.ops.fused_add_rms_norm
+    for name, args, label in _op_cases(group.device, torch.float32):
+        if name != op.name:
+            continue
+        for placement in [Replicate(), *(Shard(d) for d in range(args[0].dim() - 1))]:
+            out, res = op.maybe_inplace(*_distribute(args, placement, group.mesh))
+            assert out.placements == res.placements, (out.placements, res.placements)
+            where = f"maybe_inplace [{label}] {placement}"
+            assert_close_to_reference(op, (out.full_tensor(), res.full_tensor()), args, label=where)
+    # the overload itself refuses a placement DTensor would redistribute (the write would be lost)
+    x = distribute_tensor(torch.randn(4, 64, device=group.device), group.mesh, [Shard(1)])
+    try:
+        torch.ops.ircore.fused_add_rms_norm.maybe_inplace(x, x.clone(), None, 1e-6)
+    except RuntimeError as exc:
+        assert "losing the in-place write" in str(exc), exc
+    else:
+        raise AssertionError("maybe_inplace on a last-dimension shard was accepted")
 
 
 @scenario

@@ -62,6 +62,10 @@ def test_sharded_last_dim_is_gathered_to_replicate(outcomes):
     _check(outcomes, "sharded_last_dim_is_gathered_to_replicate")
 
 
+def test_maybe_inplace_on_shards(outcomes):
+    _check(outcomes, "maybe_inplace_on_shards")
+
+
 def test_partial_input_is_reduced_first(outcomes):
     _check(outcomes, "partial_input_is_reduced_first")
 
@@ -76,6 +80,7 @@ def test_ranks_running_different_providers_agree(outcomes):
 
 def test_every_scenario_has_a_test():
     tested = {"each_op_on_replicate_and_every_allowed_shard", "sharded_last_dim_is_gathered_to_replicate",
+              "maybe_inplace_on_shards",
               "partial_input_is_reduced_first", "bad_input_gets_ircores_error",
               "ranks_running_different_providers_agree"}
     tested |= {f"block_matches_one_process[{v}]" for v in scenarios.VARIANTS}
