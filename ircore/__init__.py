@@ -12,6 +12,7 @@ from ircore.errors import (
     IrcoreError,
     OpDeclarationError,
     PriorityError,
+    ProviderIsolationError,
     ProviderLoadError,
 )
 from ircore.op import Impl, IrOp, Sample, Tolerance, all_ops, get_op, register_op
@@ -24,6 +25,7 @@ from ircore import plugins as _plugins
 _dispatch.STATE.loader = _plugins.ensure_loaded
 _dispatch.STATE.discovered = _plugins.discovered_names
 _dispatch.STATE.status_of = _plugins.provider_status
+_dispatch.STATE.note_removed = _plugins.note_removed
 
 __all__ = [
     "API_VERSION",
@@ -37,6 +39,7 @@ __all__ = [
     "OpDeclarationError",
     "Platform",
     "PriorityError",
+    "ProviderIsolationError",
     "ProviderLoadError",
     "Sample",
     "Tolerance",

@@ -69,6 +69,9 @@ def test_signature_ignores_row_count_and_epsilon():
         lambda x, w: (x.t().contiguous().t(), w, 1e-6, None),  # last-dim stride != 1
         lambda x, w: (torch.randn(8, 128)[:, :64], w, 1e-6, None),  # rows strided: not contiguous
         lambda x, w: (torch.randn(8, 32), torch.ones(32), 1e-6, None),  # hidden size
+        lambda x, w: (x, w, -1e-6, None),  # epsilon's sign (an op's check refuses negative ones)
+        lambda x, w: (x, w, float("nan"), None),  # NaN counts as negative
+        lambda x, w: (x.requires_grad_(), w, 1e-6, None),  # needs grad, grad mode on: native runs
     ],
 )
 def test_signature_tells_apart(other):
@@ -88,7 +91,11 @@ def test_signature_declines_what_needs_the_careful_path():
     assert sig(x.to_sparse(), w, 1e-6, None) is None  # sizes/strides are not plain: no C++ throw
     assert sig(torch.nested.as_nested_tensor([x, x[:2]]), w, 1e-6, None) is None
     assert sig(x, w, 1e-6, 2.5) is None
-    assert sig(x, torch.nn.Parameter(w), 1e-6, None) == sig(x, w, 1e-6, None)  # Parameter is a tensor
+    for epsilon in ("1e-6", None, [1e-6], True, torch.tensor(1e-6)):  # not a real number
+        assert sig(x, w, epsilon, None) is None
+    assert sig(x, w, 0, None) == sig(x, w, 1e-6, None)  # an int is a real number
+    with torch.no_grad():  # where grad mode is on, a Parameter (requires grad) is told apart
+        assert sig(x, torch.nn.Parameter(w), 1e-6, None) == sig(x, w, 1e-6, None)  # Parameter is a tensor
     with FakeTensorMode() as mode:
         assert sig(mode.from_tensor(x), None, 1e-6, None) is None
     fused = ircore.ops.fused_add_rms_norm.signature_spec

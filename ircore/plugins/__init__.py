@@ -26,3 +26,12 @@ def provider_status(name: str) -> str | None:
 
     manager = sys.modules.get("ircore.plugins.manager")  # nothing loaded yet: nothing to say
     return None if manager is None else manager.MANAGER.status_of(name)
+
+
+def note_removed(op_name: str, provider: str, how: str) -> None:
+    """An implementation was removed (``IrOp.unregister_impl``): the provider's record says so."""
+    import sys
+
+    manager = sys.modules.get("ircore.plugins.manager")  # nothing loaded yet: no record to update
+    if manager is not None:
+        manager.MANAGER.note_removed(op_name, provider, how)
