@@ -6,7 +6,7 @@ chosen implementation's function called directly, interleaved in rounds on one t
 overhead is median(a) - median(b). The same measurement of vLLM IR runs in its own venv
 (benchmarks/setup_vllm_venv.sh) as a subprocess of this run, and the two are reported together.
 
-Run: ``.venv/bin/python benchmarks/dispatch_overhead.py [--json PATH] [--quick] [--no-vllm]``
+Run: ``.venv/bin/python benchmarks/dispatch_overhead.py [--json PATH] [--quick] [--no-vllm] [--grad-mode]``
 """
 
 from __future__ import annotations
@@ -51,8 +51,14 @@ def interleaved_medians(
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
-def measure_ircore(rounds: int, calls: int) -> list[dict[str, Any]]:
-    """ircore's eager call vs its chosen implementation called directly, per provider/dtype/T."""
+def measure_ircore(rounds: int, calls: int, grad_mode: bool = False) -> list[dict[str, Any]]:
+    """ircore's eager call vs its chosen implementation called directly, per provider/dtype/T.
+
+    Under ``torch.inference_mode()``, as engines run; ``grad_mode`` measures with grad mode on
+    instead (tensors that do not require grad: the providers' kernels still run).
+    """
+    import contextlib
+
     import torch
 
     import ircore
@@ -76,7 +82,7 @@ def measure_ircore(rounds: int, calls: int) -> list[dict[str, Any]]:
                 if provider == "vllm_c":
                     raw = torch.ops.ircore_vllm_c.rms_norm.default
                     fns["kernel"] = lambda x=x, w=w, raw=raw: raw(x, w, 1e-6, None)
-                with torch.inference_mode():
+                with contextlib.nullcontext() if grad_mode else torch.inference_mode():
                     assert ircore.explain(op, x, w, 1e-6).chosen == provider
                     med = interleaved_medians(fns, rounds, calls)
                 row = {
@@ -94,11 +100,12 @@ def measure_ircore(rounds: int, calls: int) -> list[dict[str, Any]]:
     return rows
 
 
-def measure_without_signature_helper(quick: bool) -> list[dict[str, Any]]:
+def measure_without_signature_helper(quick: bool, grad_mode: bool = False) -> list[dict[str, Any]]:
     """The same rows in a subprocess with IRCORE_NO_SIGNATURE=1: the pure-Python eager path."""
     _log("measuring ircore without the call-signature helper (IRCORE_NO_SIGNATURE=1) ...")
     env = {**os.environ, "IRCORE_NO_SIGNATURE": "1"}
-    cmd = [sys.executable, __file__, "--ircore-only", *(["--quick"] if quick else [])]
+    flags = [*(["--quick"] if quick else []), *(["--grad-mode"] if grad_mode else [])]
+    cmd = [sys.executable, __file__, "--ircore-only", *flags]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out)["ircore"]
 
@@ -230,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="few rounds (smoke test)")
     parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM IR side")
     parser.add_argument("--no-import", action="store_true", help="skip the import-cost measurement")
+    parser.add_argument(
+        "--grad-mode",
+        action="store_true",
+        help="time ircore's calls with grad mode on (default: under torch.inference_mode())",
+    )
     parser.add_argument("--ircore-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     rounds, calls = (5, 2000) if args.quick else (21, 5000)
@@ -237,13 +249,14 @@ def main(argv: list[str] | None = None) -> int:
 
     result: dict[str, Any] = {
         "signature_helper": "loaded" if _signature.signature is not None else _signature.unavailable_reason,
-        "ircore": measure_ircore(rounds, calls),
+        "grad_mode": args.grad_mode,
+        "ircore": measure_ircore(rounds, calls, args.grad_mode),
     }
     if args.ircore_only:
         print(json.dumps(result))
         return 0
     if _signature.signature is not None:
-        result["ircore_no_signature"] = measure_without_signature_helper(args.quick)
+        result["ircore_no_signature"] = measure_without_signature_helper(args.quick, args.grad_mode)
     if not args.no_vllm:
         result["vllm"] = measure_vllm(args.quick)
     if not args.no_import:

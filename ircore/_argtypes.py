@@ -60,6 +60,12 @@ def describe(value: object) -> str:
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
+def tensor_parameters(native: Callable[..., Any], names: Sequence[str]) -> tuple[int, ...]:
+    """Indices of the parameters annotated ``Tensor`` or ``Tensor | None``."""
+    hints = typing.get_type_hints(native)
+    return tuple(i for i, name in enumerate(names) if hints.get(name) in (torch.Tensor, torch.Tensor | None))
+
+
 def type_checker(op: str, native: Callable[..., Any], names: Sequence[str]) -> Callable[..., None]:
     """``check_types(*args)`` for ``native``'s annotated parameters; others are not checked."""
     hints = typing.get_type_hints(native)

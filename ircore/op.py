@@ -20,7 +20,7 @@ import torch
 
 from ircore import _ownership
 from ircore import dispatch as _dispatch
-from ircore._argtypes import type_checker
+from ircore._argtypes import tensor_parameters, type_checker
 from ircore._fastpath import build_eager_call
 from ircore.errors import ImplRegistrationError, OpDeclarationError
 
@@ -157,7 +157,7 @@ class IrOp:
         self.schema = _infer_schema(self.native)
         #: Raises InvalidArgumentError for an argument of the wrong type (see ircore._argtypes).
         self.check_types = type_checker(self.name, self.native, self.param_names)
-        self._tensor_indices = _tensor_parameters(self.native, self.param_names)
+        self._tensor_indices = tensor_parameters(self.native, self.param_names)
         # (written, other) tensor parameters that must not share memory for an in-place call
         self._overlap_pairs = tuple(
             (i, j)
@@ -426,12 +426,6 @@ class IrOp:
 
     def __repr__(self) -> str:
         return f"<ircore op {self.name}{self.signature} impls={list(self.impls)}>"
-
-
-def _tensor_parameters(native: Callable[..., Any], names: Sequence[str]) -> tuple[int, ...]:
-    """Indices of the parameters annotated ``Tensor`` or ``Tensor | None``."""
-    hints = typing.get_type_hints(native)
-    return tuple(i for i, name in enumerate(names) if hints.get(name) in (torch.Tensor, torch.Tensor | None))
 
 
 def _signature_spec(op: IrOp) -> bytes:

@@ -1,6 +1,6 @@
 """Against the core's own op declarations (when ``ircore`` is importable): registration is
 accepted, and every sample the predicate accepts matches the op's reference within its
-tolerance. This is what the core's conformance kit checks, run here before that kit exists.
+tolerance: what the core's conformance kit checks, run on the provider's own functions.
 """
 
 import pytest
@@ -62,3 +62,28 @@ def test_core_samples(name: str, dtype: torch.dtype) -> None:
         _check(name, got, expected, dtype)
         ran += 1
     assert ran > 0
+
+
+@pytest.mark.parametrize("name", sorted(IMPLS))
+def test_a_call_that_needs_grad_runs_native(name: str) -> None:
+    """ircore's rule for every provider: with grad mode on and an input that requires grad, the
+    call runs native (the one implementation with autograd); without, the provider's kernel.
+    Registered under a test name: ``triton`` itself is an installed provider's name."""
+    op = ircore.get_op(name)
+    fn, pred, inplace = IMPLS[name]
+    op.register_impl("triton_under_test", fn, pred, inplace)
+    try:
+        args = op.make_inputs((4, 64), torch.float32, DEVICE)
+        with ircore.priority(**{name: ["triton_under_test"]}):
+            assert ircore.explain(op, *args).chosen == "triton_under_test"
+            args[0].requires_grad_()
+            explanation = ircore.explain(op, *args)
+            assert explanation.chosen == "native"
+            assert explanation.steps[0].reason.startswith("an argument requires grad and grad mode is on")
+            out = op(*args)
+            (out[0] if isinstance(out, tuple) else out).sum().backward()
+            assert args[0].grad is not None and torch.isfinite(args[0].grad).all()
+            with torch.no_grad():
+                assert ircore.explain(op, *args).chosen == "triton_under_test"
+    finally:
+        op.unregister_impl("triton_under_test")
