@@ -208,25 +208,3 @@ def test_conformance_kit(device):
         pytest.skip("ircore-provider-vllm-c is not installed (no entry point), or not active here")
     assert all(n > 0 for n in report.checked.values()), str(report)
 
-
-@pytest.mark.skipif(not hasattr(ircore, "get_op"), reason="this ircore has no get_op")
-@pytest.mark.parametrize("name", ["rms_norm", "fused_add_rms_norm", "silu_and_mul"])
-def test_a_call_that_needs_grad_runs_native(name):
-    """ircore's rule for every provider: with grad mode on and an input that requires grad, the
-    call runs native (the one implementation with autograd); without, vllm_c's kernel."""
-    op = ircore.get_op(name)
-    ircore.get_priority(name)  # loads the installed providers
-    if "vllm_c" not in op.impls:
-        pytest.skip("ircore-provider-vllm-c is not installed (no entry point), or not active here")
-    args = op.make_inputs((4, 64), torch.float32, "cpu")
-    with ircore.priority(**{name: ["vllm_c"]}):
-        assert ircore.explain(op, *args).chosen == "vllm_c"
-        args[0].requires_grad_()
-        explanation = ircore.explain(op, *args)
-        assert explanation.chosen == "native"
-        assert explanation.steps[0].reason.startswith("an argument requires grad and grad mode is on")
-        out = op(*args)
-        (out[0] if isinstance(out, tuple) else out).sum().backward()
-        assert args[0].grad is not None and torch.isfinite(args[0].grad).all()
-        with torch.no_grad():
-            assert ircore.explain(op, *args).chosen == "vllm_c"
