@@ -311,3 +311,13 @@ def test_without_the_helper_every_call_takes_the_careful_path():
     env = {**os.environ, "IRCORE_NO_SIGNATURE": "1", "IRCORE_PROVIDERS": "none"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "None disabled by IRCORE_NO_SIGNATURE 3"
+
+
+def test_real_numbers_are_told_apart_by_sign_only():
+    assert _signature.spec_for([float, float | None]) == b"fg"
+    assert _signature.signature(b"fg", 1e-6, None) == _signature.signature(b"fg", 3, None) == b"\x10\xff"
+    assert _signature.signature(b"fg", -1e-6, 2.0) == b"\x11\x10"
+    assert _signature.signature(b"f", float("nan")) == b"\x11"
+    assert _signature.signature(b"f", -(10**30)) == b"\x11"  # an int too large for 64 bits
+    for not_real in (None, "1", True, torch.tensor(1.0)):
+        assert _signature.signature(b"f", not_real) is None

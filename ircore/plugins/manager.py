@@ -157,15 +157,16 @@ class ProviderManager:
         """
         record.imported = True
         with _ownership.provider_code(record.name) as run:
-            registrar, ranks = self._run_hooks(record, run)
+            outcome = self._run_hooks(record, run)
         refused = run.verdict()
         if refused:
             run.undo()
             self._settle(record, ProviderState.INVALID, refused)
             return
-        if isinstance(registrar, ProviderState):  # it ends here; ``ranks`` holds the reason
-            self._settle(record, registrar, ranks)
+        if isinstance(outcome[0], ProviderState):  # failed, invalid or unavailable, with a reason
+            self._settle(record, *outcome)
             return
+        registrar, ranks = outcome
         registrar.commit()
         for op_name, rank in ranks.items():
             dispatch.STATE.ranks.setdefault(op_name, {})[record.name] = rank
