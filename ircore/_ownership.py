@@ -47,6 +47,7 @@ def _dispatch_snapshot() -> tuple[Any, ...]:
     return (
         {name: dict(op.impls) for name, op in all_ops().items()},
         dict(state.api_priority),
+        [(layer.source, dict(layer.priorities)) for layer in state.layers],
         {name: dict(ranks) for name, ranks in state.ranks.items()},
         dict(state.blocked),
     )
@@ -56,6 +57,7 @@ def _dispatch_snapshot() -> tuple[Any, ...]:
 _SNAPSHOT_PARTS = (
     "implementations of {ops}",
     "priority settings",
+    "configured priorities",
     "providers' default ranks",
     "disabled providers",
 )
@@ -65,12 +67,13 @@ def _restore(snapshot: tuple[Any, ...]) -> None:
     from ircore import dispatch
     from ircore.op import all_ops
 
-    impls, api_priority, ranks, blocked = snapshot
+    impls, api_priority, layers, ranks, blocked = snapshot
     for name, op in all_ops().items():
         op.impls.clear()
         op.impls.update(impls.get(name, {}))
     state = dispatch.STATE
     state.api_priority, state.ranks, state.blocked = dict(api_priority), dict(ranks), dict(blocked)
+    state.layers = [dispatch.PriorityLayer(source, dict(priorities)) for source, priorities in layers]
     dispatch.bump_generation()
 
 

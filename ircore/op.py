@@ -261,6 +261,7 @@ class IrOp:
         its hook receives, and a provider's own code (its import and hooks) may not call this.
         """
         _ownership.refuse_inside_provider(f"ircore.ops.{self.name}.register_impl({provider!r}, ...)")
+        _dispatch._ensure_loaded()  # waits while providers load: their check would take it for theirs
         discovered = _dispatch.STATE.discovered
         if isinstance(provider, str) and discovered is not None and provider in discovered():
             raise _reject(
@@ -391,6 +392,7 @@ class IrOp:
         A provider's own code (its import and hooks) may not call this.
         """
         _ownership.refuse_inside_provider(f"ircore.ops.{self.name}.unregister_impl({provider!r})")
+        _dispatch._ensure_loaded()
         if self.impls.pop(provider, None) is not None:
             how = f"removed by ircore.ops.{self.name}.unregister_impl() at {_ownership.caller_location()}"
             self.removed[provider] = how

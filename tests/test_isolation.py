@@ -16,7 +16,7 @@ from .provider_env import ProviderEnv, install_fixtures
 
 HOSTILE = [
     "evil_impersonate", "evil_swallow", "evil_set_priority", "evil_configure", "evil_rank_hook",
-    "evil_import", "evil_direct", "evil_forge", "evil_signature", "evil_kwonly", "evil_default",
+    "evil_import", "evil_direct", "evil_layers", "evil_forge", "evil_signature", "evil_kwonly", "evil_default",
     "evil_calls_op", "rogue_impersonate", "rogue_unregister", "rogue_replace",
 ]  # fmt: skip
 RULE = "a provider registers only through the registrar its ircore_register hook receives"
@@ -123,6 +123,8 @@ def test_writing_the_op_tables_directly_is_found_and_undone(matrix):
     assert reason.endswith("(all undone)")
     state, reason = _state(matrix, "rogue_replace")  # it also raised: rejected for the change
     assert state == "invalid" and "changed the implementations of rms_norm directly" in reason
+    state, reason = _state(matrix, "evil_layers")  # the user's IRCORE_PRIORITY: see the next test
+    assert state == "invalid" and reason.startswith("changed the configured priorities directly")
 
 
 def test_a_forged_registrar_cannot_commit(matrix):
