@@ -12,6 +12,7 @@ from ircore.errors import (
     IrcoreError,
     OpDeclarationError,
     PriorityError,
+    ProviderIsolationError,
     ProviderLoadError,
 )
 from ircore.op import Impl, IrOp, Sample, Tolerance, all_ops, get_op, register_op
@@ -26,6 +27,7 @@ _dispatch.STATE.loader = _plugins.ensure_loaded
 _dispatch.STATE.discovered = _plugins.discovered_names
 _dispatch.STATE.status_of = _plugins.provider_status
 _dispatch.STATE.settings_fingerprint = _plugins.settings_fingerprint
+_dispatch.STATE.note_removed = _plugins.note_removed
 
 # DTensor sharding rules: registered when torch.distributed.tensor is imported (never by us).
 _import_hook.call_after_import(
@@ -46,6 +48,7 @@ __all__ = [
     "OpDeclarationError",
     "Platform",
     "PriorityError",
+    "ProviderIsolationError",
     "ProviderLoadError",
     "Sample",
     "Tolerance",

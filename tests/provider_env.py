@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +37,9 @@ print("PROBE" + json.dumps(result))
 """
 
 
-def install_fixtures(target: Path) -> None:
-    dirs = sorted(str(p) for p in FIXTURES.iterdir() if (p / "pyproject.toml").is_file())
+def install_fixtures(target: Path, names: Iterable[str]) -> None:
+    """Install the fixture distributions ``names`` (directories of tests/fixtures) into ``target``."""
+    dirs = [str(FIXTURES / name) for name in names]
     subprocess.run(
         [
             sys.executable,

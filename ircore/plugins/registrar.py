@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ircore import _ownership
 from ircore.errors import ImplRegistrationError
 from ircore.op import Impl, IrOp, all_ops
 
@@ -48,9 +49,10 @@ class Registrar:
         return tuple(impl.op_name for _, impl in self._pending)
 
     def commit(self) -> None:
-        """Attach every validated implementation to its op."""
+        """Attach every validated implementation to its op (ircore does, after the hooks return)."""
         from ircore import dispatch
 
+        _ownership.refuse_inside_provider(f"Registrar({self.provider!r}).commit()")
         for op, impl in self._pending:
             op.impls[impl.provider] = impl
         dispatch.bump_generation()

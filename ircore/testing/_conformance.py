@@ -4,7 +4,9 @@
 op's sample inputs (odd sizes, ``weight=None``, ``variance_size``, non-contiguous rows, every
 dtype), wherever its ``supports_args`` accepts them, and checks: the result is within the op's
 tolerance of the fp64 reference; a functional call leaves every input unchanged; an in-place
-implementation writes its outputs into the op's ``inplace_args`` and returns them.
+implementation writes its outputs into the op's ``inplace_args`` and returns them; and, once per
+op, that a call needing grad runs native and is differentiable (ircore's rule, whatever the
+provider).
 """
 
 from __future__ import annotations
@@ -59,6 +61,18 @@ def _check_inplace(op: IrOp, impl: Impl, args: tuple, where: str) -> None:
         )
 
 
+def _check_differentiable_call(op: IrOp, provider: str, args: tuple, where: str) -> None:
+    """With ``provider`` first and x requiring grad (grad mode on), native runs: gradients flow."""
+    leaf = args[0].detach().clone().requires_grad_()
+    call_args = (leaf, *args[1:])
+    with dispatch.priority(**{op.name: [provider]}), torch.enable_grad():
+        chosen = op.explain(*call_args).chosen
+        assert chosen == "native", f"{where}: a call that needs grad chose {chosen}, not native"
+        out = op(*call_args)
+        (out[0] if isinstance(out, tuple) else out).float().sum().backward()
+    assert leaf.grad is not None and bool(torch.isfinite(leaf.grad).all()), f"{where}: no gradient"
+
+
 def check_provider(
     provider: str,
     *,
@@ -96,5 +110,7 @@ def check_provider(
                     assert_close_to_reference(op, out, args, label=where)
                     if impl.inplace:
                         _check_inplace(op, impl, args, where)
+                    if not report.checked[name] and args[0].numel():
+                        _check_differentiable_call(op, provider, args, where)
                     report.checked[name] += 1
     return report

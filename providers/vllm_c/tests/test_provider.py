@@ -207,3 +207,4 @@ def test_conformance_kit(device):
     if not report.checked:
         pytest.skip("ircore-provider-vllm-c is not installed (no entry point), or not active here")
     assert all(n > 0 for n in report.checked.values()), str(report)
+
