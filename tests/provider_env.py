@@ -17,6 +17,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# Providers for the tools' tests (verify, the pytest plugin), kept out of the plugin scenarios' site.
+TOOL_FIXTURES = Path(__file__).resolve().parent / "fixtures_tools"
 
 PROBE = r"""
 import json, sys, torch, ircore
@@ -36,8 +38,10 @@ print("PROBE" + json.dumps(result))
 """
 
 
-def install_fixtures(target: Path) -> None:
-    dirs = sorted(str(p) for p in FIXTURES.iterdir() if (p / "pyproject.toml").is_file())
+def install_fixtures(target: Path, dirs: list[Path] | None = None) -> None:
+    """Install the given fixture projects (default: every one in ``tests/fixtures``) into ``target``."""
+    if dirs is None:
+        dirs = sorted(p for p in FIXTURES.iterdir() if (p / "pyproject.toml").is_file())
     subprocess.run(
         [
             sys.executable,
@@ -51,7 +55,7 @@ def install_fixtures(target: Path) -> None:
             "--disable-pip-version-check",
             "--target",
             str(target),
-            *dirs,
+            *map(str, dirs),
         ],
         check=True,
     )
