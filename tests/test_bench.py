@@ -25,6 +25,11 @@ def _m(**times_us: float) -> Measurement:
     return m
 
 
+def _failed(m: Measurement, name: str) -> Measurement:
+    m.failed[name] = "raised RuntimeError: boom"
+    return m
+
+
 @pytest.mark.parametrize(
     "measured, suggested, expected",
     [
@@ -44,6 +49,8 @@ def _m(**times_us: float) -> Measurement:
         ([_m(a=10.0, native=50.0)], ["a", "b", "native"], ["a", "b", "native"]),
         # ... but is not left behind native when native passes a
         ([_m(a=10.0, native=2.0)], ["a", "b", "native"], ["b", "native", "a"]),
+        # a raised on some input: behind native, whatever its times
+        ([_m(a=1.0, native=50.0), _failed(_m(native=50.0), "a")], ["a", "b", "native"], ["b", "native", "a"]),
         # a and b never timed on the same shape: no evidence between them
         ([_m(a=10.0, native=50.0), _m(b=1.0, native=50.0)], ["a", "b", "native"], ["a", "b", "native"]),
     ],
@@ -54,6 +61,7 @@ def _m(**times_us: float) -> Measurement:
         "geomean",
         "untimed-stays",
         "untimed-ahead-of-native",
+        "raised-goes-last",
         "no-common-shape",
     ],
 )
@@ -120,8 +128,12 @@ def test_run_bench_times_candidates_and_orders_them(tmp_path):
     def declines(x: torch.Tensor) -> torch.Tensor:
         return ircore.ops.silu_and_mul.native(x)
 
+    def broken(x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("no kernel for this GPU")
+
     ircore.ops.silu_and_mul.register_impl("b_slow", slow)
     ircore.ops.silu_and_mul.register_impl("b_f32", declines, supports_args=lambda x: x.dtype == torch.float32)
+    ircore.ops.silu_and_mul.register_impl("b_broken", broken)
     report = run_bench(
         [ircore.ops.silu_and_mul],
         [(4, 64)],
@@ -134,8 +146,12 @@ def test_run_bench_times_candidates_and_orders_them(tmp_path):
     )
     (m,) = report.measurements
     assert set(m.times[EAGER]) == {"b_slow", "native"}
-    assert m.times[EAGER]["b_slow"] > 4e-4 and m.skipped == {"b_f32": "supports_args declined these inputs"}
-    assert report.suggested["silu_and_mul"] == ["b_slow", "b_f32", "native"]
-    assert report.order["silu_and_mul"] == ["b_f32", "native", "b_slow"]
+    assert m.times[EAGER]["b_slow"] > 4e-4
+    assert m.skipped == {"b_f32": "supports_args rejected these arguments"}
+    assert m.failed == {"b_broken": "raised RuntimeError: no kernel for this GPU"}
+    assert report.suggested["silu_and_mul"] == ["b_slow", "b_f32", "b_broken", "native"]
+    # b_slow falls behind native; b_f32 (declined every input) keeps its place ahead of native;
+    # b_broken (raised) goes last
+    assert report.order["silu_and_mul"] == ["b_f32", "native", "b_slow", "b_broken"]
     doc = report.to_dict()
     assert doc["results"][0]["us"]["eager"]["b_slow"] >= 400 and doc["rank_by"] == "eager"

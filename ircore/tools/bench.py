@@ -48,6 +48,7 @@ class Measurement:
     dtype: torch.dtype
     times: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> candidate -> s
     skipped: dict[str, str] = field(default_factory=dict)  # candidate -> why it was not timed
+    failed: dict[str, str] = field(default_factory=dict)  # candidate -> the exception its call raised
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +57,7 @@ class Measurement:
             "dtype": dtype_name(self.dtype),
             "us": {kind: {c: round(s * 1e6, 4) for c, s in t.items()} for kind, t in self.times.items()},
             "skipped": self.skipped,
+            "failed": self.failed,
         }
 
 
@@ -66,7 +68,8 @@ def fastest_order(
     faster by more than ``margin`` (geometric mean of their time ratios over the measurements
     that timed both); otherwise they keep their suggested order. A candidate timed on no shape
     (its ``supports_args`` declined them all) keeps its suggested place but never falls behind
-    ``native``: without a measurement the bench does not switch it off."""
+    ``native``: without a measurement the bench does not switch it off. A candidate whose call
+    raised on any input goes behind ``native`` (off for this op, as far as the order goes)."""
 
     def faster(a: str, b: str) -> bool:  # is b faster than a, beyond the margin?
         logs = [
@@ -76,7 +79,8 @@ def fastest_order(
         ]
         return bool(logs) and math.exp(sum(logs) / len(logs)) < 1.0 - margin
 
-    timed = {c for m in measurements for c in m.times.get(kind, {})}
+    failing = [c for c in suggested if any(c in m.failed for m in measurements)]
+    timed = {c for m in measurements for c in m.times.get(kind, {})} - set(failing)
     order = [c for c in suggested if c in timed]
     for _ in range(len(order)):  # bubble passes; a bound, as pairwise verdicts need not be transitive
         swapped = False
@@ -87,14 +91,14 @@ def fastest_order(
         if not swapped:
             break
     for i, name in enumerate(suggested):
-        if name in timed:
+        if name in timed or name in failing:
             continue
         before = [c for c in suggested[:i] if c in order]  # after these, as suggested...
         at = max((order.index(c) + 1 for c in before), default=0)
         if NATIVE in order:  # ...but ahead of native
             at = min(at, order.index(NATIVE))
         order.insert(at, name)
-    return order
+    return order + failing
 
 
 def suggested_order(op: IrOp) -> list[str]:
@@ -103,15 +107,20 @@ def suggested_order(op: IrOp) -> list[str]:
     return [*usable, NATIVE]
 
 
-def _accepts(op: IrOp, provider: str, args: tuple) -> str | None:
-    """None if ``provider`` would run these arguments, else why not."""
-    if provider == NATIVE:
-        return None
-    pred = op.impls[provider].supports_args
+def _try(m: Measurement, op: IrOp, provider: str, call: Callable[[], Any], args: tuple) -> bool:
+    """Whether dispatch runs ``provider`` for these arguments and the call succeeds; if not, note
+    why in ``m.skipped`` (not chosen, e.g. declined) or ``m.failed`` (raised)."""
     try:
-        return None if pred is None or pred(*args) else "supports_args declined these inputs"
+        with dispatch.priority(**{op.name: [provider]}):
+            explanation = op.explain(*args)
+            if explanation.chosen != provider:
+                m.skipped[provider] = next(s.reason for s in explanation.steps if s.provider == provider)
+                return False
+            call()
     except Exception as exc:
-        return f"supports_args raised {type(exc).__name__}: {exc}"
+        m.failed[provider] = f"raised {type(exc).__name__}: {exc}"
+        return False
+    return True
 
 
 def _scoped(runner: timing.Runner, op: IrOp, provider: str) -> timing.Runner:
@@ -140,15 +149,13 @@ def measure(
     device_type = torch.device(device).type
     eager: dict[str, timing.Runner] = {}
     graph: dict[str, timing.Runner] = {}
+
+    def call() -> Any:
+        return op(*args)
+
     for provider in suggested_order(op):
-        why = _accepts(op, provider, args)
-        if why is not None:
-            m.skipped[provider] = why
+        if not _try(m, op, provider, call, args):
             continue
-
-        def call(args: tuple = args) -> Any:
-            return op(*args)
-
         eager[provider] = _scoped(timing.eager_runner(call, device_type), op, provider)
         if graphs:
             try:
@@ -249,7 +256,7 @@ def _print_text(report: BenchReport) -> None:
     print(f"{report.platform}, torch {torch.__version__}; median time per call (speed-up over native)")
     print(_table(rows, ["op", "shape", "dtype", "timing", *candidates]))
     for m in report.measurements:
-        for who, why in m.skipped.items():
+        for who, why in [*m.skipped.items(), *m.failed.items()]:
             print(f"  {m.op} {_shape(m.shape)} {dtype_name(m.dtype)}: {who} not timed: {why}")
     margin = f"{report.tie_margin:.0%}"
     print(f"\nfastest first, by {report.rank_by} time (within {margin} the suggested order stays):")
