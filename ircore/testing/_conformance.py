@@ -117,7 +117,7 @@ def iter_cases(
     ops: Sequence[str] | None = None,
 ) -> Iterator[tuple[Case, tuple[Any, ...]]]:
     """Every case of ``provider``'s registered implementations, with its sample's arguments."""
-    dispatch._ensure_loaded()
+    dispatch.ensure_loaded()
     seeds = tuple(seeds)
     for name, op in sorted(all_ops().items()):
         if provider not in op.impls or (ops is not None and name not in ops) or op.sample_inputs is None:
