@@ -86,9 +86,17 @@ def _env(cache: Path) -> dict[str, str]:
     return env
 
 
+def _egg_infos() -> set[Path]:
+    return {p for project in release.projects() for p in project.glob("*.egg-info")}
+
+
+EGG_INFOS_BEFORE: set[Path] = set()
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    EGG_INFOS_BEFORE.update(_egg_infos())
     release.build(out)
     return out
 
@@ -136,6 +144,12 @@ def _run(venv: dict, *argv: str) -> subprocess.CompletedProcess:
 
 
 # ---------------------------------------------------------------------- the artifacts
+def test_the_build_leaves_no_metadata_in_the_source_tree(dist):
+    """An ircore.egg-info in the repository root would shadow the installed metadata (and its
+    entry points) for every process started there."""
+    assert _egg_infos() == EGG_INFOS_BEFORE
+
+
 def test_every_project_has_an_sdist_and_a_wheel_that_pass_the_metadata_check(dist):
     names = sorted(p.name for p in dist.iterdir())
     projects = release.projects()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import email.parser
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -46,8 +47,23 @@ def projects(repo: Path = REPO) -> list[Path]:
 
 
 def build(out: Path, repo: Path = REPO) -> None:
-    """An sdist and a wheel (built from the sdist) for every project, into ``out``."""
+    """An sdist and a wheel (built from the sdist) for every project, into ``out``.
+
+    Building an sdist writes ``<name>.egg-info`` into the project folder; it is removed again,
+    because a folder on ``sys.path`` (the repository root is, for tools run from it) would expose
+    it as a second, soon stale, copy of the distribution's metadata and entry points.
+    """
     out.mkdir(parents=True, exist_ok=True)
+    before = {p for project in projects(repo) for p in project.glob("*.egg-info")}
+    try:
+        _build_all(out, repo)
+    finally:
+        for project in projects(repo):
+            for leftover in set(project.glob("*.egg-info")) - before:
+                shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _build_all(out: Path, repo: Path) -> None:
     env = {**os.environ, "IRCORE_NO_BUILD": "1"}
     for project in projects(repo):
         print(f"==> building {project.relative_to(repo) if project != repo else CORE}", flush=True)
