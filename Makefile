@@ -8,7 +8,7 @@ TRITON_PIN ?= triton==3.6.0
 PROVIDERS := $(wildcard providers/*/pyproject.toml)
 STAMP := $(VENV)/.ircore-installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench dist clean
 
 $(STAMP): pyproject.toml setup.py ircore/csrc/signature.cpp $(PROVIDERS) Makefile
 	@echo "==> creating $(VENV) and installing $(TORCH_PIN), ircore and its providers"
@@ -45,5 +45,11 @@ lint: setup
 bench: setup
 	$(BIN)/python benchmarks/dispatch_overhead.py
 
+# Release artifacts: an sdist and a pure-Python wheel for the core and every providers/*/ project,
+# into dist/, then the metadata check (tools/release.py says what it requires).
+dist: setup
+	rm -rf dist
+	$(BIN)/python tools/release.py build --out dist
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,8 +1,9 @@
-"""The ``ircore`` command: ``list``, ``explain``, ``doctor``; ``--json`` on each.
+"""The ``ircore`` command: ``list``, ``explain``, ``doctor``, ``verify``, ``bench``; ``--json`` on each.
 
 Exit codes: 0 fine; 1 ``doctor`` found a problem (a failed, invalid, conflicting or incompatible
-provider, an unavailable one the configuration names, or a bad configuration); 2 bad usage or bad
-configuration (the message names the source and the key).
+provider, an unavailable one the configuration names, or a bad configuration), or ``verify`` a
+failing case; 2 bad usage or bad configuration (the message names the source and the key).
+``verify`` and ``bench`` live in :mod:`ircore.tools`; this module only wires them.
 """
 
 from __future__ import annotations
@@ -229,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_doctor = sub.add_parser("doctor", help="platform, versions, config in effect, every provider problem")
     p_doctor.add_argument("--json", action="store_true", help="machine-readable output")
     p_doctor.set_defaults(func=cmd_doctor)
+
+    from ircore.tools import bench, verify  # they import this module's helpers
+
+    verify.add_parser(sub)
+    bench.add_parser(sub)
     return parser
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# Providers for the tools' tests (verify, the pytest plugin), kept out of the plugin scenarios' site.
+TOOL_FIXTURES = Path(__file__).resolve().parent / "fixtures_tools"
 
 PROBE = r"""
 import json, sys, torch, ircore
@@ -37,9 +39,14 @@ print("PROBE" + json.dumps(result))
 """
 
 
-def install_fixtures(target: Path, names: Iterable[str]) -> None:
-    """Install the fixture distributions ``names`` (directories of tests/fixtures) into ``target``."""
-    dirs = [str(FIXTURES / name) for name in names]
+def install_fixtures(target: Path, projects: Iterable[str | Path] | None = None) -> None:
+    """Install fixture distributions into ``target``: names of tests/fixtures folders or project paths.
+
+    ``None`` installs every project in tests/fixtures.
+    """
+    if projects is None:
+        projects = sorted(p for p in FIXTURES.iterdir() if (p / "pyproject.toml").is_file())
+    dirs = [str(FIXTURES / p if isinstance(p, str) else p) for p in projects]
     subprocess.run(
         [
             sys.executable,
@@ -53,7 +60,7 @@ def install_fixtures(target: Path, names: Iterable[str]) -> None:
             "--disable-pip-version-check",
             "--target",
             str(target),
-            *dirs,
+            *map(str, dirs),
         ],
         check=True,
     )

@@ -7,6 +7,7 @@ of an import failure.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from ircore import hookimpl
@@ -19,6 +20,10 @@ _OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
 _MIN_TRITON = (3, 4)  # the range declared in the "triton" extra; tested on 3.6
 
 
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def _version_tuple(version: str) -> tuple[int, ...]:
     parts = []
     for p in version.split("+")[0].split(".")[:2]:
@@ -29,8 +34,12 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 @hookimpl
 def ircore_check_platform(platform: Platform) -> str | None:
-    """None where triton imports and the platform is a CUDA, ROCm or XPU GPU, else why not."""
-    if platform.kind not in _GPU_KINDS:
+    """None where triton imports and the platform is a CUDA, ROCm or XPU GPU, else why not.
+
+    Under Triton's CPU interpreter (``TRITON_INTERPRET=1``, for tests: ``ircore verify`` and the
+    conformance tests on a machine without a GPU) the CPU counts as a Triton device.
+    """
+    if platform.kind not in _GPU_KINDS and not _interpreting():
         return f"no GPU: Triton kernels need a CUDA, ROCm or XPU device; found {platform.describe()}"
     try:
         import triton

@@ -55,9 +55,12 @@ def test_hooks_are_marked(provider: types.ModuleType) -> None:
         assert hasattr(getattr(provider, name), "ircore_impl"), name
 
 
-def test_check_platform(provider: types.ModuleType) -> None:
+def test_check_platform(provider: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     reason = provider.ircore_check_platform(FakePlatform("cpu", "x86_64"))
     assert reason == "no GPU: Triton kernels need a CUDA, ROCm or XPU device; found CPU (x86_64)"
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter runs the kernels on the CPU
+    assert provider.ircore_check_platform(FakePlatform("cpu", "x86_64")) is None
     for kind in ("cuda", "rocm", "xpu"):
         assert provider.ircore_check_platform(FakePlatform(kind)) is None  # triton is installed here
 
@@ -111,7 +114,7 @@ def test_import_is_light() -> None:
     )
 
 
-def test_hooks_match_the_core_specs(provider: types.ModuleType) -> None:
+def test_hooks_match_the_core_specs(provider: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     """pluggy validates our hook signatures against the core's hookspecs (when importable)."""
     try:
         from ircore.plugins import hookspecs
@@ -121,6 +124,7 @@ def test_hooks_match_the_core_specs(provider: types.ModuleType) -> None:
     pm.add_hookspecs(hookspecs)
     pm.register(provider, name="triton")
     pm.check_pending()
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert pm.hook.ircore_check_platform(platform=FakePlatform("cpu", "x86_64")).startswith("no GPU")
     reg = Registrar()
     pm.hook.ircore_register(registrar=reg, platform=FakePlatform("cuda"))
