@@ -36,8 +36,9 @@ print("PROBE" + json.dumps(result))
 """
 
 
-def install_fixtures(target: Path) -> None:
-    dirs = sorted(str(p) for p in FIXTURES.iterdir() if (p / "pyproject.toml").is_file())
+def install_fixtures(target: Path, fixtures: Path = FIXTURES) -> None:
+    """Install every fixture distribution directly under ``fixtures`` into ``target``."""
+    dirs = sorted(str(p) for p in fixtures.iterdir() if (p / "pyproject.toml").is_file())
     subprocess.run(
         [
             sys.executable,

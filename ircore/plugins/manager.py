@@ -2,9 +2,10 @@
 
 For every discovered provider, in name order: a conflict, a bad name, an ``ircore`` requirement
 that excludes this core, or configuration that disables it each settle its state *before* its
-module is imported. Otherwise the module is imported and its hooks run (platform check, register,
-default priority); any exception makes it ``failed``, any rejected implementation ``invalid``,
-and nothing of such a provider stays registered.
+module is imported. Otherwise the module is imported and its hooks run (platform check, register
+-- or its ``IRCORE_IMPLEMENTATIONS`` table is read --, default priority); any exception makes it
+``failed``, any rejected implementation ``invalid``, and nothing of such a provider stays
+registered.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ import pluggy
 from ircore import dispatch
 from ircore.errors import ImplRegistrationError, ProviderLoadError
 from ircore.op import all_ops
-from ircore.platform import Platform, current_platform
+from ircore.platform import current_platform
 from ircore.plugins import hookspecs
 from ircore.plugins.config import Settings, resolve_settings
 from ircore.plugins.discovery import Candidate, discover, incompatibility, name_problem
 from ircore.plugins.records import ProviderRecord, ProviderState
 from ircore.plugins.registrar import Registrar
+from ircore.plugins.table import TABLE_ATTRIBUTE
 
 _log = logging.getLogger("ircore")
 _IGNORED_DIRS = tuple(
@@ -60,7 +62,6 @@ class ProviderManager:
         self.records: dict[str, ProviderRecord] = {}
         self.settings: Settings | None = None
         self._current = False
-        self._platform: Platform | None = None
         self._active_reason: dict[str, str] = {}
 
     # ------------------------------------------------------------------ discovery
@@ -163,15 +164,13 @@ class ProviderManager:
         except pluggy.PluginValidationError as exc:
             self._settle(record, ProviderState.INVALID, f"{record.module}: {exc}")
             return
-        if not pm.hook.ircore_register.get_hookimpls():
-            self._settle(
-                record,
-                ProviderState.INVALID,
-                f"{record.module} implements no ircore_register hook (mark a function with @ircore.hookimpl)",
-            )
+        table = getattr(module, TABLE_ATTRIBUTE, None)
+        has_hook = bool(pm.hook.ircore_register.get_hookimpls())
+        problem = self._registration_problem(record.module, has_hook, table)
+        if problem:
+            self._settle(record, ProviderState.INVALID, problem)
             return
-        platform = self._platform or current_platform()
-        self._platform = platform
+        platform = current_platform()
         hook = "ircore_check_platform"
         try:
             reason = pm.hook.ircore_check_platform(platform=platform)
@@ -185,11 +184,17 @@ class ProviderManager:
                 else:
                     self._settle(record, ProviderState.UNAVAILABLE, reason)
                 return
-            hook = "ircore_register"
             registrar = Registrar(record.name)
-            pm.hook.ircore_register(registrar=registrar, platform=platform)
+            if table is None:
+                hook = "ircore_register"
+                pm.hook.ircore_register(registrar=registrar, platform=platform)
+            else:
+                hook = TABLE_ATTRIBUTE
+                registrar.register_table(table)
             hook = "ircore_default_priority"
-            ranks = pm.hook.ircore_default_priority(platform=platform) or {}
+            ranks = pm.hook.ircore_default_priority(platform=platform)
+            if ranks is None:
+                hook, ranks = "the ranks of its ImplSpec rows", registrar.ranks
         except ImplRegistrationError as exc:
             self._settle(record, ProviderState.INVALID, str(exc))
             return
@@ -198,7 +203,7 @@ class ProviderManager:
             return
         problem = self._rank_problem(ranks, registrar.op_names)
         if problem:
-            self._settle(record, ProviderState.INVALID, f"ircore_default_priority: {problem}")
+            self._settle(record, ProviderState.INVALID, f"{hook}: {problem}")
             return
         registrar.commit()
         for op_name, rank in ranks.items():
@@ -207,6 +212,21 @@ class ProviderManager:
         implemented = ", ".join(record.ops) if record.ops else "nothing"
         self._active_reason[record.name] = f"implements {implemented} on {platform.describe()}"
         self._settle(record, ProviderState.ACTIVE, self._active_reason[record.name])
+
+    @staticmethod
+    def _registration_problem(module: str, has_hook: bool, table: object) -> str | None:
+        """A provider registers through exactly one of: the ``ircore_register`` hook, the table."""
+        if has_hook and table is not None:
+            return (
+                f"{module} has both an ircore_register hook and an {TABLE_ATTRIBUTE} table; "
+                "keep one (the hook may call registrar.register_table)"
+            )
+        if not has_hook and table is None:
+            return (
+                f"{module} implements no ircore_register hook and declares no {TABLE_ATTRIBUTE} table "
+                "(mark a function with @ircore.hookimpl, or declare {op: ircore.ImplSpec(...)})"
+            )
+        return None
 
     @staticmethod
     def _rank_problem(ranks: object, registered: tuple[str, ...]) -> str | None:
@@ -232,6 +252,24 @@ class ProviderManager:
             raise ProviderLoadError(
                 f"strict mode ({self.settings.strict_from}): {len(bad)} provider(s) not active:\n{lines}"
             )
+
+    def reload(self) -> None:
+        """Forget every provider and what it registered; the next use loads them all again.
+
+        For :func:`ircore.testing.simulated_platform`: the platform checks, registrations and
+        ranks are then decided again against the platform in effect.
+        """
+        with self._lock:
+            for name in self.records:
+                for op in all_ops().values():
+                    op.impls.pop(name, None)
+                for ranks in dispatch.STATE.ranks.values():
+                    ranks.pop(name, None)
+                dispatch.STATE.blocked.pop(name, None)
+            self.records.clear()
+            self._active_reason.clear()
+            self._current = False
+        dispatch.bump_generation()
 
     # ------------------------------------------------------------------ introspection
     def status_of(self, name: str) -> str | None:
