@@ -8,11 +8,13 @@ exactly as in a user's process.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,9 +38,36 @@ print("PROBE" + json.dumps(result))
 """
 
 
+# One provider's state in a fresh interpreter, on the real or a simulated platform; with
+# conformance=True an active provider also runs ircore.testing.check_provider.
+SCENARIO = r"""
+import contextlib, json, sys, torch, ircore, ircore.testing
+from ircore.plugins.manager import MANAGER
+provider, platform, conformance = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] == "1"
+if platform and "capability" in platform:
+    platform["capability"] = tuple(platform["capability"])
+with ircore.testing.simulated_platform(**platform) if platform else contextlib.nullcontext():
+    MANAGER.ensure_loaded()
+    record = MANAGER.records[provider]
+    out = {"state": record.state.value, "reason": record.reason}
+    if conformance and record.state.value == "active":
+        out["conformance"] = str(ircore.testing.check_provider(provider))
+print("SCENARIO" + json.dumps(out))
+"""
+
+
 def install_fixtures(target: Path, fixtures: Path = FIXTURES) -> None:
     """Install every fixture distribution directly under ``fixtures`` into ``target``."""
-    dirs = sorted(str(p) for p in fixtures.iterdir() if (p / "pyproject.toml").is_file())
+    _pip_install(target, sorted(p for p in fixtures.iterdir() if (p / "pyproject.toml").is_file()))
+
+
+def installed_distribution(project: Path, target: Path) -> metadata.Distribution:
+    """Install the distribution at ``project`` into ``target`` with pip; its installed metadata."""
+    _pip_install(target, [project])
+    return next(metadata.distributions(path=[str(target)]))
+
+
+def _pip_install(target: Path, projects: list[Path]) -> None:
     subprocess.run(
         [
             sys.executable,
@@ -52,7 +81,7 @@ def install_fixtures(target: Path, fixtures: Path = FIXTURES) -> None:
             "--disable-pip-version-check",
             "--target",
             str(target),
-            *dirs,
+            *map(str, projects),
         ],
         check=True,
     )
@@ -60,8 +89,6 @@ def install_fixtures(target: Path, fixtures: Path = FIXTURES) -> None:
 
 def _real_providers() -> list[str]:
     """Providers installed in this environment (the repo's own): disabled in every scenario."""
-    from importlib import metadata
-
     return sorted({ep.name for ep in metadata.entry_points(group="ircore.providers")})
 
 
@@ -83,12 +110,16 @@ class Run:
 
 
 class ProviderEnv:
-    """Subprocess runner over one installed fixture site."""
+    """Subprocess runner over one installed fixture site.
 
-    def __init__(self, site: Path, tmp: Path) -> None:
+    The repo's own providers installed in this environment are disabled in every scenario,
+    except those named in ``enabled`` (a provider's own tests enable that provider).
+    """
+
+    def __init__(self, site: Path, tmp: Path, enabled: tuple[str, ...] = ()) -> None:
         self.site = site
         self.tmp = tmp
-        self.real = _real_providers()
+        self.real = [name for name in _real_providers() if name not in enabled]
 
     def env(self, extra: dict[str, str | None] | None = None) -> dict[str, str]:
         """The subprocess environment; a value of None in ``extra`` removes that variable."""
@@ -125,5 +156,35 @@ class ProviderEnv:
         assert "PROBE" in run.stdout, run.stderr
         return run
 
+    def scenario(
+        self,
+        provider: str,
+        platform: dict | None = None,
+        env: dict[str, str | None] | None = None,
+        conformance: bool = False,
+    ) -> dict:
+        """``provider``'s state and reason in a fresh interpreter (see :data:`SCENARIO`)."""
+        args = ["-c", SCENARIO, provider, json.dumps(platform or {}), "1" if conformance else "0"]
+        run = self.run(args, env)
+        assert "SCENARIO" in run.stdout, run.stderr
+        result = json.loads(run.stdout.split("SCENARIO", 1)[1])
+        result["imported"] = run.imported
+        return result
+
     def cli(self, *argv: str, env: dict[str, str | None] | None = None, cwd: Path | None = None) -> Run:
         return self.run(["-m", "ircore", *argv], env, cwd)
+
+
+def standin_env(standins: Path, tmp: Path, provider: str) -> ProviderEnv:
+    """A provider's stand-in vendor packages, installed as real distributions under ``tmp``.
+
+    They become importable in this process too (for in-process tests under
+    ``ircore.testing.simulated_platform``); subprocess scenarios see them through PYTHONPATH,
+    with ``provider`` enabled.
+    """
+    site = tmp / "site"
+    install_fixtures(site, standins)
+    sys.path.insert(0, str(site))
+    importlib.invalidate_caches()
+    return ProviderEnv(site, tmp, enabled=(provider,))
+
