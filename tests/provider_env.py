@@ -8,11 +8,13 @@ exactly as in a user's process.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -53,6 +55,24 @@ with ircore.testing.simulated_platform(**platform) if platform else contextlib.n
     if conformance and record.state.value == "active":
         out["conformance"] = str(ircore.testing.check_provider(provider))
 print("SCENARIO" + json.dumps(out))
+"""
+
+
+# What every provider but one sees: their records, their implementations and the priority lists
+# without that one; equal with and without it installed when it leaves the others alone.
+OTHERS = r"""
+import contextlib, json, sys, ircore, ircore.testing
+from ircore.plugins.manager import MANAGER
+provider, platform = sys.argv[1], json.loads(sys.argv[2])
+if platform and "capability" in platform:
+    platform["capability"] = tuple(platform["capability"])
+with ircore.testing.simulated_platform(**platform) if platform else contextlib.nullcontext():
+    MANAGER.ensure_loaded()
+    records = {n: r.to_dict() for n, r in MANAGER.records.items() if n != provider}
+    impls = {n: {p: i.fn.__qualname__ for p, i in op.impls.items() if p != provider}
+             for n, op in ircore.all_ops().items()}
+    order = {n: [p for p in ircore.get_priority(n) if p != provider] for n in ircore.all_ops()}
+print("OTHERS" + json.dumps([records, impls, order]))
 """
 
 
@@ -162,14 +182,31 @@ class ProviderEnv:
         platform: dict | None = None,
         env: dict[str, str | None] | None = None,
         conformance: bool = False,
+        prelude: str = "",
     ) -> dict:
         """``provider``'s state and reason in a fresh interpreter (see :data:`SCENARIO`)."""
-        args = ["-c", SCENARIO, provider, json.dumps(platform or {}), "1" if conformance else "0"]
+        args = ["-c", prelude + SCENARIO, provider, json.dumps(platform or {}), "1" if conformance else "0"]
         run = self.run(args, env)
         assert "SCENARIO" in run.stdout, run.stderr
         result = json.loads(run.stdout.split("SCENARIO", 1)[1])
         result["imported"] = run.imported
         return result
+
+    def others(self, provider: str, platform: dict | None = None) -> tuple[list, list]:
+        """What the other providers look like with ``provider`` enabled, and with it disabled."""
+        views = []
+        for disable in (None, provider):  # None: every installed provider enabled
+            run = self.run(["-c", OTHERS, provider, json.dumps(platform or {})], {"IRCORE_DISABLE": disable})
+            assert "OTHERS" in run.stdout, run.stderr
+            views.append(json.loads(run.stdout.split("OTHERS", 1)[1]))
+        return views[0], views[1]
+
+    def listed(self, provider: str) -> tuple[dict, list[str]]:
+        """``provider``'s entry in ``ircore list --json`` on this machine, and the import log."""
+        run = self.cli("list", "--json")
+        assert run.returncode == 0, run.stderr
+        record = next(p for p in json.loads(run.stdout)["providers"] if p["name"] == provider)
+        return record, run.imported
 
     def cli(self, *argv: str, env: dict[str, str | None] | None = None, cwd: Path | None = None) -> Run:
         return self.run(["-m", "ircore", *argv], env, cwd)
@@ -188,3 +225,17 @@ def standin_env(standins: Path, tmp: Path, provider: str) -> ProviderEnv:
     importlib.invalidate_caches()
     return ProviderEnv(site, tmp, enabled=(provider,))
 
+
+
+@contextlib.contextmanager
+def simulated_active(provider: str, **platform: object) -> Iterator[object]:
+    """This process as on ``platform`` (simulated), with ``provider`` loaded and ``active``."""
+    import ircore.testing
+    from ircore.plugins.manager import MANAGER
+
+    with ircore.testing.simulated_platform(**platform) as simulated:
+        MANAGER.ensure_loaded()
+        record = MANAGER.records.get(provider)
+        assert record is not None, f"provider {provider!r} is not installed here: run make setup"
+        assert record.state.value == "active", record
+        yield simulated

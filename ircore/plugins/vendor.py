@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["call_form_problem", "import_vendor", "parameters_of", "torch_op"]
+from ircore.errors import ImplRegistrationError
+
+__all__ = ["call_form_problem", "import_vendor", "parameters_of", "register_device_kernel", "torch_op"]
 
 
 def import_vendor(module: str, *, needs: str) -> ModuleType | str:
@@ -82,3 +84,38 @@ def torch_op(namespace: str, name: str) -> Callable[..., Any] | None:
         return getattr(getattr(torch.ops, namespace), name)
     except (AttributeError, RuntimeError):
         return None
+
+
+def register_device_kernel(
+    lib: torch.library.Library, op: str, fn: Callable[..., Any], device_type: str
+) -> None:
+    """Register ``fn`` as the kernel of ``<lib.ns>::<op>`` for one device type, and only that one.
+
+    Safe on any build of torch: a kernel for a device this build lacks (``"xpu"`` on a CPU or
+    CUDA build) registers without error and is simply never reached; calls on other devices keep
+    their own kernels. Unlike ``Library.impl``, which replaces an existing kernel for the key with
+    only a warning, a second registration raises :class:`ircore.ImplRegistrationError` naming
+    where the first one was made.
+    """
+    qualname = f"{lib.ns}::{op}"
+    try:
+        key = torch._C._dispatch_key_for_device(device_type)
+    except RuntimeError:
+        raise ImplRegistrationError(
+            f"cannot register a kernel of {qualname} for {device_type!r}: not a torch device type "
+            "('cpu', 'cuda', 'xpu', ...)"
+        ) from None
+    if torch._C._dispatch_has_kernel_for_dispatch_key(qualname, key):
+        raise ImplRegistrationError(
+            f"{qualname} already has a {key} kernel ({_registered_at(qualname, key)}); "
+            "a second registration would silently replace it"
+        )
+    lib.impl(op, fn, key)
+
+
+def _registered_at(qualname: str, key: str) -> str:
+    prefix = f"{key}: registered at "
+    for line in torch._C._dispatch_dump(qualname).splitlines():
+        if line.startswith(prefix):
+            return "registered at " + line[len(prefix) :].split(" :: ")[0]
+    return "registered elsewhere"

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo's tests.provider_env
 
-from tests.provider_env import ProviderEnv, standin_env
+from tests.provider_env import ProviderEnv, simulated_active, standin_env
 
 STANDINS = Path(__file__).resolve().parent / "standins"
 GFX942 = {"kind": "rocm", "gcn_arch": "gfx942:sramecc+:xnack-", "device_name": "stand-in MI300X"}
@@ -26,12 +26,5 @@ def penv(tmp_path_factory) -> ProviderEnv:
 @pytest.fixture(scope="module")
 def rocm(penv):
     """ircore and its providers as on a ROCm gfx942 machine, AITER being the stand-in."""
-    import ircore.testing
-    from ircore.plugins.manager import MANAGER
-
-    with ircore.testing.simulated_platform(**GFX942) as platform:
-        MANAGER.ensure_loaded()
-        record = MANAGER.records.get("aiter")
-        assert record is not None, "ircore-provider-aiter is not installed here: run make setup"
-        assert record.state.value == "active", record
+    with simulated_active("aiter", **GFX942) as platform:
         yield platform

@@ -5,7 +5,6 @@ conftest.py): on this machine aiter must stay ``unavailable`` without importing 
 simulated ROCm gfx942 each AITER release the stand-in models is accepted or reported.
 """
 
-import json
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,8 @@ def test_installs_as_a_real_distribution(tmp_path):
     assert [(ep.name, ep.value) for ep in dist.entry_points if ep.group == "ircore.providers"] == [
         ("aiter", "ircore_aiter.provider")
     ]
-    assert "License :: OSI Approved :: Apache Software License" in dist.metadata.get_all("Classifier")
+    assert dist.metadata["License"] == "Apache-2.0"
+    assert "Operating System :: POSIX :: Linux" in dist.metadata.get_all("Classifier")
     assert "pip install ircore-provider-aiter" in dist.metadata.get_payload()  # the README
 
 
@@ -53,12 +53,10 @@ def test_reason_names_what_is_needed_and_what_was_found(platform, found):
 
 def test_unavailable_here_without_importing_aiter(penv):
     """On this machine (CPU here, an H200 in the GPU run): unavailable, aiter never imported."""
-    run = penv.cli("list", "--json")
-    assert run.returncode == 0, run.stderr
-    record = next(p for p in json.loads(run.stdout)["providers"] if p["name"] == "aiter")
+    record, imported = penv.listed("aiter")
     assert record["state"] == "unavailable"
     assert record["reason"] == f"{provider.NEEDS}; found {current_platform().describe()}"
-    assert "aiter" not in run.imported
+    assert "aiter" not in imported
 
 
 def test_active_on_gfx942_and_gfx950(penv):
@@ -107,19 +105,9 @@ def test_changed_call_form_is_reported_not_called(penv):
 
 
 def test_other_providers_are_untouched(penv):
-    """With aiter installed and enabled, every other provider's state, ranks and ops are unchanged."""
-    code = (
-        "import json, ircore, ircore.testing\n"
-        "from ircore.plugins.manager import MANAGER\n"
-        f"with ircore.testing.simulated_platform(**{GFX942!r}):\n"
-        "    MANAGER.ensure_loaded()\n"
-        "    records = {n: r.to_dict() for n, r in MANAGER.records.items() if n != 'aiter'}\n"
-        "    impls = {n: {p: i.fn.__qualname__ for p, i in op.impls.items() if p != 'aiter'}"
-        " for n, op in ircore.all_ops().items()}\n"
-        "    order = {n: [p for p in ircore.get_priority(n) if p != 'aiter'] for n in ircore.all_ops()}\n"
-        "print('OUT' + json.dumps([records, impls, order]))\n"
-    )
-    runs = [penv.run(["-c", code], env={"IRCORE_DISABLE": disable}) for disable in (None, "aiter")]
-    with_aiter, without = (json.loads(r.stdout.split("OUT", 1)[1]) for r in runs)
+    """Enabled or not, every other provider's state, ranks, implementations and order are the same."""
+    with_aiter, without = penv.others("aiter", GFX942)
     assert with_aiter == without
     assert with_aiter[0]["triton"]["state"] == "active"  # someone else really is there to disturb
+    here_with, here_without = penv.others("aiter")  # and on this machine
+    assert here_with == here_without

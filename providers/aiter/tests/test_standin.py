@@ -11,8 +11,7 @@ import torch
 
 import ircore
 from ircore.testing import assert_close_to_reference, check_provider
-
-BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+from tests.layouts import BF16, FP16, FP32, misaligned, qk_heads, randn, weight
 
 
 @pytest.fixture(scope="module")
@@ -24,42 +23,28 @@ def aiter(rocm):
     return standin
 
 
-def _randn(*shape, dtype=BF16):
-    return torch.randn(*shape, dtype=torch.float32).to(dtype)
-
-
-def _weight(hidden, dtype=BF16):
-    return (torch.randn(hidden) * 0.1 + 1.0).to(dtype)
-
-
-def _misaligned(*shape, dtype=BF16):
-    """A contiguous tensor whose data starts 2 bytes past a 16-byte boundary."""
-    numel = torch.Size(shape).numel()
-    return _randn(numel + 1, dtype=dtype)[1:].view(shape)
-
-
 # ------------------------------------------------------------------ layouts: (label, x)
 NORM_ACCEPTED = {
-    "2-D contiguous": lambda: _randn(7, 256),
-    "1-D": lambda: _randn(256),
-    "3-D contiguous (batch stride is not the row stride)": lambda: _randn(2, 3, 256),
-    "4-D contiguous": lambda: _randn(2, 2, 3, 256),
-    "2-D row-strided (a QKV split)": lambda: _randn(5, 3 * 256)[:, 256:512],
-    "fp16": lambda: _randn(4, 256, dtype=FP16),
+    "2-D contiguous": lambda: randn(7, 256),
+    "1-D": lambda: randn(256),
+    "3-D contiguous (batch stride is not the row stride)": lambda: randn(2, 3, 256),
+    "4-D contiguous": lambda: randn(2, 2, 3, 256),
+    "2-D row-strided (a QKV split)": lambda: randn(5, 3 * 256)[:, 256:512],
+    "fp16": lambda: randn(4, 256, dtype=FP16),
 }
 NORM_DECLINED = {
-    "fp32": lambda: _randn(4, 256, dtype=FP32),
-    "2-D transposed": lambda: _randn(256, 6).t(),
-    "3-D middle slice (non-contiguous)": lambda: _randn(4, 8, 256)[:, :4],
-    "3-D heads of a QKV split (QK-norm)": lambda: _randn(3, 6 * 64)[:, : 2 * 64].view(3, 2, 64),
-    "2-D last-dim stride 2": lambda: _randn(4, 512)[:, ::2],
+    "fp32": lambda: randn(4, 256, dtype=FP32),
+    "2-D transposed": lambda: randn(256, 6).t(),
+    "3-D middle slice (non-contiguous)": lambda: randn(4, 8, 256)[:, :4],
+    "3-D heads of a QKV split (QK-norm)": lambda: qk_heads(3, 2, 64),
+    "2-D last-dim stride 2": lambda: randn(4, 512)[:, ::2],
 }
 
 
 @pytest.mark.parametrize("label", NORM_ACCEPTED)
 def test_rms_norm_layouts_accepted_and_right(aiter, label):
     x = NORM_ACCEPTED[label]()
-    w = _weight(x.shape[-1], x.dtype)
+    w = weight(x.shape[-1], x.dtype)
     before = aiter.CALLS["rms_norm"]
     assert ircore.explain("rms_norm", x, w, 1e-6).chosen == "aiter"
     out = ircore.ops.rms_norm(x, w, 1e-6)
@@ -70,7 +55,7 @@ def test_rms_norm_layouts_accepted_and_right(aiter, label):
 @pytest.mark.parametrize("label", NORM_DECLINED)
 def test_rms_norm_layouts_declined_go_elsewhere(aiter, label):
     x = NORM_DECLINED[label]()
-    w = _weight(x.shape[-1], x.dtype)
+    w = weight(x.shape[-1], x.dtype)
     assert ircore.explain("rms_norm", x, w, 1e-6).chosen != "aiter"
     assert_close_to_reference(ircore.ops.rms_norm, ircore.ops.rms_norm(x, w, 1e-6), (x, w, 1e-6, None))
 
@@ -81,7 +66,7 @@ def test_adapter_would_misread_what_its_predicate_declines(aiter, label):
     from ircore_aiter import impls
 
     x = NORM_DECLINED[label]()
-    w = _weight(x.shape[-1], x.dtype)
+    w = weight(x.shape[-1], x.dtype)
     assert not impls.rms_norm_supports(x, w, 1e-6, None)
     try:
         got = impls.rms_norm(x, w, 1e-6)
@@ -93,55 +78,55 @@ def test_adapter_would_misread_what_its_predicate_declines(aiter, label):
 
 def test_standin_misreads_an_unflattened_3d_input(aiter):
     """The bug the adapter's flattening fixes (vLLM #48757): 3-D input rows at the batch stride."""
-    x = _randn(2, 3, 256)
+    x = randn(2, 3, 256)
     with pytest.raises(RuntimeError, match="out of bounds"):
-        aiter.rms_norm(x, _weight(256), 1e-6)
+        aiter.rms_norm(x, weight(256), 1e-6)
 
 
 def test_rms_norm_weights(aiter):
-    x = _randn(4, 256)
-    for label, w in {"None": None, "bf16": _weight(256)}.items():
+    x = randn(4, 256)
+    for label, w in {"None": None, "bf16": weight(256)}.items():
         assert ircore.explain("rms_norm", x, w, 1e-6).chosen == "aiter", label
         assert_close_to_reference(ircore.ops.rms_norm, ircore.ops.rms_norm(x, w, 1e-6), (x, w, 1e-6, None))
-    for label, w in {"fp32": _weight(256, FP32), "strided": _weight(512)[::2]}.items():
+    for label, w in {"fp32": weight(256, FP32), "strided": weight(512)[::2]}.items():
         assert ircore.explain("rms_norm", x, w, 1e-6).chosen != "aiter", label
-    assert ircore.explain("rms_norm", x, _weight(256), 1e-6, 128).chosen != "aiter"  # variance_size
+    assert ircore.explain("rms_norm", x, weight(256), 1e-6, 128).chosen != "aiter"  # variance_size
 
 
 def test_weight_none_is_one_cached_tensor_of_ones(aiter):
     from ircore_aiter import impls
 
-    x = _randn(2, 192)
+    x = randn(2, 192)
     assert impls._weight(None, x) is impls._weight(None, x)
     assert torch.equal(impls._weight(None, x), torch.ones(192, dtype=BF16))
 
 
 def test_empty_input_never_launches(aiter):
-    x, r = _randn(0, 64), _randn(0, 64)
+    x, r = randn(0, 64), randn(0, 64)
     calls = dict(aiter.CALLS)
     assert ircore.ops.rms_norm(x, None, 1e-6).shape == (0, 64)
     out, res = ircore.ops.fused_add_rms_norm(x, r, None, 1e-6)
     assert out.shape == res.shape == (0, 64)
-    assert ircore.ops.silu_and_mul(_randn(0, 64)).shape == (0, 32)
+    assert ircore.ops.silu_and_mul(randn(0, 64)).shape == (0, 32)
     assert dict(aiter.CALLS) == calls
 
 
 # ------------------------------------------------------------------ fused_add_rms_norm
 FUSED = {
-    "2-D": (lambda: _randn(5, 256), lambda: _randn(5, 256), True),
-    "3-D contiguous": (lambda: _randn(2, 3, 256), lambda: _randn(2, 3, 256), True),
-    "4-D contiguous": (lambda: _randn(2, 2, 2, 256), lambda: _randn(2, 2, 2, 256), True),
-    "x row-strided, residual contiguous": (lambda: _randn(5, 512)[:, :256], lambda: _randn(5, 256), True),
-    "residual row-strided": (lambda: _randn(5, 256), lambda: _randn(5, 512)[:, :256], False),
-    "x 2-D transposed": (lambda: _randn(256, 5).t(), lambda: _randn(5, 256), False),
-    "x 3-D middle slice": (lambda: _randn(4, 6, 256)[:, :3], lambda: _randn(4, 3, 256), False),
+    "2-D": (lambda: randn(5, 256), lambda: randn(5, 256), True),
+    "3-D contiguous": (lambda: randn(2, 3, 256), lambda: randn(2, 3, 256), True),
+    "4-D contiguous": (lambda: randn(2, 2, 2, 256), lambda: randn(2, 2, 2, 256), True),
+    "x row-strided, residual contiguous": (lambda: randn(5, 512)[:, :256], lambda: randn(5, 256), True),
+    "residual row-strided": (lambda: randn(5, 256), lambda: randn(5, 512)[:, :256], False),
+    "x 2-D transposed": (lambda: randn(256, 5).t(), lambda: randn(5, 256), False),
+    "x 3-D middle slice": (lambda: randn(4, 6, 256)[:, :3], lambda: randn(4, 3, 256), False),
 }
 
 
 @pytest.mark.parametrize("label", FUSED)
 def test_fused_add_rms_norm_layouts(aiter, label):
     make_x, make_r, accepted = FUSED[label]
-    x, r, w = make_x(), make_r(), _weight(256)
+    x, r, w = make_x(), make_r(), weight(256)
     x0, r0 = x.clone(), r.clone()
     before = aiter.CALLS["rmsnorm2d_fwd_with_add"]
     assert (ircore.explain("fused_add_rms_norm", x, r, w, 1e-6).chosen == "aiter") is accepted
@@ -154,7 +139,7 @@ def test_fused_add_rms_norm_layouts(aiter, label):
 def test_fused_add_is_not_in_place_even_when_allowed(aiter):
     """AITER writes fresh tensors: maybe_inplace returns them and leaves x and the residual alone."""
     assert not ircore.ops.fused_add_rms_norm.impls["aiter"].inplace
-    x, r, w = _randn(3, 256), _randn(3, 256), _weight(256)
+    x, r, w = randn(3, 256), randn(3, 256), weight(256)
     x0, r0 = x.clone(), r.clone()
     out, res = ircore.ops.fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)
     assert out.data_ptr() not in (x.data_ptr(), r.data_ptr()) and res.data_ptr() not in (x.data_ptr(), r.data_ptr())
@@ -164,13 +149,13 @@ def test_fused_add_is_not_in_place_even_when_allowed(aiter):
 
 # ------------------------------------------------------------------ silu_and_mul
 SILU = {
-    "2-D, d=128": (lambda: _randn(4, 256), True),
-    "3-D contiguous": (lambda: _randn(2, 3, 256), True),
-    "misaligned start (copied first)": (lambda: _misaligned(3, 256), True),
-    "fp16, d=8": (lambda: _randn(3, 16, dtype=FP16), True),
-    "fp32": (lambda: _randn(4, 256, dtype=FP32), False),
-    "d=4, not a multiple of 8": (lambda: _randn(3, 8), False),
-    "row-strided": (lambda: _randn(4, 512)[:, :256], False),
+    "2-D, d=128": (lambda: randn(4, 256), True),
+    "3-D contiguous": (lambda: randn(2, 3, 256), True),
+    "misaligned start (copied first)": (lambda: misaligned(3, 256), True),
+    "fp16, d=8": (lambda: randn(3, 16, dtype=FP16), True),
+    "fp32": (lambda: randn(4, 256, dtype=FP32), False),
+    "d=4, not a multiple of 8": (lambda: randn(3, 8), False),
+    "row-strided": (lambda: randn(4, 512)[:, :256], False),
 }
 
 
@@ -187,7 +172,7 @@ def test_silu_and_mul_layouts(aiter, label):
 
 def test_standin_refuses_a_misaligned_input(aiter):
     """Why the adapter copies an unaligned input: AITER's 16-byte loads need an aligned start."""
-    x = _misaligned(3, 256)
+    x = misaligned(3, 256)
     with pytest.raises(RuntimeError, match="misaligned"):
         aiter.silu_and_mul(torch.empty(3, 128, dtype=BF16), x)
 
