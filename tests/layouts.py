@@ -25,3 +25,22 @@ def misaligned(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
 def qk_heads(tokens: int, heads: int, head_dim: int, dtype: torch.dtype = BF16) -> torch.Tensor:
     """The query heads of a fused QKV projection, as QK-norm sees them: rank 3, rows strided."""
     return randn(tokens, 3 * heads * head_dim, dtype=dtype)[:, : heads * head_dim].view(tokens, heads, head_dim)
+
+
+def assert_dispatched(op_name: str, args: tuple, provider: str, accepted: bool, label: str = "") -> object:
+    """Run ``op_name`` through ircore's dispatch: it must choose ``provider`` exactly when
+    ``accepted``, match the op's fp64 reference, and leave its inputs as they were. Returns the output.
+    """
+    import ircore
+    from ircore.testing import assert_close_to_reference
+
+    op = ircore.get_op(op_name)
+    before = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    chosen = ircore.explain(op_name, *args).chosen
+    assert (chosen == provider) is accepted, f"{label}: chose {chosen}"
+    out = op(*args)
+    assert_close_to_reference(op, out, before, label=label)
+    for name, arg, old in zip(op.param_names, args, before):
+        if isinstance(arg, torch.Tensor):
+            assert torch.equal(arg, old), f"{label}: the functional call changed {name!r}"
+    return out

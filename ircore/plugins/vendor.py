@@ -20,7 +20,14 @@ import torch
 
 from ircore.errors import ImplRegistrationError
 
-__all__ = ["call_form_problem", "import_vendor", "parameters_of", "register_device_kernel", "torch_op"]
+__all__ = [
+    "call_form_problem",
+    "import_vendor",
+    "parameters_of",
+    "register_device_kernel",
+    "torch_op",
+    "unit_weight",
+]
 
 
 def import_vendor(module: str, *, needs: str) -> ModuleType | str:
@@ -119,3 +126,18 @@ def _registered_at(qualname: str, key: str) -> str:
         if line.startswith(prefix):
             return "registered at " + line[len(prefix) :].split(" :: ")[0]
     return "registered elsewhere"
+
+
+_UNIT_WEIGHTS: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def unit_weight(x: torch.Tensor) -> torch.Tensor:
+    """A weight of ones for ``x``'s last dimension, dtype and device, made once and reused.
+
+    For kernels whose weight is not optional, called with ``weight=None``. Do not write to it.
+    """
+    key = (x.shape[-1], x.dtype, x.device)
+    ones = _UNIT_WEIGHTS.get(key)
+    if ones is None:
+        ones = _UNIT_WEIGHTS[key] = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
+    return ones

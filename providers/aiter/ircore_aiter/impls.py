@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 import ircore
+from ircore.plugins.vendor import unit_weight
 
 __all__ = [
     "fused_add_rms_norm",
@@ -40,17 +41,10 @@ __all__ = [
 # in tests, where a stand-in of AITER computes on the CPU).
 _DEVICE = ircore.current_platform().device_type
 _HALF = (torch.float16, torch.bfloat16)
-_ONES: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
 
 
 def _weight(weight: Tensor | None, x: Tensor) -> Tensor:
-    if weight is not None:
-        return weight
-    key = (x.shape[-1], x.dtype, x.device)
-    ones = _ONES.get(key)
-    if ones is None:
-        ones = _ONES[key] = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
-    return ones
+    return unit_weight(x) if weight is None else weight
 
 
 def _rows(x: Tensor) -> Tensor:

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 import ircore
+from ircore.plugins.vendor import unit_weight
 
 __all__ = [
     "fused_add_rms_norm",
@@ -39,7 +40,6 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _rms_norm = torch.ops._C.rms_norm.default
 _fused_add_rms_norm = torch.ops._C.fused_add_rms_norm.default
 _silu_and_mul = torch.ops._C.silu_and_mul.default
-_ONES: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
 
 
 def _optional_weight(op: torch._ops.OpOverload) -> bool:
@@ -50,13 +50,7 @@ _PASS_NONE = _optional_weight(_rms_norm) and _optional_weight(_fused_add_rms_nor
 
 
 def _weight(weight: Tensor | None, x: Tensor) -> Tensor | None:
-    if weight is not None or _PASS_NONE:
-        return weight
-    key = (x.shape[-1], x.dtype, x.device)
-    ones = _ONES.get(key)
-    if ones is None:
-        ones = _ONES[key] = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
-    return ones
+    return unit_weight(x) if weight is None and not _PASS_NONE else weight
 
 
 def rms_norm(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> Tensor:
