@@ -109,5 +109,3 @@ def test_other_providers_are_untouched(penv):
     with_aiter, without = penv.others("aiter", GFX942)
     assert with_aiter == without
     assert with_aiter[0]["triton"]["state"] == "active"  # someone else really is there to disturb
-    here_with, here_without = penv.others("aiter")  # and on this machine
-    assert here_with == here_without
