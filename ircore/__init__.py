@@ -24,6 +24,7 @@ from ircore import plugins as _plugins
 _dispatch.STATE.loader = _plugins.ensure_loaded
 _dispatch.STATE.discovered = _plugins.discovered_names
 _dispatch.STATE.status_of = _plugins.provider_status
+_dispatch.STATE.settings_fingerprint = _plugins.settings_fingerprint
 
 __all__ = [
     "API_VERSION",
@@ -43,6 +44,7 @@ __all__ = [
     "Tolerance",
     "__version__",
     "all_ops",
+    "compile",
     "configure",
     "current_platform",
     "explain",
@@ -72,18 +74,20 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> object:
+    import importlib
+
+    if name == "compile":  # a callable module: ircore.compile(model), ircore.compile.report()
+        return importlib.import_module("ircore.compile")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'ircore' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {"compile"})
 
 
 def explain(op: "str | IrOp", *args: object, **kwargs: object) -> Explanation:

@@ -11,6 +11,13 @@ for tensor subclasses) it calls ``torch.ops.ircore.<op>`` so the graph records t
 it validates the arguments, takes the cached plan (see ``ircore.dispatch``), runs the first
 implementation whose ``supports_args`` accepts the call, and says which at DEBUG.
 
+Under Dynamo the function also reads ``dispatch.STATE.version``, an int fingerprint of every
+priority, configuration and provider setting: Dynamo guards on the int's value, so a function
+compiled before a change recompiles (and is lowered again) on its next call, and one compiled
+for a configuration that comes back is reused. Providers are
+loaded first (at trace time, through ``assume_constant_result``), or loading them on the first
+run would change the version and cost a second compile.
+
 Signature cache: for ops declared ``cache_by_signature`` (and when the compiled helper of
 ``ircore._signature`` is loaded) a block in front of that looks the call's signature up in
 ``op.signature_cache`` and calls the remembered implementation directly: no Python-level argument check and no
@@ -56,6 +63,8 @@ _SIGNATURE_BLOCK = """
 _TEMPLATE = """
 def __call__(_ir_self, {params}):{signature_block}
     if _ir_is_compiling() or _ir_dispatch_stack_len() or type({first}) is not _ir_Tensor:
+        if _ir_is_dynamo_compiling() and _ir_providers_loaded() and _ir_STATE.version < 0:
+            pass  # never true; read so that Dynamo guards on the version (see the docstring)
         return _ir_self.torch_op({args})
     _ir_self.check_args({args})
     _ir_scope = _ir_SCOPE.get()
@@ -90,6 +99,13 @@ _debug_cached = _log._cache.get if isinstance(getattr(_log, "_cache", None), dic
 _is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
 
+@torch.compiler.assume_constant_result
+def providers_loaded() -> bool:
+    """Load providers now, while Dynamo traces (it runs this for real and keeps the result)."""
+    dispatch.ensure_loaded()
+    return True
+
+
 def build_eager_call(op: IrOp) -> Callable[..., Any]:
     """``__call__`` for ``op``'s class: the native signature, the dispatch described above."""
     params = list(op.signature.parameters.values())
@@ -107,6 +123,7 @@ def build_eager_call(op: IrOp) -> Callable[..., Any]:
     namespace: dict[str, Any] = {
         "_ir_is_compiling": torch.compiler.is_compiling,
         "_ir_is_dynamo_compiling": _is_dynamo_compiling,
+        "_ir_providers_loaded": providers_loaded,
         "_ir_signature": _signature.signature,
         "_ir_spec": op.signature_spec,
         "_ir_choose_and_cache": dispatch.choose_and_cache,

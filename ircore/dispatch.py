@@ -73,6 +73,11 @@ class DispatchState:
 
     def __init__(self) -> None:
         self.generation: object = object()
+        # An int fingerprint of everything compiled graphs depend on (see _fingerprint), updated
+        # with the generation. Compiled code reads it under Dynamo, which guards on an int's
+        # value (not on an object's identity): a change recompiles, a change back finds the
+        # graph compiled before.
+        self.version: int = 0
         self.lock = threading.RLock()
         self.api_priority: dict[str, tuple[str, ...]] = {}
         self.layers: list[PriorityLayer] = []  # env, then file; set by ircore.plugins.config
@@ -84,6 +89,8 @@ class DispatchState:
         self.discovered: Callable[[], set[str]] | None = None
         # Why a known provider cannot run (its state and reason), or None.
         self.status_of: Callable[[str], str | None] = lambda name: None
+        # Configuration outside this state that compiled graphs depend on (fusion switches).
+        self.settings_fingerprint: Callable[[], object] = lambda: None
 
 
 STATE = DispatchState()
@@ -95,14 +102,41 @@ def bump_generation() -> None:
 
     with STATE.lock:
         STATE.generation = object()
+        STATE.version = _fingerprint()
         for op in all_ops().values():
             op.signature_cache.clear()
 
 
-def _ensure_loaded() -> None:
+def _fingerprint() -> int:
+    """The priority sources, ranks, blocked providers, implementations and fusion switches, as an int.
+
+    Equal configurations give equal values within a process, so a compiled function that went
+    through priorities A, B and back to A reuses its graph for A instead of compiling a third.
+    """
+    from ircore.op import all_ops
+
+    impls = tuple(
+        (name, tuple((provider, id(impl)) for provider, impl in op.impls.items()))
+        for name, op in sorted(all_ops().items())
+    )
+    return hash(
+        (
+            tuple(sorted(STATE.api_priority.items())),
+            tuple((layer.source, tuple(sorted(layer.priorities.items()))) for layer in STATE.layers),
+            tuple(sorted((op, tuple(sorted(ranks.items()))) for op, ranks in STATE.ranks.items())),
+            tuple(sorted(STATE.blocked)),
+            impls,
+            STATE.settings_fingerprint(),
+        )
+    )
+
+
+def ensure_loaded() -> None:
+    """Discover and load providers as configuration allows (idempotent)."""
     loader = STATE.loader
     if loader is not None:
         loader()
+
 
 
 def known_providers() -> set[str]:
@@ -154,7 +188,7 @@ def set_priority(
     ``None`` for an op removes the setting, so lower sources apply again. ``native`` is always
     appended. Raises :class:`~ircore.errors.PriorityError` for unknown ops or providers.
     """
-    _ensure_loaded()
+    ensure_loaded()
     validated = validate_priority({**(priorities or {}), **ops}, "ircore.set_priority()")
     with STATE.lock:
         for op_name, names in validated.items():
@@ -174,7 +208,7 @@ def priority(
     Built on :mod:`contextvars`: other threads and asyncio tasks keep their own priorities.
     Nested blocks merge, the inner one winning per op.
     """
-    _ensure_loaded()
+    ensure_loaded()
     validated = validate_priority({**(priorities or {}), **ops}, "ircore.priority()")
     outer = SCOPE.get()
     merged = dict(outer.priorities) if outer is not None else {}
@@ -219,7 +253,7 @@ def get_priority(op_name: str) -> list[str]:
     """The effective priority list of ``op_name`` in this context, ``native`` last."""
     from ircore.op import get_op
 
-    _ensure_loaded()
+    ensure_loaded()
     return list(effective_priority(get_op(op_name), SCOPE.get())[0])
 
 
@@ -240,7 +274,7 @@ def _entries(op: IrOp, names: Sequence[str]) -> tuple[Entry, ...]:
 
 def refresh_plan(op: IrOp) -> Plan:
     """Resolve and cache ``op``'s plan outside any priority scope."""
-    _ensure_loaded()
+    ensure_loaded()
     generation = STATE.generation
     plan = (generation, _entries(op, effective_priority(op, None)[0]), {})
     op._plan = plan
@@ -251,10 +285,18 @@ def scoped_plan(op: IrOp, scope: _Scope) -> Plan:
     """``op``'s plan under ``scope``, cached on the scope object."""
     plan = scope.plans.get(op.name)
     if plan is None or plan[0] is not STATE.generation:
-        _ensure_loaded()
+        ensure_loaded()
         generation = STATE.generation
         plan = (generation, _entries(op, effective_priority(op, scope)[0]), {})
         scope.plans[op.name] = plan
+    return plan
+
+
+def process_plan(op: IrOp) -> Plan:
+    """``op``'s plan outside any priority scope (what compiled graphs are lowered with)."""
+    plan = op._plan
+    if plan[0] is not STATE.generation:
+        plan = refresh_plan(op)
     return plan
 
 
@@ -262,10 +304,7 @@ def current_plan(op: IrOp) -> Plan:
     scope = SCOPE.get()
     if scope is not None and op.name in scope.priorities:
         return scoped_plan(op, scope)
-    plan = op._plan
-    if plan[0] is not STATE.generation:
-        plan = refresh_plan(op)
-    return plan
+    return process_plan(op)
 
 
 _warned_predicates: set[tuple[str, str]] = set()
@@ -424,7 +463,7 @@ def _predicate_verdict(pred: Any, args: tuple[Any, ...]) -> tuple[bool, str]:
 
 def explain(op: IrOp, args: tuple[Any, ...]) -> Explanation:
     """Walk ``op``'s priority for ``args`` exactly as a call would, recording every decision."""
-    _ensure_loaded()
+    ensure_loaded()
     op.check_args(*args)
     names, source = effective_priority(op, SCOPE.get())
     steps: list[Step] = []

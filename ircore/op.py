@@ -9,7 +9,10 @@ decided in :mod:`ircore.dispatch`.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import inspect
+import os
 import re
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -19,7 +22,7 @@ from typing import Any
 import torch
 
 from ircore import dispatch as _dispatch
-from ircore._fastpath import build_eager_call
+from ircore._fastpath import build_eager_call, providers_loaded
 from ircore.errors import ImplRegistrationError, OpDeclarationError
 
 __all__ = [
@@ -44,6 +47,7 @@ _OPS: dict[str, IrOp] = {}
 # Bound once: the torch-op fallback checks of every call.
 _Tensor = torch.Tensor
 _is_compiling = torch.compiler.is_compiling
+_is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
 
 
@@ -79,6 +83,36 @@ class Impl:
     @property
     def name(self) -> str:
         return self.provider
+
+    def uuid(self) -> str:
+        """A hash of the source files of ``fn`` and ``supports_args``: changes when their code does.
+
+        Part of the compile cache key, so an upgraded provider misses Inductor's FX graph cache.
+        """
+        parts = [self.provider, self.op_name, getattr(self.fn, "__qualname__", repr(self.fn))]
+        parts += [_file_digest(f) for f in (self.fn, self.supports_args) if f is not None]
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+def _file_digest(obj: object) -> str:
+    """sha256 of the file that defines ``obj`` (its ``file:line`` if the file cannot be read)."""
+    try:
+        path = inspect.getsourcefile(inspect.unwrap(obj))  # type: ignore[arg-type]
+    except TypeError:
+        path = None
+    if not path:
+        return _source_of(obj)
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return _source_of(obj)
+    return _digest_cached(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _digest_cached(path: str, mtime_ns: int, size: int) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def _source_of(obj: object) -> str:
@@ -144,6 +178,9 @@ class IrOp:
         self.signature_cache: dict[bytes, _dispatch.Entry] = {}
         self.__doc__ = self.doc or self.native.__doc__
         self.torch_op: Any = None
+        # torch.ops.ircore.<name>.maybe_inplace: writes the outputs into ``inplace_args`` (see
+        # _define_maybe_inplace); None where the op's outputs do not map onto them one to one.
+        self.torch_inplace_op: Any = None
 
     # ------------------------------------------------------------------ calls
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -157,10 +194,21 @@ class IrOp:
 
         For callers that no longer need those inputs: it saves the clone that the functional
         call makes before an in-place implementation. Use only the returned tensors.
+
+        Under ``torch.compile``, ``make_fx``, ``torch.fx.symbolic_trace`` or a dispatch mode the
+        graph records one ``torch.ops.ircore.<name>.maybe_inplace`` node, which writes the
+        results into the in-place arguments and returns them; the compiler may then let an
+        in-place kernel write straight into those (donated) tensors.
         """
-        if _is_compiling() or _dispatch_stack_len():
-            return self.torch_op(*args, **kwargs)
         args = self._complete(args, kwargs)
+        if _is_compiling() or _dispatch_stack_len() or type(args[0]) is not _Tensor:
+            if _is_dynamo_compiling() and providers_loaded() and _dispatch.STATE.version < 0:
+                pass  # never true; read so that Dynamo guards on the version (see _fastpath)
+            if self.torch_inplace_op is None:
+                return self.torch_op(*args)
+            self.torch_inplace_op(*args)
+            outs = tuple(args[i] for i in self._inplace_indices)
+            return outs if len(outs) > 1 else outs[0]
         return _dispatch.run(self, args, allow_inplace=True)
 
     def _complete(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -401,6 +449,57 @@ def _define_torch_op(op: IrOp, fake: Callable[..., Any] | None) -> None:
 
     torch.library.register_fake(qualname, fake, lib=_LIBRARY)
     op.torch_op = getattr(getattr(torch.ops, LIBRARY_NAMESPACE), op.name).default
+    _define_maybe_inplace(op)
+
+
+def _inplace_schema(op: IrOp) -> str | None:
+    """``op``'s schema with ``inplace_args`` mutable and no returns, if the outputs map onto them.
+
+    The overload's contract is "output i is written into inplace_args[i]", so it exists only for
+    ops that return exactly one tensor per in-place argument (``fused_add_rms_norm``: ``out`` into
+    ``x``, ``residual`` into ``x_residual``).
+    """
+    if not op.inplace_args:
+        return None
+    schema = torch.library.infer_schema(op.native, mutates_args=op.inplace_args)
+    params, _, returns = schema.rpartition(" -> ")
+    n = len(op.inplace_args)
+    wanted = "Tensor" if n == 1 else "(" + ", ".join(["Tensor"] * n) + ")"
+    return f"{params} -> ()" if returns == wanted else None
+
+
+def _define_maybe_inplace(op: IrOp) -> None:
+    """Make ``torch.ops.ircore.<name>.maybe_inplace``: a graph node for ``op.maybe_inplace``.
+
+    Its kernel runs the op allowing in-place implementations and copies any output that is not
+    already its argument into it, so the node always leaves the results in the in-place
+    arguments, whichever implementation ran. Graphs can hold it honestly (the schema declares
+    the mutation); the compile-time lowering turns it back into the functional op on the
+    arguments' values, and Inductor writes the results into the donated inputs.
+    """
+    schema = _inplace_schema(op)
+    if schema is None:
+        return
+    _LIBRARY.define(f"{op.name}.maybe_inplace{schema}")
+    indices, check = op._inplace_indices, op.check_args
+
+    def kernel(*args: Any, **kwargs: Any) -> None:
+        if kwargs or len(args) != op._arity:
+            args = op._complete(args, kwargs)
+        outs = _dispatch.run(op, args, allow_inplace=True)
+        for i, out in zip(indices, outs if len(indices) > 1 else (outs,)):
+            if out is not args[i]:
+                args[i].copy_(out)
+
+    def fake(*args: Any, **kwargs: Any) -> None:
+        if kwargs or len(args) != op._arity:
+            args = op._complete(args, kwargs)
+        check(*args)
+
+    kernel.__qualname__ = f"ircore.{op.name}.maybe_inplace[kernel]"
+    _LIBRARY.impl(f"{op.name}.maybe_inplace", kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{LIBRARY_NAMESPACE}::{op.name}.maybe_inplace", fake, lib=_LIBRARY)
+    op.torch_inplace_op = getattr(getattr(torch.ops, LIBRARY_NAMESPACE), op.name).maybe_inplace
 
 
 def register_op(

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import itertools
 import os
+import tempfile
 
 # Core tests register their own implementations; providers installed in this environment (the
 # repo's own, e.g. vllm_c) must not join in. Plugin tests run in subprocesses with their own env.
 os.environ["IRCORE_PROVIDERS"] = "none"
-for var in ("IRCORE_DISABLE", "IRCORE_PRIORITY", "IRCORE_CONFIG", "IRCORE_STRICT"):
+for var in ("IRCORE_DISABLE", "IRCORE_PRIORITY", "IRCORE_CONFIG", "IRCORE_STRICT", "IRCORE_FUSIONS"):
     os.environ.pop(var, None)
+# One Inductor cache for every test and subprocess of a run: kernels compile once (CI has 2 cores),
+# and no pool of compile workers to start for graphs this small.
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"ircore-tests-inductor-{os.getuid()}")
+)
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -31,6 +38,7 @@ def isolated_dispatch():
         op.impls.clear()
         op.impls.update(impls.get(name, {}))
     state.api_priority, state.layers, state.ranks, state.blocked = (saved[0], saved[1], saved[2], saved[3])
+    dispatch._warned_predicates.clear()  # each test sees its own "supports_args raised" warning
     dispatch.bump_generation()
 
 

@@ -26,3 +26,16 @@ def provider_status(name: str) -> str | None:
 
     manager = sys.modules.get("ircore.plugins.manager")  # nothing loaded yet: nothing to say
     return None if manager is None else manager.MANAGER.status_of(name)
+
+
+def settings_fingerprint() -> object:
+    """The configured fusion switches, per source (compiled graphs depend on them); loads nothing."""
+    import sys
+
+    config = sys.modules.get("ircore.plugins.config")
+    if config is None:
+        return None
+    manager = sys.modules.get("ircore.plugins.manager")
+    settings = manager.MANAGER.settings if manager is not None else None
+    sources = settings.sources if settings is not None else [config._API]
+    return tuple(tuple(sorted(source.values.get("fusions", {}).items())) for source in sources)

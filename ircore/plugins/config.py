@@ -6,10 +6,13 @@ Keys (the same in every source):
   (``IRCORE_PROVIDERS=vllm_c,triton``);
 - ``disable``: denylist (``IRCORE_DISABLE=aiter``);
 - ``priority``: per-op provider order (``IRCORE_PRIORITY="rms_norm=vllm_c,triton;silu_and_mul=triton"``);
-- ``strict``: any provider not active or disabled is an error at load time (``IRCORE_STRICT=1``).
+- ``strict``: any provider not active or disabled is an error at load time (``IRCORE_STRICT=1``);
+- ``fusions``: which compile-time fusions run (``IRCORE_FUSIONS="add_rms_norm=off"``; see
+  ``ircore.compile.FUSIONS``).
 
 For ``providers``, ``disable`` and ``strict`` the highest source that sets the key decides; for
-``priority`` the highest source that names the op decides. Files: ``IRCORE_CONFIG``, else
+``priority`` the highest source that names the op decides, for ``fusions`` the highest source that
+names the fusion. Files: ``IRCORE_CONFIG``, else
 ``./ircore.toml``, else ``[tool.ircore]`` in ``./pyproject.toml``.
 """
 
@@ -27,12 +30,13 @@ from ircore.errors import ConfigError
 
 __all__ = ["configure", "Settings", "ConfigSource", "KNOWN_KEYS"]
 
-KNOWN_KEYS = ("providers", "disable", "priority", "strict")
+KNOWN_KEYS = ("providers", "disable", "priority", "strict", "fusions")
 ENV_VARS = {
     "providers": "IRCORE_PROVIDERS",
     "disable": "IRCORE_DISABLE",
     "priority": "IRCORE_PRIORITY",
     "strict": "IRCORE_STRICT",
+    "fusions": "IRCORE_FUSIONS",
 }
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -115,6 +119,11 @@ def parse_values(raw: Mapping[str, Any], source: ConfigSource) -> ConfigSource:
             source.values[key] = _name_list(value, where, allow_all=key == "providers")
         elif key == "priority":
             source.values[key] = _parse_priority(value, where)
+        elif key == "fusions":
+            from ircore.compile._settings import normalize_fusions
+
+            # merged: configure(fusions={"a": False}) then {"b": False} switches both off
+            source.values[key] = {**source.values.get(key, {}), **normalize_fusions(value, where)}
         else:
             source.values[key] = _parse_bool(value, where)
     return source
@@ -260,13 +269,16 @@ def configure(
     disable: Sequence[str] | None = None,
     priority: Mapping[str, Sequence[str] | None] | None = None,
     strict: bool | None = None,
+    fusions: Mapping[str, bool] | Sequence[str] | str | None = None,
 ) -> None:
     """Set configuration from Python; it outranks the environment and config files.
 
     ``providers`` is an allowlist (or ``"all"``/``"none"``), ``disable`` a denylist, ``priority``
     maps op names to provider lists (``None`` removes an op's setting), ``strict`` makes any
-    provider that is not active or disabled an error. A provider disabled here stops being used
-    at once; one enabled here loads on next use.
+    provider that is not active or disabled an error, ``fusions`` switches compile-time fusions
+    (``{"add_rms_norm": False}``, a list of the names to run, ``"all"``, ``"none"``). A provider
+    disabled here stops being used at once; one enabled here loads on next use. Compiled
+    functions recompile on their next call after any change.
     """
     from ircore import dispatch
 
@@ -277,6 +289,8 @@ def configure(
         raw["disable"] = disable
     if strict is not None:
         raw["strict"] = strict
+    if fusions is not None:
+        raw["fusions"] = fusions
     with _api_lock:
         if raw:
             parse_values(raw, _API)
@@ -290,6 +304,9 @@ def configure(
 
 
 def reset_api_settings() -> None:
-    """Forget everything ``configure`` set (for tests and long-lived tools)."""
+    """Forget everything ``configure`` set (for tests and long-lived tools); re-read the rest."""
     with _api_lock:
         _API.values.clear()
+    from ircore.plugins import manager
+
+    manager.settings_changed()

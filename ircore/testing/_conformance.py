@@ -68,7 +68,7 @@ def check_provider(
     ops: Sequence[str] | None = None,
 ) -> ConformanceReport:
     """Check every implementation ``provider`` registered; raise ``AssertionError`` on the first miss."""
-    dispatch._ensure_loaded()
+    dispatch.ensure_loaded()
     report = ConformanceReport(provider)
     for name, op in sorted(all_ops().items()):
         impl = op.impls.get(provider)

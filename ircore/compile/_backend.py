@@ -1,0 +1,97 @@
+"""The ``ircore`` backend: Inductor with ircore's pass, and a guard on what it was lowered for.
+
+Dynamo recompiles a function that calls ``ircore.ops.*`` after any priority, configuration or
+provider change (it guards on ``dispatch.STATE.version``). Two cases it cannot see are handled
+here, at run time, by running the graph uncompiled (its ircore ops then dispatch eagerly, by the
+rule in force): a ``with ircore.priority(...)`` scope that changes an op of the graph (a context
+variable, which Dynamo cannot guard on), and a graph that calls ``torch.ops.ircore.*`` directly
+and was compiled before a change.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ircore import dispatch
+from ircore.op import get_op
+
+_log = logging.getLogger("ircore")
+
+
+def _ircore_ops_in(gm: Any) -> list[str]:
+    """Names of the ircore ops a Dynamo graph calls (as overloads or as packets)."""
+    names = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        packet = getattr(node.target, "overloadpacket", node.target)
+        qualified = getattr(packet, "_qualified_op_name", "")
+        if qualified.startswith("ircore::"):
+            names.add(qualified.split("::", 1)[1])
+    return sorted(names)
+
+
+def _user_passes(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def compile_graph(
+    gm: Any,
+    example_inputs: Sequence[Any],
+    *,
+    mode: str | None,
+    options: Mapping[str, Any] | None,
+    fusions: Any,
+) -> Callable[..., Any]:
+    """``compile_fx`` with ircore's post-grad pass in ``post_grad_custom_post_pass``."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor import list_mode_options
+    from torch._inductor.compile_fx import compile_fx
+
+    from ircore.compile._passes import IrcorePostGradPass
+
+    dispatch.ensure_loaded()
+    patches = dict(list_mode_options(mode)) if mode else {}
+    patches.update(options or {})
+    user = patches.pop("post_grad_custom_post_pass", inductor_config.post_grad_custom_post_pass)
+    patches["post_grad_custom_post_pass"] = IrcorePostGradPass(fusions, _user_passes(user))
+    ops = _ircore_ops_in(gm)
+    version = dispatch.STATE.version
+    lists = {name: dispatch.effective_priority(get_op(name), None)[0] for name in ops}
+    compiled = compile_fx(gm, example_inputs, config_patches=patches)
+    if not ops:
+        return compiled
+    return _guarded(compiled, gm, version, lists)
+
+
+def _guarded(compiled: Any, gm: Any, version: int, lists: dict[str, tuple[str, ...]]) -> Callable[..., Any]:
+    """``compiled``, or ``gm`` run eagerly when the lowering no longer matches the rule in force."""
+    state, scope_var = dispatch.STATE, dispatch.SCOPE
+    warned: set[str] = set()
+
+    def stale() -> bool:
+        scope = scope_var.get()
+        if state.version != version:
+            why = "ircore's configuration changed after this graph was compiled (call torch._dynamo.reset())"
+        elif scope is not None and any(
+            name in scope.priorities and dispatch.effective_priority(get_op(name), scope)[0] != names
+            for name, names in lists.items()
+        ):
+            why = "an ircore.priority() scope changes an op of this graph"
+        else:
+            return False
+        if why not in warned:
+            warned.add(why)
+            _log.warning("compiled graph with ircore ops %s runs uncompiled: %s", sorted(lists), why)
+        return True
+
+    def run(*args: Any) -> Any:
+        if (state.version != version or scope_var.get() is not None) and stale():
+            return gm(*args)
+        return compiled(*args)
+
+    return run

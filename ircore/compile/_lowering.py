@@ -1,0 +1,176 @@
+"""Compile-time lowering: each ircore node becomes the implementation an eager call would run.
+
+The choice is the eager rule itself (``dispatch.first_supported`` over the op's process-wide
+plan) applied to the node's fake values, so ``ircore.explain`` on tensors with that metadata
+gives the same answer. What is put in the node's place:
+
+- ``native``: its function traced into aten ops, which Inductor fuses with its neighbours;
+- a functional provider implementation: traced, so its kernel appears as its own (opaque) op;
+- an in-place implementation: traced under functionalization, so its mutating kernel appears as
+  ``auto_functionalized``; Inductor's re-inplacing later lets it write into inputs that are dead
+  afterwards and copies only where they are not.
+
+``maybe_inplace`` nodes arrive wrapped in ``auto_functionalized`` (their schema mutates the
+in-place arguments); they are first turned into the functional op on the same values, whose
+results are the arguments' new values, and lowered like any other node.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from typing import Any
+
+import torch
+from torch.fx import Graph, Node
+
+from ircore import dispatch
+from ircore.compile._graph import call, full_args, ircore_ops_by_target, value
+from ircore.op import IrOp, all_ops
+
+_log = logging.getLogger("ircore")
+_AUTO_FUNCTIONALIZED = tuple(
+    hop
+    for hop in (
+        getattr(torch.ops.higher_order, "auto_functionalized", None),
+        getattr(torch.ops.higher_order, "auto_functionalized_v2", None),
+    )
+    if hop is not None
+)
+
+
+def functional_trace(fn: Any, args: Any) -> torch.fx.GraphModule:
+    """Trace ``fn`` with Inductor's decompositions under functionalization (for in-place impls)."""
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._subclasses.functional_tensor import dispatch_functionalize
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with enable_python_dispatcher():
+        gm = make_fx(dispatch_functionalize(fn), select_decomp_table(), tracing_mode="real")(*args)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm
+
+
+# ---------------------------------------------------------------------- maybe_inplace nodes
+# What auto_functionalized_v2 records when a mutated argument is a view of its base, not the base.
+_VIEW_INFO = ("alias", "size", "stride", "storage_offset", "slice_dim", "slice_start", "slice_end")
+
+def _inplace_ops() -> dict[Any, IrOp]:
+    return {op.torch_inplace_op: op for op in all_ops().values() if op.torch_inplace_op is not None}
+
+
+def _mutated_bases(node: Node, op: IrOp) -> list[tuple[Node, int]] | None:
+    """Per in-place argument: the tensor it is and where its new value is among the outputs.
+
+    ``auto_functionalized`` (v1) passes the arguments by name and returns their new values in
+    argument order after the op's outputs; v2 passes bases and says which base each argument is
+    (``_<arg>_base_index``); an argument that is a view of a base (size/stride/slice entries) is
+    left alone (the node then dispatches at run time, still correctly).
+    """
+    kwargs = node.kwargs
+    if "_all_bases" not in kwargs:  # v1: new values in the schema's order of mutable arguments
+        order = [name for name in op.param_names if name in op.inplace_args]
+        return [(kwargs[name], 1 + order.index(name)) for name in op.inplace_args]
+    bases = kwargs["_all_bases"]
+    out = []
+    for name in op.inplace_args:
+        index = kwargs.get(f"_{name}_base_index")
+        if index is None or any(f"_{name}_{info}" in kwargs for info in _VIEW_INFO):
+            return None
+        out.append((bases[index], 1 + index))
+    if len({id(base) for base, _ in out}) != len(out):
+        return None  # two in-place arguments share a base
+    return out
+
+
+def functionalize_maybe_inplace(graph: Graph) -> None:
+    """``auto_functionalized(<op>.maybe_inplace, ...)`` -> ``<op>.default`` on the same values."""
+    inplace_ops = _inplace_ops()
+    if not inplace_ops:
+        return
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _AUTO_FUNCTIONALIZED:
+            continue
+        op = inplace_ops.get(node.args[0] if node.args else None)
+        if op is None:
+            continue
+        mutated = _mutated_bases(node, op)
+        if mutated is None:
+            continue
+        args = []
+        for i, name in enumerate(op.param_names):
+            if name in op.inplace_args:
+                args.append(mutated[op.inplace_args.index(name)][0])
+            else:
+                args.append(node.kwargs.get(name, op._defaults[i]))
+        new = call(graph, op.torch_op, tuple(args), node)
+        single = len(op.inplace_args) == 1
+        for i, (_, position) in enumerate(mutated):
+            replacement = new if single else call(graph, operator.getitem, (new, i), node)
+            for user in list(node.users):
+                if user.target is operator.getitem and user.args[1] == position:
+                    user.replace_all_uses_with(replacement)
+                    graph.erase_node(user)
+        if not node.users:
+            graph.erase_node(node)
+
+
+# ---------------------------------------------------------------------- lowering
+def choose(op: IrOp, args: list[Any]) -> tuple[str, Any, bool]:
+    """(provider, function to trace in, whether it is an in-place implementation) for these args."""
+    vals = tuple(value(a) for a in args)
+    entry, _ = dispatch.first_supported(op.name, dispatch.process_plan(op)[1], vals)
+    impl = op.impls.get(entry[0])
+    if impl is not None and impl.inplace:
+        return entry[0], impl.fn, True
+    return entry[0], entry[1], False
+
+
+def lower(graph: Graph) -> tuple[dict[str, tuple[str, str]], int]:
+    """Replace every ircore node; returns ``{node name: (op, provider)}`` and how many are left."""
+    from torch._inductor.pattern_matcher import CallFunctionVarArgs
+
+    functionalize_maybe_inplace(graph)
+    by_target = ircore_ops_by_target()
+    pattern = CallFunctionVarArgs(list(by_target))
+    chosen: dict[str, tuple[str, str]] = {}
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in by_target:
+            continue
+        op = by_target[node.target]
+        args = full_args(node, op)
+        provider, fn, inplace = choose(op, args)
+        match = pattern.match(node)
+        if not match:  # pragma: no cover - a one-node pattern always matches its own target
+            continue
+        name = node.name
+        if inplace:
+            match.replace_by_example(fn, args, trace_fn=functional_trace)
+        else:
+            match.replace_by_example(fn, args)
+        chosen[name] = (op.name, provider)
+    left = leftover(graph)
+    if left:
+        _log.warning(
+            "ircore lowering left %d ircore node(s) in the graph (%s); they dispatch at run time",
+            len(left),
+            ", ".join(sorted({str(t) for t in left})),
+        )
+    return chosen, len(left)
+
+
+def leftover(graph: Graph) -> list[Any]:
+    """Targets of nodes that still call an ircore op (directly or inside auto_functionalized)."""
+    out = []
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if target in _AUTO_FUNCTIONALIZED and node.args:
+            target = node.args[0]
+        namespace = getattr(target, "namespace", None)
+        if namespace == "ircore":
+            out.append(target)
+    return out

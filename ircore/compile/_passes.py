@@ -1,0 +1,96 @@
+"""ircore's post-grad pass: a user's pass, the fusions, lowering; and the cache key that covers them."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._inductor import custom_graph_pass
+
+from ircore import dispatch
+from ircore.compile import _fusion, _lowering, _report
+from ircore.compile._settings import effective_fusions
+from ircore.op import all_ops
+
+# 2.13 hands inference-aware passes ``is_inference``; 2.11 has no such base class.
+_Base: Any = getattr(custom_graph_pass, "CustomInferenceAwareGraphPass", custom_graph_pass.CustomGraphPass)
+
+
+@functools.cache
+def _source_hash() -> str:
+    """The passes' own code: a change to it must miss the FX graph cache."""
+    files = sorted(Path(__file__).parent.glob("*.py"))
+    return custom_graph_pass.get_hash_for_files(tuple(str(f) for f in files)).hex()
+
+
+def lowering_state() -> dict[str, Any]:
+    """Everything the lowering's choices depend on, outside the graph itself.
+
+    Per op, the providers its process-wide plan walks (priority after configuration, blocked and
+    inactive providers left out), each with its distribution, version, state and a hash of its
+    implementation's source; native ends every plan.
+    """
+    from ircore import __version__
+    from ircore.plugins.manager import MANAGER
+
+    dispatch.ensure_loaded()
+    ops = {}
+    for name, op in sorted(all_ops().items()):
+        plan = [entry[0] for entry in dispatch.process_plan(op)[1]]
+        ops[name] = [[p, op.impls[p].uuid() if p in op.impls else "native"] for p in plan]
+    providers = {
+        name: [r.distribution, r.version, r.state.value] for name, r in sorted(MANAGER.records.items())
+    }
+    return {"ircore": __version__, "torch": torch.__version__, "ops": ops, "providers": providers}
+
+
+class IrcorePostGradPass(_Base):
+    """User passes -> fusions -> topological sort -> lowering -> dead-code elimination."""
+
+    def __init__(self, fusions: Any = None, user_passes: Sequence[Any] = ()) -> None:
+        self.fusions = fusions
+        self.user_passes = tuple(user_passes)
+
+    def __call__(self, graph: torch.fx.Graph, is_inference: bool = True) -> None:
+        for user_pass in self.user_passes:
+            if isinstance(user_pass, _Base) and _Base is not custom_graph_pass.CustomGraphPass:
+                user_pass(graph, is_inference=is_inference)
+            else:
+                user_pass(graph)
+        start = time.perf_counter()
+        switches = effective_fusions(self.fusions)
+        _lowering.functionalize_maybe_inplace(graph)
+        counts: Counter[str] = Counter()
+        for name, fuse in _fusion.FUSION_PASSES.items():
+            if switches[name]:
+                counts[name] += fuse(graph)
+        if counts.total():
+            from torch._inductor.pattern_matcher import stable_topological_sort
+
+            stable_topological_sort(graph)
+        chosen, left = _lowering.lower(graph)
+        graph.eliminate_dead_code()
+        _report.record_graph(counts, chosen, left, time.perf_counter() - start)
+
+    def uuid(self) -> str | None:
+        """Changes with anything that can change what this pass does (Inductor's cache key)."""
+        users = []
+        for user_pass in self.user_passes:
+            user_uuid = user_pass.uuid() if hasattr(user_pass, "uuid") else None
+            if user_uuid is None:
+                return None  # as for the user's pass alone: no caching
+            users.append(repr(user_uuid))
+        key = {
+            "source": _source_hash(),
+            "fusions": effective_fusions(self.fusions),
+            "lowering": lowering_state(),
+            "user_passes": users,
+        }
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,76 @@
+"""What ircore's compile passes did: fusion matches and lowering choices, counted per process."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class CompileReport:
+    """Counts since the process started (or the last :func:`reset_report`).
+
+    ``fusions``: matches per fusion. ``lowered``: per op, how many nodes went to each provider.
+    ``last_lowering``: ``{node name: provider}`` of the most recent graph. ``left``: ircore nodes
+    the lowering could not replace (they dispatch at run time). ``graphs``: graphs the pass ran
+    on. ``seconds``: time spent in the pass. A graph served from Inductor's FX graph cache runs
+    no pass and adds nothing.
+    """
+
+    graphs: int = 0
+    fusions: Counter[str] = field(default_factory=Counter)
+    lowered: dict[str, Counter[str]] = field(default_factory=dict)
+    last_lowering: dict[str, str] = field(default_factory=dict)
+    left: int = 0
+    #: wall time spent in ircore's pass (fusions and lowering), in seconds
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "graphs": self.graphs,
+            "fusions": dict(self.fusions),
+            "lowered": {op: dict(c) for op, c in self.lowered.items()},
+            "last_lowering": dict(self.last_lowering),
+            "left": self.left,
+            "seconds": self.seconds,
+        }
+
+
+_lock = threading.Lock()
+_REPORT = CompileReport()
+
+
+def report() -> CompileReport:
+    """A snapshot of what the passes did so far in this process."""
+    with _lock:
+        return CompileReport(
+            _REPORT.graphs,
+            Counter(_REPORT.fusions),
+            {op: Counter(c) for op, c in _REPORT.lowered.items()},
+            dict(_REPORT.last_lowering),
+            _REPORT.left,
+            _REPORT.seconds,
+        )
+
+
+def reset_report() -> None:
+    """Start counting from zero."""
+    global _REPORT
+    with _lock:
+        _REPORT = CompileReport()
+
+
+def record_graph(
+    fusions: Counter[str], lowering: dict[str, tuple[str, str]], left: int, seconds: float
+) -> None:
+    """Add one graph's results; ``lowering`` maps node name -> (op, provider)."""
+    with _lock:
+        _REPORT.graphs += 1
+        _REPORT.seconds += seconds
+        _REPORT.fusions.update(fusions)
+        for op, provider in lowering.values():
+            _REPORT.lowered.setdefault(op, Counter())[provider] += 1
+        _REPORT.last_lowering = {node: provider for node, (_, provider) in lowering.items()}
+        _REPORT.left += left

@@ -1,0 +1,241 @@
+"""``backend="ircore"`` end to end on the CPU: fusion counts, lowering choices, copies, recompiles.
+
+Real Inductor compiles (a few seconds each on two cores): every test compiles one or two small
+graphs, all share the Inductor cache directory set in conftest.py. Tests that count what the
+passes did turn the FX graph cache off (a cache hit runs no pass).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+from torch._inductor import config as inductor_config
+from torch._inductor.utils import run_and_get_code
+
+import ircore
+from ircore.ops import fused_add_rms_norm, rms_norm
+
+from . import impls
+
+H = 32
+
+
+@pytest.fixture(autouse=True)
+def fresh_compile_state():
+    torch._dynamo.reset()
+    ircore.compile.reset_report()
+    impls.CALLS.clear()
+    with inductor_config.patch(fx_graph_cache=False):
+        yield
+    torch._dynamo.reset()
+
+
+def decoder(h, res, w, W, layers=2):
+    """Hugging Face's layout: 3-D hidden states, the residual add written before each norm."""
+    for _ in range(layers):
+        res = res + h
+        n = ircore.ops.rms_norm(res, w, 1e-6)
+        h = torch.nn.functional.linear(n, W)
+    return ircore.ops.rms_norm(res + h, w, 1e-5)
+
+
+def _inputs(dtype=torch.float32, batch=2, tokens=3):
+    torch.manual_seed(0)
+    h = torch.randn(batch, tokens, H, dtype=dtype)
+    res = torch.randn(batch, tokens, H, dtype=dtype)
+    w = torch.randn(H, dtype=dtype) * 0.1 + 1
+    W = (torch.randn(H, H) / H**0.5).to(dtype)
+    return h, res, w, W
+
+
+def _copy_kernels(code: str) -> int:
+    """Kernels and calls in Inductor's generated code that only copy (clones, copy_)."""
+    kernels = set(re.findall(r"\b(cpp_fused\w*(?:clone|copy)\w*)\(", code))
+    return len(kernels) + len(re.findall(r"\.copy_\(|aten\.copy_|extern_kernels\.copy", code))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_decoder_fuses_every_add_and_leaves_no_ircore_node(dynamic):
+    args = _inputs()
+    compiled = torch.compile(decoder, backend="ircore", dynamic=dynamic, fullgraph=True)
+    torch.testing.assert_close(compiled(*args), decoder(*args), atol=1e-5, rtol=1e-5)
+    report = ircore.compile.report()
+    assert report.fusions["add_rms_norm"] == 3  # 2 layers + the final norm
+    assert report.fusions["rms_norm_reshape"] == 2
+    assert report.left == 0
+    assert dict(report.lowered["fused_add_rms_norm"]) == {"native": 3}
+    if dynamic:  # another number of tokens reuses the dynamic graph
+        more = _inputs(tokens=5)
+        torch.testing.assert_close(compiled(*more), decoder(*more), atol=1e-5, rtol=1e-5)
+
+
+def test_fusions_can_be_switched_off_per_compile():
+    args = _inputs()
+    compiled = ircore.compile(decoder, fusions={"add_rms_norm": False}, fullgraph=True)
+    torch.testing.assert_close(compiled(*args), decoder(*args), atol=1e-5, rtol=1e-5)
+    report = ircore.compile.report()
+    assert report.fusions["add_rms_norm"] == 0
+    assert dict(report.lowered) == {"rms_norm": {"native": 3}}
+
+
+def test_lowering_picks_what_explain_picks():
+    rms_norm.register_impl("opaque", impls.rms_norm_opaque, supports_args=impls.only_fp32)
+
+    def f(x, w):
+        return ircore.ops.rms_norm(x, w, 1e-6) * 2
+
+    for dtype, expected in ((torch.float32, "opaque"), (torch.bfloat16, "native")):
+        torch._dynamo.reset()
+        impls.CALLS.clear()
+        x, w = torch.randn(4, H, dtype=dtype), torch.randn(H, dtype=dtype)
+        assert ircore.explain("rms_norm", x, w, 1e-6).chosen == expected
+        out = torch.compile(f, backend="ircore", fullgraph=True)(x, w)
+        torch.testing.assert_close(out, f(x, w))
+        assert list(ircore.compile.report().last_lowering.values()) == [expected]
+        # the opaque kernel runs only where it was chosen (a rejection lowers to native)
+        assert ("opaque" in impls.CALLS) == (expected == "opaque")
+
+
+def test_inplace_provider_copies_only_graph_inputs():
+    fused_add_rms_norm.register_impl("opaque", impls.fused_inplace_opaque, inplace=True)
+    ircore.set_priority(fused_add_rms_norm=["opaque"])
+    args = _inputs()
+    originals = [a.clone() for a in args]
+    out, (code,) = run_and_get_code(torch.compile(lambda *a: decoder(*a, layers=3), backend="ircore"), *args)
+    torch.testing.assert_close(out, decoder(*originals, layers=3), atol=1e-5, rtol=1e-5)
+    for a, o in zip(args, originals):
+        torch.testing.assert_close(a, o, atol=0, rtol=0)  # the functional call mutated no input
+    assert dict(ircore.compile.report().lowered["fused_add_rms_norm"]) == {"opaque": 4}
+    assert code.count("ircore_test.fused_add_rms_norm_.default(") == 4
+    # The first layer writes into the graph inputs h and res: one copy of them (a single fused
+    # clone kernel). Later layers write into dead intermediates: no copies.
+    assert _copy_kernels(code) == 1, code
+
+
+def test_maybe_inplace_writes_into_donated_inputs_without_copies():
+    fused_add_rms_norm.register_impl("opaque", impls.fused_inplace_opaque, inplace=True)
+    ircore.set_priority(fused_add_rms_norm=["opaque"])
+
+    def f(x, r, w):
+        out, res = ircore.ops.fused_add_rms_norm.maybe_inplace(x * 2, r, w, 1e-6)
+        return out + 1, res
+
+    x, r, w = torch.randn(4, H), torch.randn(4, H), torch.randn(H)
+    expected = fused_add_rms_norm(x * 2, r, w, 1e-6)
+    (out, _), (code,) = run_and_get_code(torch.compile(f, backend="ircore", fullgraph=True), x, r, w)
+    torch.testing.assert_close(out, expected[0] + 1)
+    torch.testing.assert_close(r, expected[1])  # maybe_inplace's node writes the residual into r
+    assert ircore.compile.report().left == 0
+    assert _copy_kernels(code) == 0, code
+
+
+def test_priority_change_recompiles_and_lowers_again():
+    rms_norm.register_impl("opaque", impls.rms_norm_opaque)
+    ircore.set_priority(rms_norm=["opaque"])
+    counters.clear()
+    f = torch.compile(lambda x, w: ircore.ops.rms_norm(x, w, 1e-6) + 1, backend="ircore", fullgraph=True)
+    x, w = torch.randn(4, H), torch.randn(H)
+    f(x, w)
+    f(x, w)
+    assert impls.CALLS == ["opaque", "opaque"]
+    assert counters["stats"]["unique_graphs"] == 1
+    ircore.set_priority(rms_norm=["native"])
+    impls.CALLS.clear()
+    torch.testing.assert_close(f(x, w), rms_norm.native(x, w, 1e-6) + 1)
+    assert impls.CALLS == []
+    assert counters["stats"]["unique_graphs"] == 2
+    assert list(ircore.compile.report().last_lowering.values()) == ["native"]
+    ircore.set_priority(rms_norm=["opaque"])  # back: the graph compiled first serves again
+    impls.CALLS.clear()
+    f(x, w)
+    assert impls.CALLS == ["opaque"]
+    assert counters["stats"]["unique_graphs"] == 2
+
+
+def test_a_priority_scope_runs_the_graph_uncompiled(caplog):
+    rms_norm.register_impl("opaque", impls.rms_norm_opaque)
+    ircore.set_priority(rms_norm=["opaque"])
+    f = torch.compile(lambda x, w: ircore.ops.rms_norm(x, w, 1e-6) + 1, backend="ircore", fullgraph=True)
+    x, w = torch.randn(4, H), torch.randn(H)
+    f(x, w)
+    impls.CALLS.clear()
+    with caplog.at_level(logging.WARNING, logger="ircore"), ircore.priority(rms_norm=["native"]):
+        torch.testing.assert_close(f(x, w), rms_norm.native(x, w, 1e-6) + 1)
+    assert impls.CALLS == []  # the scope's choice, not the lowered kernel
+    assert "runs uncompiled: an ircore.priority() scope changes an op of this graph" in caplog.text
+    with ircore.priority(rms_norm=["opaque"]):  # a scope that changes nothing keeps the graph
+        f(x, w)
+    f(x, w)
+    assert impls.CALLS == ["opaque", "opaque"]
+
+
+def test_direct_torch_op_calls_never_keep_a_stale_choice(caplog):
+    rms_norm.register_impl("opaque", impls.rms_norm_opaque)
+    ircore.set_priority(rms_norm=["opaque"])
+    # torch.ops.ircore.* directly: Dynamo has no guard on ircore's configuration here
+    f = torch.compile(lambda x, w: torch.ops.ircore.rms_norm(x, w, 1e-6) + 1, backend="ircore")
+    x, w = torch.randn(4, H), torch.randn(H)
+    f(x, w)
+    ircore.set_priority(rms_norm=["native"])
+    impls.CALLS.clear()
+    with caplog.at_level(logging.WARNING, logger="ircore"):
+        torch.testing.assert_close(f(x, w), rms_norm.native(x, w, 1e-6) + 1)
+    assert impls.CALLS == []
+    assert "configuration changed after this graph was compiled" in caplog.text
+
+
+class _CountingPass(torch._inductor.custom_graph_pass.CustomGraphPass):
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def __call__(self, graph):
+        self.seen += [str(n.target) for n in graph.nodes if n.op == "call_function"]
+
+    def uuid(self):
+        return "counting-pass"
+
+
+@pytest.mark.parametrize("how", ["options", "inductor config"])
+def test_a_users_post_grad_pass_still_runs(how):
+    user_pass = _CountingPass()
+    f = lambda x, w: ircore.ops.rms_norm(x, w, 1e-6) * 2  # noqa: E731
+    x, w = torch.randn(4, H), torch.randn(H)
+    if how == "options":
+        compiled = torch.compile(f, backend="ircore", options={"post_grad_custom_post_pass": user_pass})
+        out = compiled(x, w)
+    else:
+        with inductor_config.patch(post_grad_custom_post_pass=user_pass):
+            out = torch.compile(f, backend="ircore")(x, w)
+    torch.testing.assert_close(out, f(x, w))
+    assert "ircore.rms_norm.default" in user_pass.seen  # it ran first, on the ircore ops
+    assert ircore.compile.report().left == 0  # and ircore's lowering still ran
+
+
+def test_mode_and_options_reach_inductor():
+    x, w = torch.randn(4, H), torch.randn(H)
+    f = lambda x, w: ircore.ops.rms_norm(x, w, 1e-6) * 2  # noqa: E731
+    torch.testing.assert_close(torch.compile(f, backend="ircore", mode="reduce-overhead")(x, w), f(x, w))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="no_such_inductor_option"):
+        torch.compile(f, backend="ircore", options={"no_such_inductor_option": 1})(x, w)
+
+
+def test_ircore_compile_refuses_another_backend_and_bad_fusions():
+    with pytest.raises(TypeError, match="always uses the ircore backend"):
+        ircore.compile(decoder, backend="inductor")
+    with pytest.raises(ircore.ConfigError, match="unknown fusion 'add_norm'; fusions: add_rms_norm"):
+        ircore.compile(decoder, fusions=["add_norm"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CUDA graphs)")
+def test_reduce_overhead_with_cuda_graphs():
+    args = [a.cuda() for a in _inputs(torch.bfloat16)]
+    compiled = torch.compile(decoder, backend="ircore", mode="reduce-overhead", fullgraph=True)
+    for _ in range(3):  # warm-up, record, replay
+        out = compiled(*args)
+    torch.testing.assert_close(out, decoder(*args), atol=2e-2, rtol=2e-2)
+    assert ircore.compile.report().left == 0
