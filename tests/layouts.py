@@ -44,3 +44,24 @@ def assert_dispatched(op_name: str, args: tuple, provider: str, accepted: bool, 
         if isinstance(arg, torch.Tensor):
             assert torch.equal(arg, old), f"{label}: the functional call changed {name!r}"
     return out
+
+
+def assert_lowered_to(provider: str, fn: object, args: tuple) -> None:
+    """``torch.compile(fn, backend="ircore")`` lowers every ircore op in ``fn`` to ``provider``
+    (through its opaque ops) and computes what ``fn`` computes eagerly, within bf16 tolerance."""
+    import ircore.compile
+
+    def fresh() -> tuple:
+        return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+    torch._dynamo.reset()
+    expected = fn(*fresh())
+    # no cached graph: the lowering must run (and be reported) in this process
+    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(
+        enable_autograd_cache=False
+    ):
+        got = torch.compile(fn, backend="ircore", fullgraph=True)(*fresh())
+    lowered = ircore.compile.report().last_lowering
+    assert lowered and set(lowered.values()) == {provider}, lowered
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g.float(), e.float(), atol=1.6e-2, rtol=1.6e-2)

@@ -13,7 +13,15 @@ import pytest
 import torch
 
 from ircore.errors import ImplRegistrationError
-from ircore.plugins.vendor import call_form_problem, import_vendor, register_device_kernel, torch_op
+from ircore.plugins.vendor import (
+    call_form_problem,
+    import_vendor,
+    opaque_op,
+    register_device_kernel,
+    torch_op,
+    tracing,
+    unit_weight,
+)
 
 
 @pytest.fixture
@@ -85,3 +93,33 @@ def test_call_form_problem(lib):
     op = getattr(torch.ops, lib.ns).f  # a torch op: parameters from its schema
     assert call_form_problem("op", op, ("x",)) is None
     assert call_form_problem("op", op, ("input",)) == "op takes (x); this provider calls it as (input)"
+
+
+def test_unit_weight_is_cached_but_never_a_traced_one():
+    x = torch.randn(2, 8)
+    assert unit_weight(x) is unit_weight(x) and torch.equal(unit_weight(x), torch.ones(8))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        fake = torch.empty(2, 16)
+        assert tracing(fake) and type(unit_weight(fake)) is not torch.Tensor
+    real = unit_weight(torch.randn(2, 16))
+    assert type(real) is torch.Tensor and torch.equal(real, torch.ones(16))  # the fake was not kept
+
+
+def test_opaque_op_runs_its_kernel_and_traces_through_its_fake(unique_name):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    lib = torch.library.Library(unique_name("opaquens"), "DEF")
+    calls = []
+
+    def kernel(x):
+        calls.append(x.data_ptr())  # real data only
+        return x * 2
+
+    op = opaque_op(lib, "double(Tensor x) -> Tensor", kernel, lambda x: torch.empty_like(x), "cpu")
+    assert torch.equal(op(torch.ones(3)), torch.full((3,), 2.0)) and len(calls) == 1
+    graph = make_fx(lambda x: op(x), tracing_mode="fake")(torch.ones(3))
+    assert f"{lib.ns}.double" in graph.code and len(calls) == 1  # traced, not run
+    torch.library.opcheck(op, (torch.randn(4),))
+    lib._destroy()

@@ -12,8 +12,10 @@ everything else goes to the next provider (a fast kernel) instead:
 - for the in-place fused op, a contiguous residual.
 
 The row stride and the pointers are not facts of the call signature, so these predicates are
-asked on every call (no ``cache_by_signature``). Empty inputs never reach a kernel. Oink
-compiles a kernel per shape on first use: warm up before capturing CUDA graphs.
+asked on every call (no ``cache_by_signature``). At compile time (fake tensors) alignment is
+unknown and assumed; Oink's ops have fakes, so the implementations trace as they are. Empty
+inputs never reach a kernel. Oink compiles a kernel per shape on first use: warm up before
+capturing CUDA graphs.
 """
 
 from itertools import pairwise
@@ -22,6 +24,7 @@ import torch
 from torch import Tensor
 
 import ircore
+from ircore.plugins.vendor import tracing
 
 __all__ = ["fused_add_rms_norm", "fused_add_rms_norm_supports", "rms_norm", "rms_norm_supports"]
 
@@ -65,14 +68,20 @@ def fused_add_rms_norm(
     return x, x_residual
 
 
-def _fast_rows(x: Tensor) -> bool:
+def _aligned(t: Tensor, x: Tensor, alignment: int = 16) -> bool:
+    """t's data starts on an ``alignment``-byte boundary; unknown, so assumed, while x is traced
+    (compile time: a call that turns out unaligned still runs, on Oink's slower path)."""
+    return tracing(x) or t.data_ptr() % alignment == 0
+
+
+def _fast_rows(t: Tensor, x: Tensor) -> bool:
     """Oink's pointer path for one activation: a 2-D view, unit last stride, 256-bit rows, aligned."""
-    rows = _rows(x)
+    rows = _rows(t)
     return (
         rows is not None
         and rows.stride(1) == 1
-        and rows.stride(0) % _ROW_ELEMENTS[x.dtype] == 0
-        and rows.data_ptr() % 16 == 0
+        and rows.stride(0) % _ROW_ELEMENTS[t.dtype] == 0
+        and _aligned(rows, x)
     )
 
 
@@ -86,8 +95,8 @@ def rms_norm_supports(
         and x.device.type == _DEVICE
         and weight.dtype is x.dtype
         and weight.is_contiguous()
-        and weight.data_ptr() % (32 if x.dtype is torch.float32 else 16) == 0
-        and _fast_rows(x)
+        and _aligned(weight, x, 32 if x.dtype is torch.float32 else 16)
+        and _fast_rows(x, x)
     )
 
 
@@ -102,5 +111,5 @@ def fused_add_rms_norm_supports(
     return (
         rms_norm_supports(x, weight, epsilon, variance_size)
         and x_residual.is_contiguous()
-        and _fast_rows(x_residual)
+        and _fast_rows(x_residual, x)
     )

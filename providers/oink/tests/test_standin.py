@@ -12,7 +12,17 @@ import pytest
 
 import ircore
 from ircore.testing import assert_close_to_reference, check_provider
-from tests.layouts import BF16, FP16, FP32, assert_dispatched, misaligned, qk_heads, randn, weight
+from tests.layouts import (
+    BF16,
+    FP16,
+    FP32,
+    assert_dispatched,
+    assert_lowered_to,
+    misaligned,
+    qk_heads,
+    randn,
+    weight,
+)
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +135,17 @@ def test_conformance_kit(oink):
     new = {k: v - paths.get(k, 0) for k, v in oink.PATHS.items()}
     assert new.get("rmsnorm reference", 0) == 0 and new.get("fused_add_rms_norm reference", 0) == 0, new
     assert new["rmsnorm fast"] > 0 and new["fused_add_rms_norm fast"] > 0
+
+
+def test_compiled_graph_holds_oinks_ops_on_the_fast_path(oink):
+    """backend="ircore" lowers both norms to oink (its ops have fakes; alignment assumed at compile)."""
+
+    def block(x, r, w):
+        y = ircore.ops.rms_norm(x, w, 1e-6)
+        return ircore.ops.fused_add_rms_norm(y, r, w, 1e-6)
+
+    paths = Counter(oink.PATHS)
+    assert_lowered_to("oink", block, (randn(2, 3, 256), randn(2, 3, 256), weight(256)))
+    new = Counter(oink.PATHS) - paths
+    assert new["rmsnorm fast"] > 0 and new["fused_add_rms_norm fast"] > 0
+    assert not new["rmsnorm reference"] and not new["fused_add_rms_norm reference"]
