@@ -18,6 +18,7 @@ from ircore.op import Impl, IrOp, Sample, Tolerance, all_ops, get_op, register_o
 
 __version__ = "0.1.0"
 
+from ircore import _import_hook
 from ircore import dispatch as _dispatch
 from ircore import plugins as _plugins
 
@@ -25,6 +26,13 @@ _dispatch.STATE.loader = _plugins.ensure_loaded
 _dispatch.STATE.discovered = _plugins.discovered_names
 _dispatch.STATE.status_of = _plugins.provider_status
 _dispatch.STATE.settings_fingerprint = _plugins.settings_fingerprint
+
+# DTensor sharding rules: registered when torch.distributed.tensor is imported (never by us).
+_import_hook.call_after_import(
+    "torch.distributed.tensor",
+    "ircore.distributed:register_sharding_rules",
+    "ircore ops called with a DTensor will fail with DTensor's 'no sharding strategy' error",
+)
 
 __all__ = [
     "API_VERSION",

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ircore import _signature, dispatch
+from ircore import _import_hook, _signature, dispatch
 
 if TYPE_CHECKING:
     from ircore.op import IrOp
@@ -99,11 +99,27 @@ _debug_cached = _log._cache.get if isinstance(getattr(_log, "_cache", None), dic
 _is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
 
-@torch.compiler.assume_constant_result
 def providers_loaded() -> bool:
     """Load providers now, while Dynamo traces (it runs this for real and keeps the result)."""
     dispatch.ensure_loaded()
     return True
+
+
+def mark_providers_loaded_constant() -> None:
+    """``assume_constant_result`` on :func:`providers_loaded` (it marks the function in place).
+
+    Applied when ``torch._dynamo`` is imported, which precedes any tracing: the decorator
+    imports Dynamo, and with it sympy and ``torch.distributed.tensor``, which at ``import
+    ircore`` would cost about a second.
+    """
+    torch.compiler.assume_constant_result(providers_loaded)
+
+
+_import_hook.call_after_import(
+    "torch._dynamo",
+    "ircore._fastpath:mark_providers_loaded_constant",
+    "a function compiled before providers are loaded may compile twice",
+)
 
 
 def build_eager_call(op: IrOp) -> Callable[..., Any]:

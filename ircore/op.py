@@ -198,13 +198,16 @@ class IrOp:
         Under ``torch.compile``, ``make_fx``, ``torch.fx.symbolic_trace`` or a dispatch mode the
         graph records one ``torch.ops.ircore.<name>.maybe_inplace`` node, which writes the
         results into the in-place arguments and returns them; the compiler may then let an
-        in-place kernel write straight into those (donated) tensors.
+        in-place kernel write straight into those (donated) tensors. Tensor subclasses (DTensor)
+        take the functional op: a subclass may run the kernel on redistributed copies, where an
+        in-place write would be lost.
         """
         args = self._complete(args, kwargs)
-        if _is_compiling() or _dispatch_stack_len() or type(args[0]) is not _Tensor:
+        first = args[0]
+        if _is_compiling() or _dispatch_stack_len() or type(first) is not _Tensor:
             if _is_dynamo_compiling() and providers_loaded() and _dispatch.STATE.version < 0:
                 pass  # never true; read so that Dynamo guards on the version (see _fastpath)
-            if self.torch_inplace_op is None:
+            if self.torch_inplace_op is None or (type(first) is not _Tensor and isinstance(first, _Tensor)):
                 return self.torch_op(*args)
             self.torch_inplace_op(*args)
             outs = tuple(args[i] for i in self._inplace_indices)
