@@ -65,3 +65,21 @@ def assert_lowered_to(provider: str, fn: object, args: tuple) -> None:
     assert lowered and set(lowered.values()) == {provider}, lowered
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g.float(), e.float(), atol=1.6e-2, rtol=1.6e-2)
+
+
+def norm_block(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> tuple:
+    """A decoder block's norm path as compiled graphs hold it: rms_norm, the fused add, silu_and_mul."""
+    import ircore
+
+    y = ircore.ops.rms_norm(x, w, 1e-6)
+    out, res = ircore.ops.fused_add_rms_norm(y, r, w, 1e-6)
+    return ircore.ops.silu_and_mul(out), res
+
+
+def opcheck_adapter_ops(impls: object) -> None:
+    """torch.library.opcheck on an adapter's three opaque ops (``impls._<op>_op``)."""
+    x, r, w = randn(4, 256), randn(4, 256), weight(256)
+    torch.library.opcheck(impls._rms_norm_op, (x, w, 1e-6))
+    torch.library.opcheck(impls._rms_norm_op, (x, None, 1e-6))
+    torch.library.opcheck(impls._fused_add_rms_norm_op, (x, r, w, 1e-6))
+    torch.library.opcheck(impls._silu_and_mul_op, (x,))

@@ -18,6 +18,8 @@ from tests.layouts import (
     assert_dispatched,
     assert_lowered_to,
     misaligned,
+    norm_block,
+    opcheck_adapter_ops,
     qk_heads,
     randn,
     weight,
@@ -191,25 +193,14 @@ def test_conformance_kit(aiter):
 
 
 # ------------------------------------------------------------------ compiled graphs
-def _block(x, r, w):
-    """A decoder block's norm path, as the compile fusion sees it: 3-D activations."""
-    y = ircore.ops.rms_norm(x, w, 1e-6)
-    out, res = ircore.ops.fused_add_rms_norm(y, r, w, 1e-6)
-    return ircore.ops.silu_and_mul(out), res
-
-
 def test_compiled_graph_holds_the_provider_ops(aiter):
     """backend="ircore" lowers every op to aiter, through its opaque ops (traceable, with fakes)."""
     calls = dict(aiter.CALLS)
-    assert_lowered_to("aiter", _block, (randn(2, 3, 256), randn(2, 3, 256), weight(256)))
+    assert_lowered_to("aiter", norm_block, (randn(2, 3, 256), randn(2, 3, 256), weight(256)))
     assert all(aiter.CALLS[name] > calls.get(name, 0) for name in aiter.CALLS)
 
 
 def test_opaque_ops_pass_opcheck(aiter):
     from ircore_aiter import impls
 
-    x, r, w = randn(4, 256), randn(4, 256), weight(256)
-    torch.library.opcheck(impls._rms_norm_op, (x, w, 1e-6))
-    torch.library.opcheck(impls._rms_norm_op, (x, None, 1e-6))
-    torch.library.opcheck(impls._fused_add_rms_norm_op, (x, r, w, 1e-6))
-    torch.library.opcheck(impls._silu_and_mul_op, (x,))
+    opcheck_adapter_ops(impls)

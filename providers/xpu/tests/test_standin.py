@@ -9,7 +9,6 @@ refuse is shown to be misread.
 """
 
 import pytest
-import torch
 
 import ircore
 from ircore.testing import assert_close_to_reference, check_provider
@@ -20,6 +19,8 @@ from tests.layouts import (
     assert_dispatched,
     assert_lowered_to,
     misaligned,
+    norm_block,
+    opcheck_adapter_ops,
     qk_heads,
     randn,
     weight,
@@ -173,25 +174,14 @@ def test_conformance_kit(kernels):
 
 
 # ------------------------------------------------------------------ compiled graphs
-def _block(x, r, w):
-    """A decoder block's norm path, as the compile fusion sees it: 3-D activations."""
-    y = ircore.ops.rms_norm(x, w, 1e-6)
-    out, res = ircore.ops.fused_add_rms_norm(y, r, w, 1e-6)
-    return ircore.ops.silu_and_mul(out), res
-
-
 def test_compiled_graph_holds_the_provider_ops(kernels):
     """backend="ircore" lowers every op to xpu, through its opaque ops (traceable, with fakes)."""
     calls = dict(kernels.CALLS)
-    assert_lowered_to("xpu", _block, (randn(2, 3, 256), randn(2, 3, 256), weight(256)))
+    assert_lowered_to("xpu", norm_block, (randn(2, 3, 256), randn(2, 3, 256), weight(256)))
     assert all(kernels.CALLS[name] > calls.get(name, 0) for name in kernels.CALLS)
 
 
 def test_opaque_ops_pass_opcheck(kernels):
     from ircore_xpu import impls
 
-    x, r, w = randn(4, 256), randn(4, 256), weight(256)
-    torch.library.opcheck(impls._rms_norm_op, (x, w, 1e-6))
-    torch.library.opcheck(impls._rms_norm_op, (x, None, 1e-6))
-    torch.library.opcheck(impls._fused_add_rms_norm_op, (x, r, w, 1e-6))
-    torch.library.opcheck(impls._silu_and_mul_op, (x,))
+    opcheck_adapter_ops(impls)
