@@ -31,13 +31,16 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/python examples/demo.py
 
-# Three pytest runs: the providers' test folders share file names and the triton tests must set
-# TRITON_INTERPRET before triton is first imported.
+# One pytest run for the core and one per provider: the providers' test folders share file names,
+# the triton tests must set TRITON_INTERPRET before triton is first imported, and the xpu tests
+# define the torch namespace _C that only one library per process may own.
 test: setup
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest -q tests
-	$(BIN)/python -m pytest -q providers/vllm_c/tests
-	$(BIN)/python -m pytest -q providers/triton/tests
+	@for p in $(dir $(PROVIDERS)); do \
+		echo "==> testing provider $$p"; \
+		$(BIN)/python -m pytest -q $${p}tests || exit 1; \
+	done
 
 lint: setup
 	$(BIN)/python -m ruff check .

@@ -91,7 +91,7 @@ def test_unknown_op_or_provider_in_priority():
         ircore.set_priority(layer_norm=["prov_a"])
     with pytest.raises(
         PriorityError,
-        match=r"unknown provider 'nope' in the priority of 'rms_norm'; known providers: \['native', 'prov_a', 'prov_b'(, '\w+')*\]",
+        match=r"unknown provider 'nope' in the priority of 'rms_norm'; known providers: \[[^\]]*'native', [^\]]*'prov_a', 'prov_b'[^\]]*\]",
     ):
         ircore.set_priority(rms_norm=["nope"])
     with pytest.raises(PriorityError, match=r"ircore.priority\(\): unknown provider"):

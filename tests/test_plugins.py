@@ -277,7 +277,7 @@ def test_env_allowlist_beats_file_allowlist(penv, tmp_path):
         (
             {},
             {"IRCORE_DISABLE": "nope"},
-            "IRCORE_DISABLE: unknown provider 'nope'; known providers: ['bad_arity', 'bad_schema'",
+            "IRCORE_DISABLE: unknown provider 'nope'; known providers: ['aiter', 'bad_arity', 'bad_schema'",
         ),
         ({}, {"IRCORE_PROVIDERS": "good,nope"}, "IRCORE_PROVIDERS: unknown provider 'nope'"),
         (

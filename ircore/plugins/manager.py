@@ -2,9 +2,10 @@
 
 For every discovered provider, in name order: a conflict, a bad name, an ``ircore`` requirement
 that excludes this core, or configuration that disables it each settle its state *before* its
-module is imported. Otherwise the module is imported and its hooks run (platform check, register,
-default priority); any exception makes it ``failed``, any rejected implementation ``invalid``,
-and nothing of such a provider stays registered.
+module is imported. Otherwise the module is imported and its hooks run (platform check, register
+-- or its ``IRCORE_IMPLEMENTATIONS`` table is read --, default priority); any exception makes it
+``failed``, any rejected implementation ``invalid``, and nothing of such a provider stays
+registered.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ import pluggy
 from ircore import _ownership, dispatch
 from ircore.errors import ImplRegistrationError, ProviderLoadError
 from ircore.op import all_ops
-from ircore.platform import Platform, current_platform
+from ircore.platform import current_platform
 from ircore.plugins import hookspecs
 from ircore.plugins.config import Settings, resolve_settings
 from ircore.plugins.discovery import Candidate, discover, incompatibility, name_problem
 from ircore.plugins.records import BROKEN_STATES, ProviderRecord, ProviderState
 from ircore.plugins.registrar import Registrar
+from ircore.plugins.table import TABLE_ATTRIBUTE
 
 _log = logging.getLogger("ircore")
 _IGNORED_DIRS = tuple(
@@ -60,7 +62,6 @@ class ProviderManager:
         self.records: dict[str, ProviderRecord] = {}
         self.settings: Settings | None = None
         self._current = False
-        self._platform: Platform | None = None
         self._active_reason: dict[str, str] = {}
 
     # ------------------------------------------------------------------ discovery
@@ -176,8 +177,7 @@ class ProviderManager:
 
     def _implements(self, record: ProviderRecord) -> str:
         """An active provider's reason: what it implements here, and what was removed since."""
-        assert self._platform is not None
-        text = f"implements {', '.join(record.ops) or 'nothing'} on {self._platform.describe()}"
+        text = f"implements {', '.join(record.ops) or 'nothing'} on {current_platform().describe()}"
         return "; ".join([text, *(f"{op} {how}" for op, how in record.removed.items())])
 
     def _run_hooks(
@@ -197,13 +197,12 @@ class ProviderManager:
             pm.check_pending()
         except pluggy.PluginValidationError as exc:  # pluggy's message spans lines: keep all of it
             return ProviderState.INVALID, f"{record.module}: " + "; ".join(str(exc).split("\n"))
-        if not pm.hook.ircore_register.get_hookimpls():
-            return (
-                ProviderState.INVALID,
-                f"{record.module} implements no ircore_register hook (mark a function with @ircore.hookimpl)",
-            )
-        platform = self._platform or current_platform()
-        self._platform = platform
+        table = getattr(module, TABLE_ATTRIBUTE, None)
+        has_hook = bool(pm.hook.ircore_register.get_hookimpls())
+        problem = self._registration_problem(record.module, has_hook, table)
+        if problem:
+            return ProviderState.INVALID, problem
+        platform = current_platform()
         try:
             run.during = "in ircore_check_platform"
             reason = pm.hook.ircore_check_platform(platform=platform)
@@ -214,19 +213,41 @@ class ProviderManager:
                         f"ircore_check_platform returned {reason!r}; expected None or a reason string",
                     )
                 return ProviderState.UNAVAILABLE, reason
-            run.during = "in ircore_register"
             registrar = Registrar(record.name)
-            pm.hook.ircore_register(registrar=registrar, platform=platform)
+            if table is None:
+                run.during = "in ircore_register"
+                pm.hook.ircore_register(registrar=registrar, platform=platform)
+            else:
+                run.during = f"in {TABLE_ATTRIBUTE}"
+                registrar.register_table(table)
             run.during = "in ircore_default_priority"
-            ranks = pm.hook.ircore_default_priority(platform=platform) or {}
+            ranks = pm.hook.ircore_default_priority(platform=platform)
+            ranks_from = "ircore_default_priority"
+            if ranks is None:
+                ranks, ranks_from = registrar.ranks, "the ranks of its ImplSpec rows"
         except ImplRegistrationError as exc:
             return ProviderState.INVALID, str(exc)
         except Exception as exc:
             return ProviderState.FAILED, _describe(exc, run.during)
         problem = self._rank_problem(ranks, registrar.op_names)
         if problem:
-            return ProviderState.INVALID, f"ircore_default_priority: {problem}"
+            return ProviderState.INVALID, f"{ranks_from}: {problem}"
         return registrar, ranks
+
+    @staticmethod
+    def _registration_problem(module: str, has_hook: bool, table: object) -> str | None:
+        """A provider registers through exactly one of: the ``ircore_register`` hook, the table."""
+        if has_hook and table is not None:
+            return (
+                f"{module} has both an ircore_register hook and an {TABLE_ATTRIBUTE} table; "
+                "keep one (the hook may call registrar.register_table)"
+            )
+        if not has_hook and table is None:
+            return (
+                f"{module} implements no ircore_register hook and declares no {TABLE_ATTRIBUTE} table "
+                "(mark a function with @ircore.hookimpl, or declare {op: ircore.ImplSpec(...)})"
+            )
+        return None
 
     @staticmethod
     def _rank_problem(ranks: object, registered: tuple[str, ...]) -> str | None:
@@ -266,6 +287,24 @@ class ProviderManager:
                 f"strict mode ({self.settings.strict_from}): {len(bad)} provider(s) broken, or named "
                 f"in the configuration and unavailable:\n{lines}"
             )
+
+    def reload(self) -> None:
+        """Forget every provider and what it registered; the next use loads them all again.
+
+        For :func:`ircore.testing.simulated_platform`: the platform checks, registrations and
+        ranks are then decided again against the platform in effect.
+        """
+        with self._lock:
+            for name in self.records:
+                for op in all_ops().values():
+                    op.impls.pop(name, None)
+                for ranks in dispatch.STATE.ranks.values():
+                    ranks.pop(name, None)
+                dispatch.STATE.blocked.pop(name, None)
+            self.records.clear()
+            self._active_reason.clear()
+            self._current = False
+        dispatch.bump_generation()
 
     # ------------------------------------------------------------------ introspection
     def status_of(self, name: str) -> str | None:

@@ -6,12 +6,13 @@ rejected leaves no trace of its first.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ircore import _ownership
 from ircore.errors import ImplRegistrationError
 from ircore.op import Impl, IrOp, all_ops
+from ircore.plugins.table import TABLE_ATTRIBUTE, ImplSpec, resolve
 
 
 class Registrar:
@@ -20,6 +21,8 @@ class Registrar:
     def __init__(self, provider: str) -> None:
         self.provider = provider
         self._pending: list[tuple[IrOp, Impl]] = []
+        #: ranks suggested by table rows (see :meth:`register_table`)
+        self.ranks: dict[str, int] = {}
 
     def register(
         self,
@@ -43,6 +46,34 @@ class Registrar:
             self.provider, fn, supports_args, inplace, cache_by_signature=cache_by_signature
         )
         self._pending.append((target, impl))
+
+    def register_table(self, table: Mapping[str, ImplSpec]) -> None:
+        """Register every row of a declarative table ``{op: ImplSpec}`` (see ircore.plugins.table)."""
+        if not isinstance(table, Mapping):
+            raise ImplRegistrationError(
+                f"provider {self.provider!r}: {TABLE_ATTRIBUTE} is a {type(table).__name__}; "
+                "expected a dict of op name -> ircore.ImplSpec"
+            )
+        for op, spec in table.items():
+            if not isinstance(spec, ImplSpec):
+                raise ImplRegistrationError(
+                    f"provider {self.provider!r}: {TABLE_ATTRIBUTE}[{op!r}] is {spec!r}; "
+                    "expected an ircore.ImplSpec"
+                )
+            self.register(
+                op,
+                resolve(spec.fn, self.provider, op, "fn"),
+                resolve(spec.supports_args, self.provider, op, "supports_args"),
+                spec.inplace,
+                cache_by_signature=spec.cache_by_signature,
+            )
+            if spec.rank is not None:
+                self.ranks[op] = spec.rank
+
+    @property
+    def impls(self) -> tuple[Impl, ...]:
+        """What was offered so far, validated, in order; nothing reaches an op before commit."""
+        return tuple(impl for _, impl in self._pending)
 
     @property
     def op_names(self) -> tuple[str, ...]:

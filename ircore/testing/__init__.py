@@ -3,7 +3,8 @@
 ``assert_close_to_reference(op, out, args)`` checks one output; ``check_provider(name, device=...)``
 is the conformance kit: every implementation of a provider, on every sample input it accepts.
 ``iter_cases``/``run_case`` expose the kit one case at a time (``ircore verify`` and the pytest
-plugin, ``pytest --ircore-provider NAME``, are built on them).
+plugin, ``pytest --ircore-provider NAME``, are built on them); ``simulated_platform(kind=...)``
+runs providers as if on another platform (stand-in tests).
 """
 
 from ircore.testing._compare import Comparison, assert_close_to_reference, compare_to_reference
@@ -15,6 +16,7 @@ from ircore.testing._conformance import (
     iter_cases,
     run_case,
 )
+from ircore.testing._platform import simulated_platform
 
 __all__ = [
     "Case",
@@ -26,4 +28,5 @@ __all__ = [
     "compare_to_reference",
     "iter_cases",
     "run_case",
+    "simulated_platform",
 ]

@@ -1,28 +1,26 @@
-"""Against the core's own op declarations (when ``ircore`` is importable): registration is
-accepted, and the core's conformance kit passes on the provider's own functions (every sample
-the predicate accepts matches the op's fp64 reference within its tolerance, and more).
+"""Against the core's own op declarations: the provider's table is accepted by the core's
+registrar, and the core's conformance kit passes on the provider's own functions under the
+Triton interpreter (every sample the predicate accepts matches the op's fp64 reference within its
+tolerance, and more).
 """
 
 import pytest
 from conftest import GPU
-from ircore_triton import impls
+from ircore_triton.provider import IRCORE_IMPLEMENTATIONS
 
-ircore = pytest.importorskip("ircore", reason="the ircore core package is not importable")
-if not hasattr(ircore, "get_op"):
-    pytest.skip("this ircore has no get_op", allow_module_level=True)
+import ircore
+from ircore.plugins.registrar import Registrar
 
 DEVICE = GPU or "cpu"
-IMPLS = {
-    "rms_norm": (impls.rms_norm, impls.rms_norm_supports, False),
-    "fused_add_rms_norm": (impls.fused_add_rms_norm, impls.fused_add_rms_norm_supports, True),
-    "silu_and_mul": (impls.silu_and_mul, impls.silu_and_mul_supports, False),
-}
 
 
-@pytest.mark.parametrize("name", sorted(IMPLS))
-def test_core_accepts_registration(name: str) -> None:
-    fn, pred, inplace = IMPLS[name]
-    ircore.get_op(name).validate_impl("triton", fn, pred, inplace)
+def _registered() -> dict:
+    registrar = Registrar("triton")
+    registrar.register_table(IRCORE_IMPLEMENTATIONS)  # validates every row as ircore does
+    return {impl.op_name: (impl.fn, impl.supports_args, impl.inplace) for impl in registrar.impls}
+
+
+IMPLS = _registered()
 
 
 def test_conformance_kit() -> None:
