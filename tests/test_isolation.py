@@ -163,7 +163,7 @@ def test_bad_hook_signature_reason_keeps_pluggys_cause_in_list_text(matrix):
     assert "Argument(s) {'extra'} are declared in the hookimpl but can not be found in the hookspec" in reason
     code, text = matrix["list"]
     assert code == 0
-    line = next(line for line in text.splitlines() if "evil_signature" in line)
+    line = next(line for line in text.splitlines() if line.split()[:1] == ["evil_signature"])
     assert "Argument(s) {'extra'}" in line
 
 
