@@ -15,7 +15,7 @@ COMPAT_DIR := $(VENV)/compat/transformers-5.22.2
 PROVIDERS := $(wildcard providers/*/pyproject.toml)
 STAMP := $(VENV)/.ircore-installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench dist clean
 
 $(STAMP): pyproject.toml setup.py ircore/csrc/signature.cpp $(PROVIDERS) Makefile
 	@echo "==> creating $(VENV) and installing $(TORCH_PIN), ircore and its providers"
@@ -39,13 +39,16 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/python examples/demo.py
 
-# Three pytest runs: the providers' test folders share file names and the triton tests must set
-# TRITON_INTERPRET before triton is first imported.
+# One pytest run for the core and one per provider: the providers' test folders share file names,
+# the triton tests must set TRITON_INTERPRET before triton is first imported, and the xpu tests
+# define the torch namespace _C that only one library per process may own.
 test: setup
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest -q tests
-	$(BIN)/python -m pytest -q providers/vllm_c/tests
-	$(BIN)/python -m pytest -q providers/triton/tests
+	@for p in $(dir $(PROVIDERS)); do \
+		echo "==> testing provider $$p"; \
+		$(BIN)/python -m pytest -q $${p}tests || exit 1; \
+	done
 
 lint: setup
 	$(BIN)/python -m ruff check .
@@ -53,5 +56,11 @@ lint: setup
 bench: setup
 	$(BIN)/python benchmarks/dispatch_overhead.py
 
+# Release artifacts: an sdist and a pure-Python wheel for the core and every providers/*/ project,
+# into dist/, then the metadata check (tools/release.py says what it requires).
+dist: setup
+	rm -rf dist
+	$(BIN)/python tools/release.py build --out dist
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

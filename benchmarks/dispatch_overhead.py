@@ -6,7 +6,9 @@ chosen implementation's function called directly, interleaved in rounds on one t
 overhead is median(a) - median(b). The same measurement of vLLM IR runs in its own venv
 (benchmarks/setup_vllm_venv.sh) as a subprocess of this run, and the two are reported together.
 
-Run: ``.venv/bin/python benchmarks/dispatch_overhead.py [--json PATH] [--quick] [--no-vllm]``
+Run: ``.venv/bin/python benchmarks/dispatch_overhead.py [--json PATH] [--quick] [--no-vllm] [--grad-mode]
+[--stub]``; ``--stub --no-vllm --no-import`` gives ircore's own cost as an A/B figure that holds
+on a busy machine (see :func:`measure_stub`).
 """
 
 from __future__ import annotations
@@ -39,20 +41,77 @@ def _round_ns(fn: Callable[[], object], calls: int) -> float:
 
 
 def interleaved_medians(
-    fns: dict[str, Callable[[], object]], rounds: int, calls: int
+    fns: dict[str, Callable[[], object]],
+    rounds: int,
+    calls: int,
+    reduce: Callable[[list[float]], float] = statistics.median,
 ) -> dict[str, float]:
-    """Median per-call ns of each function, measured in interleaved rounds to cancel drift."""
+    """Median (or ``reduce``) per-call ns of each function, in interleaved rounds to cancel drift."""
     for fn in fns.values():
         _round_ns(fn, max(calls // 10, 10))
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             samples[name].append(_round_ns(fn, calls))
-    return {k: statistics.median(v) for k, v in samples.items()}
+    return {k: reduce(v) for k, v in samples.items()}
 
 
-def measure_ircore(rounds: int, calls: int) -> list[dict[str, Any]]:
-    """ircore's eager call vs its chosen implementation called directly, per provider/dtype/T."""
+def measure_stub(rounds: int, calls: int, grad_mode: bool = False) -> list[dict[str, Any]]:
+    """ircore's own cost, with a stub implementation (returns x) that a provider registered with
+    ``cache_by_signature=True`` and a predicate: eager call minus the stub called directly,
+    *minimum* over many short rounds. No kernel time to drift and preemption only ever adds time,
+    so this A/B figure holds on a busy machine, where the medians of the rows above do not."""
+    import contextlib
+
+    import torch
+
+    import ircore
+
+    torch.set_num_threads(1)
+    op = ircore.ops.rms_norm
+
+    def stub(x, weight, epsilon, variance_size=None):  # type: ignore[no-untyped-def]
+        return x
+
+    stub.__annotations__ = dict(op.native.__annotations__)  # the native schema, as every impl's
+
+    def accept(x, weight, epsilon, variance_size):  # type: ignore[no-untyped-def]
+        return True
+
+    op.register_impl("bench_stub", stub, supports_args=accept, cache_by_signature=True)
+    ircore.set_priority(rms_norm=["bench_stub"])
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        x, w = torch.randn(16, 4096, dtype=dtype), torch.randn(4096, dtype=dtype)
+        fns = {"eager": lambda x=x, w=w: op(x, w, 1e-6), "direct": lambda x=x, w=w: stub(x, w, 1e-6, None)}
+        with contextlib.nullcontext() if grad_mode else torch.inference_mode():
+            assert ircore.explain(op, x, w, 1e-6).chosen == "bench_stub"
+            best = interleaved_medians(fns, rounds * 10, max(calls // 25, 20), reduce=min)
+        rows.append(
+            {
+                "impl": "stub (min)",
+                "dtype": str(dtype).replace("torch.", ""),
+                "T": 16,
+                "eager_us": best["eager"] / 1e3,
+                "direct_us": best["direct"] / 1e3,
+                "kernel_us": best["direct"] / 1e3,
+                "overhead_us": (best["eager"] - best["direct"]) / 1e3,
+            }
+        )
+        _log(f"ircore stub {rows[-1]['dtype']}: overhead {rows[-1]['overhead_us']:.3f} us (min)")
+    ircore.set_priority(rms_norm=None)
+    op.unregister_impl("bench_stub")
+    return rows
+
+
+def measure_ircore(rounds: int, calls: int, grad_mode: bool = False) -> list[dict[str, Any]]:
+    """ircore's eager call vs its chosen implementation called directly, per provider/dtype/T.
+
+    Under ``torch.inference_mode()``, as engines run; ``grad_mode`` measures with grad mode on
+    instead (tensors that do not require grad: the providers' kernels still run).
+    """
+    import contextlib
+
     import torch
 
     import ircore
@@ -76,7 +135,7 @@ def measure_ircore(rounds: int, calls: int) -> list[dict[str, Any]]:
                 if provider == "vllm_c":
                     raw = torch.ops.ircore_vllm_c.rms_norm.default
                     fns["kernel"] = lambda x=x, w=w, raw=raw: raw(x, w, 1e-6, None)
-                with torch.inference_mode():
+                with contextlib.nullcontext() if grad_mode else torch.inference_mode():
                     assert ircore.explain(op, x, w, 1e-6).chosen == provider
                     med = interleaved_medians(fns, rounds, calls)
                 row = {
@@ -94,11 +153,14 @@ def measure_ircore(rounds: int, calls: int) -> list[dict[str, Any]]:
     return rows
 
 
-def measure_without_signature_helper(quick: bool) -> list[dict[str, Any]]:
+def measure_without_signature_helper(
+    quick: bool, grad_mode: bool = False, stub: bool = False
+) -> list[dict[str, Any]]:
     """The same rows in a subprocess with IRCORE_NO_SIGNATURE=1: the pure-Python eager path."""
     _log("measuring ircore without the call-signature helper (IRCORE_NO_SIGNATURE=1) ...")
     env = {**os.environ, "IRCORE_NO_SIGNATURE": "1"}
-    cmd = [sys.executable, __file__, "--ircore-only", *(["--quick"] if quick else [])]
+    flags = [flag for flag, on in (("--quick", quick), ("--grad-mode", grad_mode), ("--stub", stub)) if on]
+    cmd = [sys.executable, __file__, "--ircore-only", *flags]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out)["ircore"]
 
@@ -230,20 +292,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="few rounds (smoke test)")
     parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM IR side")
     parser.add_argument("--no-import", action="store_true", help="skip the import-cost measurement")
+    parser.add_argument(
+        "--grad-mode",
+        action="store_true",
+        help="time ircore's calls with grad mode on (default: under torch.inference_mode())",
+    )
+    parser.add_argument(
+        "--stub",
+        action="store_true",
+        help="only a stub implementation's rows, minimum over rounds (ircore's own cost; A/B on a busy machine)",
+    )
     parser.add_argument("--ircore-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     rounds, calls = (5, 2000) if args.quick else (21, 5000)
     from ircore import _signature
 
+    measure = measure_stub if args.stub else measure_ircore
     result: dict[str, Any] = {
         "signature_helper": "loaded" if _signature.signature is not None else _signature.unavailable_reason,
-        "ircore": measure_ircore(rounds, calls),
+        "grad_mode": args.grad_mode,
+        "ircore": measure(rounds, calls, args.grad_mode),
     }
     if args.ircore_only:
         print(json.dumps(result))
         return 0
     if _signature.signature is not None:
-        result["ircore_no_signature"] = measure_without_signature_helper(args.quick)
+        result["ircore_no_signature"] = measure_without_signature_helper(args.quick, args.grad_mode, args.stub)
     if not args.no_vllm:
         result["vllm"] = measure_vllm(args.quick)
     if not args.no_import:

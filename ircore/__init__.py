@@ -12,12 +12,14 @@ from ircore.errors import (
     IrcoreError,
     OpDeclarationError,
     PriorityError,
+    ProviderIsolationError,
     ProviderLoadError,
 )
 from ircore.op import Impl, IrOp, Sample, Tolerance, all_ops, get_op, register_op
 
 __version__ = "0.1.0"
 
+from ircore import _import_hook
 from ircore import dispatch as _dispatch
 from ircore import plugins as _plugins
 
@@ -25,6 +27,14 @@ _dispatch.STATE.loader = _plugins.ensure_loaded
 _dispatch.STATE.discovered = _plugins.discovered_names
 _dispatch.STATE.status_of = _plugins.provider_status
 _dispatch.STATE.settings_fingerprint = _plugins.settings_fingerprint
+_dispatch.STATE.note_removed = _plugins.note_removed
+
+# DTensor sharding rules: registered when torch.distributed.tensor is imported (never by us).
+_import_hook.call_after_import(
+    "torch.distributed.tensor",
+    "ircore.distributed:register_sharding_rules",
+    "ircore ops called with a DTensor will fail with DTensor's 'no sharding strategy' error",
+)
 
 __all__ = [
     "API_VERSION",
@@ -32,12 +42,14 @@ __all__ = [
     "Explanation",
     "Impl",
     "ImplRegistrationError",
+    "ImplSpec",
     "InvalidArgumentError",
     "IrOp",
     "IrcoreError",
     "OpDeclarationError",
     "Platform",
     "PriorityError",
+    "ProviderIsolationError",
     "ProviderLoadError",
     "Sample",
     "Tolerance",
@@ -51,6 +63,7 @@ __all__ = [
     "get_priority",
     "hookimpl",
     "hookspec",
+    "impl_table",
     "ops",
     "priority",
     "register_op",
@@ -64,6 +77,8 @@ _LAZY = {
     "hookimpl": "ircore.plugins.hookspecs",
     "hookspec": "ircore.plugins.hookspecs",
     "configure": "ircore.plugins.config",
+    "ImplSpec": "ircore.plugins.table",
+    "impl_table": "ircore.plugins.table",
     "Platform": "ircore.platform",
     "current_platform": "ircore.platform",
 }

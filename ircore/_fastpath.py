@@ -7,9 +7,11 @@ defaults included) at C speed and passes them on by name. The same technique as 
 and ``attrs``; the template below is the whole of it.
 
 What the generated function does, in order: under Dynamo, ``make_fx`` or any dispatch mode (and
-for tensor subclasses) it calls ``torch.ops.ircore.<op>`` so the graph records the op; otherwise
-it validates the arguments, takes the cached plan (see ``ircore.dispatch``), runs the first
-implementation whose ``supports_args`` accepts the call, and says which at DEBUG.
+for tensor subclasses, or a first argument that is no tensor) it checks the argument types and
+calls ``torch.ops.ircore.<op>`` so the graph records the op; otherwise it validates the
+arguments, takes the cached plan (see ``ircore.dispatch``), runs the first implementation whose
+``supports_args`` accepts the call (native, when grad mode is on and an argument requires grad:
+``IrOp.wants_grad``), and says which at DEBUG.
 
 Under Dynamo the function also reads ``dispatch.STATE.version``, an int fingerprint of every
 priority, configuration and provider setting: Dynamo guards on the int's value, so a function
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ircore import _signature, dispatch
+from ircore import _import_hook, _signature, dispatch
 
 if TYPE_CHECKING:
     from ircore.op import IrOp
@@ -65,7 +67,7 @@ def __call__(_ir_self, {params}):{signature_block}
     if _ir_is_compiling() or _ir_dispatch_stack_len() or type({first}) is not _ir_Tensor:
         if _ir_is_dynamo_compiling() and _ir_providers_loaded() and _ir_STATE.version < 0:
             pass  # never true; read so that Dynamo guards on the version (see the docstring)
-        return _ir_self.torch_op({args})
+        return _ir_self.call_torch_op({args})
     _ir_self.check_args({args})
     _ir_scope = _ir_SCOPE.get()
     if _ir_scope is None or _ir_name not in _ir_scope.priorities:
@@ -74,13 +76,16 @@ def __call__(_ir_self, {params}):{signature_block}
             _ir_plan = _ir_refresh_plan(_ir_self)
     else:
         _ir_plan = _ir_scoped_plan(_ir_self, _ir_scope)
-    try:
-        for _ir_entry in _ir_plan[1]:
-            _ir_pred = _ir_entry[3]
-            if _ir_pred is None or _ir_pred({args}):
-                break
-    except Exception:  # a predicate raised: the careful path reports it and skips that one
-        return _ir_call_first_supported(_ir_name, _ir_plan[1], ({args},), 1)
+    if _ir_grad_enabled() and ({requires_grad}):
+        _ir_entry = _ir_plan[1][-1]  # a differentiable call: native, the one with autograd
+    else:
+        try:
+            for _ir_entry in _ir_plan[1]:
+                _ir_pred = _ir_entry[3]
+                if _ir_pred is None or _ir_pred({args}):
+                    break
+        except Exception:  # a predicate raised: the careful path reports it and skips that one
+            return _ir_call_first_supported(_ir_name, _ir_plan[1], ({args},))
     if _ir_log_enabled(10):
         _ir_log.debug("%s: running %s", _ir_name, _ir_entry[0])
     try:
@@ -99,11 +104,27 @@ _debug_cached = _log._cache.get if isinstance(getattr(_log, "_cache", None), dic
 _is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
 
-@torch.compiler.assume_constant_result
 def providers_loaded() -> bool:
     """Load providers now, while Dynamo traces (it runs this for real and keeps the result)."""
     dispatch.ensure_loaded()
     return True
+
+
+def mark_providers_loaded_constant() -> None:
+    """``assume_constant_result`` on :func:`providers_loaded` (it marks the function in place).
+
+    Applied when ``torch._dynamo`` is imported, which precedes any tracing: the decorator
+    imports Dynamo, and with it sympy and ``torch.distributed.tensor``, which at ``import
+    ircore`` would cost about a second.
+    """
+    torch.compiler.assume_constant_result(providers_loaded)
+
+
+_import_hook.call_after_import(
+    "torch._dynamo",
+    "ircore._fastpath:mark_providers_loaded_constant",
+    "a function compiled before providers are loaded may compile twice",
+)
 
 
 def build_eager_call(op: IrOp) -> Callable[..., Any]:
@@ -114,10 +135,15 @@ def build_eager_call(op: IrOp) -> Callable[..., Any]:
         raise ValueError(f"op {op.name!r}: parameter names may not start with '_ir_'")
     args = ", ".join(names)
     use_signature = op.signature_spec is not None and _signature.signature is not None
+    # IrOp.wants_grad, inlined: checked arguments, so each is a tensor or None
+    requires_grad = " or ".join(
+        f"({names[i]} is not None and {names[i]}.requires_grad)" for i in op._tensor_indices
+    )
     source = _TEMPLATE.format(
         params=args,
         first=names[0],
         args=args,
+        requires_grad=requires_grad or "False",
         signature_block=_SIGNATURE_BLOCK.format(args=args).rstrip("\n") if use_signature else "",
     )
     namespace: dict[str, Any] = {
@@ -141,6 +167,7 @@ def build_eager_call(op: IrOp) -> Callable[..., Any]:
         "_ir_note_failure": dispatch.note_failure,
         "_ir_log": _log,
         "_ir_log_enabled": _log.isEnabledFor,
+        "_ir_grad_enabled": torch.is_grad_enabled,
     }
     code = compile(source, f"<ircore eager call of {op.name}>", "exec")
     exec(code, namespace)

@@ -2,10 +2,12 @@
 
 ``signature(spec, *args)`` (ircore/csrc/signature.cpp) describes a call in a few bytes: per tensor
 its dtype, device, number of dimensions, last-dimension size, contiguity, unit last-dimension
-stride and whether it has the first tensor's shape; the values of int and bool arguments; whether
-optional arguments are None. Floats are not part of it. It returns None when the call must take
-the careful path: a torch dispatch mode is active (``make_fx``, fake tensors), a tensor is a
-subclass (other than ``nn.Parameter``), or an argument has an unexpected type.
+stride, whether it has the first tensor's shape and whether it requires grad while grad mode is
+on; the values of int and bool arguments; whether optional arguments are None; of floats only
+whether they are >= 0. It returns None when the call must take the careful path: a torch
+dispatch mode is active (``make_fx``, fake tensors), a tensor is a subclass (other than
+``nn.Parameter``), or an argument has an unexpected type (a list where a tensor is declared, a
+string or a bool where a float is, a float where an int is): so a cached call never has one.
 
 The eager path caches "which implementation runs" per signature when the op and every provider
 consulted declare that their checks depend on nothing else (``cache_by_signature=True``).
@@ -63,7 +65,7 @@ def spec_for(annotations: list[Any]) -> bytes | None:
         int | None: b"j",
         bool: b"b",
         float: b"f",
-        float | None: b"f",
+        float | None: b"g",
     }
     out = b""
     for ann in annotations:

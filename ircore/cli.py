@@ -1,7 +1,9 @@
-"""The ``ircore`` command: ``list``, ``explain``, ``doctor``; ``--json`` on each.
+"""The ``ircore`` command: ``list``, ``explain``, ``doctor``, ``verify``, ``bench``; ``--json`` on each.
 
-Exit codes: 0 fine; 1 ``doctor`` found a failed, invalid or conflicting provider; 2 bad usage or
-bad configuration (the message names the source and the key).
+Exit codes: 0 fine; 1 ``doctor`` found a problem (a failed, invalid, conflicting or incompatible
+provider, an unavailable one the configuration names, or a bad configuration), or ``verify`` a
+failing case; 2 bad usage or bad configuration (the message names the source and the key).
+``verify`` and ``bench`` live in :mod:`ircore.tools`; this module only wires them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ircore import _signature, dispatch
 from ircore.errors import IrcoreError
 from ircore.plugins.config import ENV_VARS, find_config_file
 from ircore.plugins.manager import MANAGER
-from ircore.plugins.records import BROKEN_STATES, ProviderState
+from ircore.plugins.records import ProviderState
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -145,7 +147,7 @@ def _doctor_report() -> dict[str, Any]:
     except IrcoreError as exc:
         config_file, config_error = None, config_error or str(exc)
     env = {var: os.environ[var] for var in [*ENV_VARS.values(), "IRCORE_CONFIG"] if var in os.environ}
-    problems = [p for p in _providers() if p["state"] != ProviderState.ACTIVE.value]
+    providers = _providers()
     return {
         "ircore": ircore.__version__,
         "api_version": ircore.API_VERSION,
@@ -159,9 +161,11 @@ def _doctor_report() -> dict[str, Any]:
         "config_file": str(config_file) if config_file else None,
         "environment": env,
         "config_error": config_error,
-        "providers": _providers(),
-        "not_active": problems,
-        "broken": [p["name"] for p in problems if ProviderState(p["state"]) in BROKEN_STATES],
+        "providers": providers,
+        "not_active": [p for p in providers if p["state"] != ProviderState.ACTIVE.value],
+        # what strict mode refuses: broken providers, and unavailable ones the configuration names
+        "broken": sorted(r.name for r in MANAGER.problems()),
+        "removed": {p["name"]: p["removed"] for p in providers if p["removed"]},
     }
 
 
@@ -191,6 +195,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     print(f"active providers: {', '.join(active) or 'none'}")
     for p in report["not_active"]:
         print(f"  {p['name']} ({p['distribution']} {p['version']}): {p['state']}: {p['reason']}")
+    for name, removed in report["removed"].items():
+        for op, how in removed.items():
+            print(f"  {name}: its implementation of {op} was {how}")
     if failing:
         print(f"problems: {', '.join(report['broken']) or 'configuration'}; see the reasons above")
     else:
@@ -223,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_doctor = sub.add_parser("doctor", help="platform, versions, config in effect, every provider problem")
     p_doctor.add_argument("--json", action="store_true", help="machine-readable output")
     p_doctor.set_defaults(func=cmd_doctor)
+
+    from ircore.tools import bench, verify  # they import this module's helpers
+
+    verify.add_parser(sub)
+    bench.add_parser(sub)
     return parser
 
 

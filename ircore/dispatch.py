@@ -21,6 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ircore import _ownership
 from ircore.errors import PriorityError
 
 if TYPE_CHECKING:
@@ -91,6 +92,8 @@ class DispatchState:
         self.status_of: Callable[[str], str | None] = lambda name: None
         # Configuration outside this state that compiled graphs depend on (fusion switches).
         self.settings_fingerprint: Callable[[], object] = lambda: None
+        # Told (op, provider, how) when an implementation is removed, so provider records say so.
+        self.note_removed: Callable[[str, str, str], None] = lambda op, provider, how: None
 
 
 STATE = DispatchState()
@@ -186,8 +189,10 @@ def set_priority(
     """Set the process-wide priority list of ops: ``set_priority(rms_norm=["vllm_c", "triton"])``.
 
     ``None`` for an op removes the setting, so lower sources apply again. ``native`` is always
-    appended. Raises :class:`~ircore.errors.PriorityError` for unknown ops or providers.
+    appended. Raises :class:`~ircore.errors.PriorityError` for unknown ops or providers. A
+    provider's own code (its import and hooks) may not call it.
     """
+    _ownership.refuse_inside_provider("ircore.set_priority()")
     ensure_loaded()
     validated = validate_priority({**(priorities or {}), **ops}, "ircore.set_priority()")
     with STATE.lock:
@@ -323,12 +328,18 @@ def _predicate_raised(op_name: str, provider: str, exc: BaseException) -> None:
         )
 
 
-def first_supported(op_name: str, entries: tuple[Entry, ...], args: tuple[Any, ...]) -> tuple[Entry, bool]:
+def first_supported(
+    op_name: str, entries: tuple[Entry, ...], args: tuple[Any, ...], grad: bool = False
+) -> tuple[Entry, bool]:
     """The first entry whose predicate accepts ``args``, and whether that choice may be cached.
 
     Cacheable means every predicate consulted (up to and including the chosen entry's) is declared
     ``cache_by_signature`` and none raised; a predicate that raises counts as "not supported".
+    ``grad`` (the call must be differentiable, ``IrOp.wants_grad``) leaves only native, the one
+    implementation with autograd; the signature says so, so that choice is cacheable.
     """
+    if grad:
+        return entries[-1], True
     cacheable = True
     for entry in entries:
         pred = entry[3]
@@ -345,13 +356,9 @@ def first_supported(op_name: str, entries: tuple[Entry, ...], args: tuple[Any, .
     raise AssertionError(f"ircore op {op_name!r}: plan has no native entry")
 
 
-def call_first_supported(op_name: str, entries: tuple[Entry, ...], args: tuple[Any, ...], which: int) -> Any:
-    """Run the first entry whose predicate accepts ``args``; ``which`` picks the callable.
-
-    ``which`` is 1 for the functional callable (clones before an in-place implementation) and 2
-    for the raw one (``maybe_inplace``).
-    """
-    return _run_entry(op_name, first_supported(op_name, entries, args)[0], args, which)
+def call_first_supported(op_name: str, entries: tuple[Entry, ...], args: tuple[Any, ...]) -> Any:
+    """Run the first entry whose predicate accepts ``args``, functionally (the careful eager path)."""
+    return _run_entry(op_name, first_supported(op_name, entries, args)[0], args)
 
 
 def choose_and_cache(op: IrOp, key: bytes, args: tuple[Any, ...]) -> Any:
@@ -368,7 +375,7 @@ def choose_and_cache(op: IrOp, key: bytes, args: tuple[Any, ...]) -> Any:
     scoped = scope is not None and op.name in scope.priorities
     plan = scoped_plan(op, scope) if scoped else current_plan(op)
     op.check_args(*args)
-    entry, cacheable = first_supported(op.name, plan[1], args)
+    entry, cacheable = first_supported(op.name, plan[1], args, op.wants_grad(args))
     if cacheable:
         cache = plan[2] if scoped else op.signature_cache
         with STATE.lock:  # not after a bump_generation that this plan predates
@@ -408,9 +415,16 @@ def note_failure(op_name: str, provider: str, exc: BaseException) -> None:
 
 
 def run(op: IrOp, args: tuple[Any, ...], *, allow_inplace: bool) -> Any:
-    """Validate and run ``op`` on real tensors (the torch kernel and ``maybe_inplace`` path)."""
+    """Validate and run ``op`` on real tensors (the torch kernel and ``maybe_inplace`` path).
+
+    ``allow_inplace`` lets an in-place implementation write into the caller's tensors, unless
+    one of them shares memory with another argument: then it runs on copies, as functional
+    calls do (``IrOp.inputs_overlap``).
+    """
     op.check_args(*args)
-    return call_first_supported(op.name, current_plan(op)[1], args, 2 if allow_inplace else 1)
+    entry = first_supported(op.name, current_plan(op)[1], args, op.wants_grad(args))[0]
+    in_place = allow_inplace and entry[1] is not entry[2] and not op.inputs_overlap(args)
+    return _run_entry(op.name, entry, args, 2 if in_place else 1)
 
 
 # ---------------------------------------------------------------------- explain
@@ -451,6 +465,9 @@ class Explanation:
         }
 
 
+_GRAD_REASON = "an argument requires grad and grad mode is on: only native has autograd"
+
+
 def _predicate_verdict(pred: Any, args: tuple[Any, ...]) -> tuple[bool, str]:
     if pred is None:
         return True, "accepts every call (no supports_args)"
@@ -466,6 +483,7 @@ def explain(op: IrOp, args: tuple[Any, ...]) -> Explanation:
     ensure_loaded()
     op.check_args(*args)
     names, source = effective_priority(op, SCOPE.get())
+    grad = op.wants_grad(args)
     steps: list[Step] = []
     chosen: str | None = None
     for name in names:
@@ -480,8 +498,10 @@ def explain(op: IrOp, args: tuple[Any, ...]) -> Explanation:
         if name in STATE.blocked:
             steps.append(Step(name, "skipped", STATE.blocked[name]))
         elif impl is None:
-            why = STATE.status_of(name) or f"provider {name!r} does not implement {op.name}"
-            steps.append(Step(name, "skipped", why))
+            why = op.removed.get(name) or STATE.status_of(name)
+            steps.append(Step(name, "skipped", why or f"provider {name!r} does not implement {op.name}"))
+        elif grad:
+            steps.append(Step(name, "skipped", _GRAD_REASON))
         else:
             ok, why = _predicate_verdict(impl.supports_args, args)
             if ok:

@@ -10,6 +10,7 @@ __all__ = [
     "PriorityError",
     "ConfigError",
     "ProviderLoadError",
+    "ProviderIsolationError",
 ]
 
 
@@ -39,3 +40,11 @@ class ConfigError(IrcoreError, ValueError):
 
 class ProviderLoadError(IrcoreError, RuntimeError):
     """Strict mode (``IRCORE_STRICT=1``) found a provider that is not active or disabled."""
+
+
+class ProviderIsolationError(IrcoreError, RuntimeError):
+    """A provider's code tried to change what only the user or its own registrar may change.
+
+    Raised inside a provider's import or hooks by ``register_impl``, ``unregister_impl``,
+    ``set_priority`` and ``configure``; the provider is then ``invalid`` and rolled back.
+    """

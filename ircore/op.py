@@ -21,7 +21,9 @@ from typing import Any
 
 import torch
 
+from ircore import _ownership
 from ircore import dispatch as _dispatch
+from ircore._argtypes import tensor_parameters, type_checker
 from ircore._fastpath import build_eager_call, providers_loaded
 from ircore.errors import ImplRegistrationError, OpDeclarationError
 
@@ -35,6 +37,7 @@ __all__ = [
     "all_ops",
     "NAME_PATTERN",
     "RESERVED_PROVIDER_NAMES",
+    "DEFAULT_TOLERANCES",
 ]
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -47,8 +50,11 @@ _OPS: dict[str, IrOp] = {}
 # Bound once: the torch-op fallback checks of every call.
 _Tensor = torch.Tensor
 _is_compiling = torch.compiler.is_compiling
+_Proxy = torch.fx.Proxy
 _is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
+_grad_enabled = torch.is_grad_enabled
+_is_alias_of = torch._C._is_alias_of  # same storage (conservative: also disjoint parts of one)
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,16 @@ class Tolerance:
 
     atol: float
     rtol: float
+
+
+# For ops declared without tolerances (and dtypes they leave out): torch.testing.assert_close's
+# defaults for each dtype.
+DEFAULT_TOLERANCES = {
+    torch.float64: Tolerance(atol=1e-7, rtol=1e-7),
+    torch.float32: Tolerance(atol=1e-5, rtol=1.3e-6),
+    torch.float16: Tolerance(atol=1e-5, rtol=1e-3),
+    torch.bfloat16: Tolerance(atol=1e-5, rtol=1.6e-2),
+}
 
 
 @dataclass(frozen=True)
@@ -124,6 +140,11 @@ def _source_of(obj: object) -> str:
     return getattr(target, "__module__", None) or repr(target)
 
 
+def _same_default(a: object, b: object) -> bool:
+    """Defaults are the same object, or equal values of one type (``1`` is not ``True``)."""
+    return a is b or (type(a) is type(b) and a == b)
+
+
 def _infer_schema(fn: Callable[..., Any]) -> str:
     return torch.library.infer_schema(fn, mutates_args=())
 
@@ -169,7 +190,19 @@ class IrOp:
         self._defaults = tuple(p.default for p in params)
         self._inplace_indices = tuple(self.param_names.index(a) for a in self.inplace_args)
         self.schema = _infer_schema(self.native)
+        #: Raises InvalidArgumentError for an argument of the wrong type (see ircore._argtypes).
+        self.check_types = type_checker(self.name, self.native, self.param_names)
+        self._tensor_indices = tensor_parameters(self.native, self.param_names)
+        # (written, other) tensor parameters that must not share memory for an in-place call
+        self._overlap_pairs = tuple(
+            (i, j)
+            for i in self._inplace_indices
+            for j in self._tensor_indices
+            if j != i and not (j in self._inplace_indices and j < i)
+        )
         self.impls: dict[str, Impl] = {}
+        # provider -> how its implementation was removed (unregister_impl), for list/explain/doctor
+        self.removed: dict[str, str] = {}
         # (generation, entries, signature cache): see ircore.dispatch
         self._plan: _dispatch.Plan = (None, (), {})
         self.signature_spec = _signature_spec(self) if self.cache_by_signature else None
@@ -185,31 +218,71 @@ class IrOp:
     # ------------------------------------------------------------------ calls
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the op. ``register_op`` replaces this with a faster one of the native signature."""
+        args = self._complete(args, kwargs)
         if _is_compiling() or _dispatch_stack_len() or type(args[0]) is not _Tensor:
-            return self.torch_op(*args, **kwargs)
-        return _dispatch.run(self, self._complete(args, kwargs), allow_inplace=False)
+            return self.call_torch_op(*args)
+        return _dispatch.run(self, args, allow_inplace=False)
 
     def maybe_inplace(self, *args: Any, **kwargs: Any) -> Any:
         """Run the op, allowing an in-place implementation to overwrite ``inplace_args``.
 
         For callers that no longer need those inputs: it saves the clone that the functional
-        call makes before an in-place implementation. Use only the returned tensors.
+        call makes before an in-place implementation. Use only the returned tensors. When a
+        tensor it could overwrite shares memory with another argument (``f(x, x, ...)``), an
+        in-place implementation runs on copies, as in the functional call, so results are right.
 
         Under ``torch.compile``, ``make_fx``, ``torch.fx.symbolic_trace`` or a dispatch mode the
         graph records one ``torch.ops.ircore.<name>.maybe_inplace`` node, which writes the
         results into the in-place arguments and returns them; the compiler may then let an
-        in-place kernel write straight into those (donated) tensors.
+        in-place kernel write straight into those (donated) tensors. Tensor subclasses (DTensor)
+        take the functional op: a subclass may run the kernel on redistributed copies, where an
+        in-place write would be lost.
         """
         args = self._complete(args, kwargs)
-        if _is_compiling() or _dispatch_stack_len() or type(args[0]) is not _Tensor:
+        first = args[0]
+        if _is_compiling() or _dispatch_stack_len() or type(first) is not _Tensor:
             if _is_dynamo_compiling() and providers_loaded() and _dispatch.STATE.version < 0:
                 pass  # never true; read so that Dynamo guards on the version (see _fastpath)
-            if self.torch_inplace_op is None:
-                return self.torch_op(*args)
+            if self.torch_inplace_op is None or (type(first) is not _Tensor and isinstance(first, _Tensor)):
+                return self.call_torch_op(*args)
+            self.check_types(*args)
             self.torch_inplace_op(*args)
             outs = tuple(args[i] for i in self._inplace_indices)
             return outs if len(outs) > 1 else outs[0]
         return _dispatch.run(self, args, allow_inplace=True)
+
+    def call_torch_op(self, *args: Any) -> Any:
+        """Call ``torch.ops.ircore.<name>`` (tracing, tensor subclasses): argument types first.
+
+        torch's own argument parser would otherwise reject a wrong type with its own message. A
+        call that needs grad runs (and is traced as) native, as in eager calls: the torch op has
+        no autograd formula.
+        """
+        self.check_types(*args)
+        if type(args[0]) is not _Proxy and self.wants_grad(args):
+            self.check_args(*args)
+            return self.native(*args)
+        return self.torch_op(*args)
+
+    def wants_grad(self, args: tuple[Any, ...]) -> bool:
+        """Whether this call must be differentiable: grad mode is on and a tensor requires grad.
+
+        Such calls run ``native`` (the one implementation with autograd), whatever the priority.
+        """
+        if not _grad_enabled():
+            return False
+        for i in self._tensor_indices:
+            arg = args[i]
+            if arg is not None and arg.requires_grad:
+                return True
+        return False
+
+    def inputs_overlap(self, args: tuple[Any, ...]) -> bool:
+        """Whether a tensor an in-place implementation may write shares memory with another argument."""
+        for i, j in self._overlap_pairs:
+            if args[j] is not None and _is_alias_of(args[i], args[j]):
+                return True
+        return False
 
     def _complete(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """Bind keyword and default arguments into one positional tuple."""
@@ -241,9 +314,24 @@ class IrOp:
         promises that ``supports_args`` answers from the call's signature alone (devices, dtypes,
         dimensions, last-dimension size and layout, int arguments: see :mod:`ircore._signature`),
         so its answer may be cached per signature: a cheaper eager call.
+
+        An installed provider's name is that provider's alone: it registers through the registrar
+        its hook receives, and a provider's own code (its import and hooks) may not call this.
         """
+        _ownership.refuse_inside_provider(f"ircore.ops.{self.name}.register_impl({provider!r}, ...)")
+        _dispatch.ensure_loaded()  # waits while providers load: their check would take it for theirs
+        discovered = _dispatch.STATE.discovered
+        if isinstance(provider, str) and discovered is not None and provider in discovered():
+            raise _reject(
+                self.name,
+                provider,
+                fn,
+                f"{provider!r} is the name of an installed provider; only that provider registers "
+                "under it, through its registrar. Register under a name of your own",
+            )
         impl = self.validate_impl(provider, fn, supports_args, inplace, cache_by_signature=cache_by_signature)
         self.impls[provider] = impl
+        self.removed.pop(provider, None)
         _dispatch.bump_generation()
         return impl
 
@@ -316,6 +404,10 @@ class IrOp:
                     f"({', '.join(pred_params)}) but must take the op's parameters "
                     f"({', '.join(self.param_names)})",
                 )
+            problem = self._predicate_parameter_problem(supports_args)
+            if problem:
+                where = _source_of(supports_args)
+                raise _reject(self.name, provider, fn, f"supports_args ({where}) {problem}")
         if inplace and not self.inplace_args:
             raise _reject(
                 self.name,
@@ -333,9 +425,36 @@ class IrOp:
             cache_by_signature=bool(cache_by_signature),
         )
 
+    def _predicate_parameter_problem(self, supports_args: Callable[..., bool]) -> str | None:
+        """What is wrong with a predicate's parameters beyond their names, or None.
+
+        ircore passes every argument positionally, so a keyword-only parameter would fail every
+        call; a default must be the native one (or none), as the call it describes is the same.
+        """
+        native_params = self.signature.parameters
+        for param in inspect.signature(supports_args).parameters.values():
+            if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+                kind = param.kind.description
+                return f"has {kind} parameter {param.name!r}; every parameter must be positional"
+            native_default = native_params[param.name].default
+            if param.default is not param.empty and not _same_default(param.default, native_default):
+                wanted = f"the native default {native_default!r}"
+                if native_default is param.empty:
+                    wanted = "no default"
+                return f"gives {param.name!r} the default {param.default!r}; expected {wanted} (or none)"
+        return None
+
     def unregister_impl(self, provider: str) -> None:
-        """Remove ``provider``'s implementation (used to roll back a rejected provider)."""
+        """Remove ``provider``'s implementation; ``ircore list``, ``explain`` and ``doctor`` say so.
+
+        A provider's own code (its import and hooks) may not call this.
+        """
+        _ownership.refuse_inside_provider(f"ircore.ops.{self.name}.unregister_impl({provider!r})")
+        _dispatch.ensure_loaded()
         if self.impls.pop(provider, None) is not None:
+            how = f"removed by ircore.ops.{self.name}.unregister_impl() at {_ownership.caller_location()}"
+            self.removed[provider] = how
+            _dispatch.STATE.note_removed(self.name, provider, how)
             _dispatch.bump_generation()
 
     def functional_call(self, impl: Impl) -> Callable[..., Any]:
@@ -518,7 +637,8 @@ def register_op(
     """Declare an op from its native function; usable as ``@register_op`` or ``@register_op(...)``.
 
     ``inplace_args`` names the tensor arguments that an in-place implementation may overwrite
-    (none: in-place implementations are refused). ``check_args`` raises
+    (none: in-place implementations are refused). ``tolerances`` (per dtype) extend
+    :data:`DEFAULT_TOLERANCES`. ``check_args`` raises
     :class:`~ircore.errors.InvalidArgumentError` for bad input before any implementation runs.
     ``fake`` overrides the fake implementation (default: native on fake tensors).
     ``cache_by_signature=True`` promises that ``check_args`` passes or fails by the call's
@@ -533,7 +653,7 @@ def register_op(
             native=fn,
             inplace_args=tuple(inplace_args),
             check_args=check_args or _no_checks,
-            tolerances=dict(tolerances or {}),
+            tolerances={**DEFAULT_TOLERANCES, **(tolerances or {})},
             sample_inputs=sample_inputs,
             make_inputs=make_inputs,
             reference=reference,

@@ -92,7 +92,27 @@ def detect_platform() -> Platform:
     )
 
 
-@functools.lru_cache(maxsize=1)
+# Set only by ircore.testing.simulated_platform: providers then run as if on this platform.
+_simulated: Platform | None = None
+
+
 def current_platform() -> Platform:
-    """The platform of this process, detected on first call and cached."""
+    """The platform of this process, detected on first call and cached.
+
+    Inside :func:`ircore.testing.simulated_platform` it is the simulated platform instead.
+    """
+    return _simulated or _detected_platform()
+
+
+@functools.lru_cache(maxsize=1)
+def _detected_platform() -> Platform:
     return detect_platform()
+
+
+def set_simulated_platform(platform: Platform | None) -> None:
+    """Make :func:`current_platform` answer ``platform`` (``None``: the real one again).
+
+    The public way is :func:`ircore.testing.simulated_platform`, which also reloads providers.
+    """
+    global _simulated
+    _simulated = platform

@@ -31,12 +31,15 @@ _counter = itertools.count()
 def isolated_dispatch():
     """Snapshot every op's implementations and all priority state; restore after the test."""
     state = dispatch.STATE
-    impls = {name: dict(op.impls) for name, op in all_ops().items()}
+    impls = {name: (dict(op.impls), dict(op.removed)) for name, op in all_ops().items()}
     saved = (dict(state.api_priority), list(state.layers), dict(state.ranks), dict(state.blocked))
     yield
     for name, op in all_ops().items():
+        kept, removed = impls.get(name, ({}, {}))
         op.impls.clear()
-        op.impls.update(impls.get(name, {}))
+        op.impls.update(kept)
+        op.removed.clear()
+        op.removed.update(removed)
     state.api_priority, state.layers, state.ranks, state.blocked = (saved[0], saved[1], saved[2], saved[3])
     dispatch._warned_predicates.clear()  # each test sees its own "supports_args raised" warning
     dispatch.bump_generation()

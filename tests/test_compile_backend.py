@@ -239,3 +239,15 @@ def test_reduce_overhead_with_cuda_graphs():
         out = compiled(*args)
     torch.testing.assert_close(out, decoder(*args), atol=2e-2, rtol=2e-2)
     assert ircore.compile.report().left == 0
+
+
+def test_a_call_needing_grad_is_traced_as_native():
+    """As in eager calls: the torch op has no autograd formula, native does (and is differentiable)."""
+    rms_norm.register_impl("opaque", impls.rms_norm_opaque)
+    ircore.set_priority(rms_norm=["opaque"])
+    x, w = torch.randn(4, H, requires_grad=True), torch.randn(H)
+    torch.compile(lambda x, w: ircore.ops.rms_norm(x, w, 1e-6).square().sum(), backend="ircore")(x, w).backward()
+    expected = x.detach().clone().requires_grad_()
+    rms_norm.native(expected, w, 1e-6).square().sum().backward()
+    torch.testing.assert_close(x.grad, expected.grad)
+    assert impls.CALLS == []

@@ -87,3 +87,46 @@ def test_rejected_registration_leaves_nothing():
     with pytest.raises(ImplRegistrationError):
         rms_norm.register_impl("bad", rms_norm_a, supports_args=lambda: True)
     assert rms_norm.impls == before
+
+
+def test_supports_args_with_keyword_only_parameters_is_rejected():
+    def pred(x, weight, *, epsilon, variance_size=None):
+        return True
+
+    with pytest.raises(ImplRegistrationError, match="has keyword-only parameter 'epsilon'; every parameter"):
+        rms_norm.register_impl("bad", rms_norm_a, supports_args=pred)
+
+
+def test_supports_args_defaults_must_be_the_native_ones_or_none():
+    def other_default(x, weight, epsilon, variance_size=4):
+        return True
+
+    def default_native_lacks(x, weight, epsilon=1e-6, variance_size=None):
+        return True
+
+    with pytest.raises(ImplRegistrationError, match="gives 'variance_size' the default 4; expected the native"):
+        rms_norm.register_impl("bad", rms_norm_a, supports_args=other_default)
+    with pytest.raises(ImplRegistrationError, match="gives 'epsilon' the default 1e-06; expected no default"):
+        rms_norm.register_impl("bad", rms_norm_a, supports_args=default_native_lacks)
+    rms_norm.register_impl("ok", rms_norm_a, supports_args=only_fp32)  # no defaults: fine (all passed)
+    rms_norm.register_impl("ok2", rms_norm_a, supports_args=lambda x, weight, epsilon, variance_size=None: True)
+
+
+def test_an_installed_providers_name_is_not_the_users(monkeypatch):
+    monkeypatch.setattr(ircore.dispatch.STATE, "discovered", lambda: {"someone_installed"})
+    with pytest.raises(ImplRegistrationError, match="'someone_installed' is the name of an installed provider"):
+        rms_norm.register_impl("someone_installed", rms_norm_a)
+    assert "someone_installed" not in rms_norm.impls
+
+
+def test_removal_is_recorded_and_explained():
+    rms_norm.register_impl("gone", rms_norm_a)
+    ircore.set_priority(rms_norm=["gone"])
+    rms_norm.unregister_impl("gone")
+    how = rms_norm.removed["gone"]
+    assert how.startswith("removed by ircore.ops.rms_norm.unregister_impl() at ")
+    assert "test_impl_registration.py:" in how
+    x = torch.randn(2, 8)
+    step = ircore.explain("rms_norm", x, None, 1e-6).steps[0]
+    assert (step.provider, step.outcome, step.reason) == ("gone", "skipped", how)
+    ircore.set_priority(rms_norm=None)

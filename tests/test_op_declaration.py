@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -118,3 +120,41 @@ def test_failed_declaration_leaves_nothing(unique_name):
 def test_get_op_unknown_lists_known():
     with pytest.raises(KeyError, match=r"known ops: \['fused_add_rms_norm', .*'rms_norm', 'silu_and_mul'"):
         ircore.get_op("layer_norm")
+
+
+def test_an_op_without_tolerances_gets_the_dtype_defaults(unique_name):
+    def native(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    op = ircore.register_op(native, name=unique_name("plain"))
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        assert op.tolerance(dtype) == ircore.op.DEFAULT_TOLERANCES[dtype]
+    assert op.tolerance(torch.float32) == ircore.Tolerance(atol=1e-5, rtol=1.3e-6)
+
+
+def test_declared_tolerances_extend_the_defaults(unique_name):
+    def native(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    loose = ircore.Tolerance(atol=1e-2, rtol=1e-2)
+    op = ircore.register_op(native, name=unique_name("loose"), tolerances={torch.float32: loose})
+    assert op.tolerance(torch.float32) == loose
+    assert op.tolerance(torch.float16) == ircore.op.DEFAULT_TOLERANCES[torch.float16]
+
+
+def test_every_op_checks_its_argument_types_from_its_annotations(unique_name):
+    def native(x: torch.Tensor, factor: float, times: int | None = None) -> torch.Tensor:
+        return x * factor
+
+    op = ircore.register_op(native, name=unique_name("typed"))
+    x = torch.randn(3)
+    for args, message in [
+        (([1.0], 2.0), "argument 'x' must be a torch.Tensor, got list"),
+        ((x, "2"), "argument 'factor' must be a real number (a float or an int), got str '2'"),
+        ((x, 2.0, 1.5), "argument 'times' must be an int or None, got 1.5"),
+    ]:
+        with pytest.raises(ircore.InvalidArgumentError, match=re.escape(f"ircore.ops.{op.name}: {message}")):
+            op.check_types(*args)
+    with pytest.raises(ircore.InvalidArgumentError, match=r"argument 'x' must be a torch\.Tensor"):
+        op([1.0], 2.0)  # the eager call, before torch's own argument parser could answer
+    op.check_types(x, 2, None)

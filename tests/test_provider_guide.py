@@ -2,7 +2,7 @@
 
 The two files are taken from the guide's code blocks, installed with pip as a real distribution
 and listed by ``ircore list --json``; without an NVIDIA GPU its platform check must say why it is
-unavailable (with one, it is active), and with the check bypassed its implementation must be
+unavailable (with one, it is active), and on a simulated NVIDIA GPU its implementation must be
 registered and run.
 """
 
@@ -47,15 +47,18 @@ def test_guide_provider_installs_and_reports(tmp_path):
     else:
         assert record["state"] == "unavailable"
         assert record["reason"].startswith("needs an NVIDIA GPU; found CPU (")
-    # with its platform check answered "yes", the same module registers and serves calls
+    # on a simulated NVIDIA GPU (the public testing hook), with its predicate accepting CPU
+    # tensors, the same module registers from its table and serves calls
     code = (
-        "import torch, ircore, ircore_myprov.provider as p\n"
-        "p.ircore_check_platform = ircore.hookimpl(lambda platform: None)\n"
-        "p.rms_norm_supports = lambda x, weight, epsilon, variance_size: True\n"
+        "import dataclasses, torch, ircore, ircore.testing, ircore_myprov.provider as p\n"
+        "row = p.IRCORE_IMPLEMENTATIONS['rms_norm']\n"
+        "p.IRCORE_IMPLEMENTATIONS['rms_norm'] = dataclasses.replace(\n"
+        "    row, supports_args=lambda x, weight, epsilon, variance_size: True)\n"
         "from ircore.plugins.manager import MANAGER\n"
-        "MANAGER.ensure_loaded()\n"
-        "x, w = torch.randn(2, 8), torch.randn(8)\n"
-        "print('OUT', MANAGER.records['myprov'].state, ircore.get_priority('rms_norm'),"
+        "with ircore.testing.simulated_platform(kind='cuda', capability=(9, 0)):\n"
+        "    MANAGER.ensure_loaded()\n"
+        "    x, w = torch.randn(2, 8), torch.randn(8)\n"
+        "    print('OUT', MANAGER.records['myprov'].state, ircore.get_priority('rms_norm'),"
         " ircore.explain('rms_norm', x, w, 1e-6).chosen)\n"
     )
     run = penv.run(["-c", code])

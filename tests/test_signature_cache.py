@@ -69,6 +69,9 @@ def test_signature_ignores_row_count_and_epsilon():
         lambda x, w: (x.t().contiguous().t(), w, 1e-6, None),  # last-dim stride != 1
         lambda x, w: (torch.randn(8, 128)[:, :64], w, 1e-6, None),  # rows strided: not contiguous
         lambda x, w: (torch.randn(8, 32), torch.ones(32), 1e-6, None),  # hidden size
+        lambda x, w: (x, w, -1e-6, None),  # epsilon's sign (an op's check refuses negative ones)
+        lambda x, w: (x, w, float("nan"), None),  # NaN counts as negative
+        lambda x, w: (x.requires_grad_(), w, 1e-6, None),  # needs grad, grad mode on: native runs
     ],
 )
 def test_signature_tells_apart(other):
@@ -88,7 +91,11 @@ def test_signature_declines_what_needs_the_careful_path():
     assert sig(x.to_sparse(), w, 1e-6, None) is None  # sizes/strides are not plain: no C++ throw
     assert sig(torch.nested.as_nested_tensor([x, x[:2]]), w, 1e-6, None) is None
     assert sig(x, w, 1e-6, 2.5) is None
-    assert sig(x, torch.nn.Parameter(w), 1e-6, None) == sig(x, w, 1e-6, None)  # Parameter is a tensor
+    for epsilon in ("1e-6", None, [1e-6], True, torch.tensor(1e-6)):  # not a real number
+        assert sig(x, w, epsilon, None) is None
+    assert sig(x, w, 0, None) == sig(x, w, 1e-6, None)  # an int is a real number
+    with torch.no_grad():  # where grad mode is on, a Parameter (requires grad) is told apart
+        assert sig(x, torch.nn.Parameter(w), 1e-6, None) == sig(x, w, 1e-6, None)  # Parameter is a tensor
     with FakeTensorMode() as mode:
         assert sig(mode.from_tensor(x), None, 1e-6, None) is None
     fused = ircore.ops.fused_add_rms_norm.signature_spec
@@ -304,3 +311,13 @@ def test_without_the_helper_every_call_takes_the_careful_path():
     env = {**os.environ, "IRCORE_NO_SIGNATURE": "1", "IRCORE_PROVIDERS": "none"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "None disabled by IRCORE_NO_SIGNATURE 3"
+
+
+def test_real_numbers_are_told_apart_by_sign_only():
+    assert _signature.spec_for([float, float | None]) == b"fg"
+    assert _signature.signature(b"fg", 1e-6, None) == _signature.signature(b"fg", 3, None) == b"\x10\xff"
+    assert _signature.signature(b"fg", -1e-6, 2.0) == b"\x11\x10"
+    assert _signature.signature(b"f", float("nan")) == b"\x11"
+    assert _signature.signature(b"f", -(10**30)) == b"\x11"  # an int too large for 64 bits
+    for not_real in (None, "1", True, torch.tensor(1.0)):
+        assert _signature.signature(b"f", not_real) is None

@@ -129,10 +129,13 @@ def choose(op: IrOp, args: list[Any]) -> tuple[str, Any, bool]:
 
 
 def lower(graph: Graph) -> tuple[dict[str, tuple[str, str]], int]:
-    """Replace every ircore node; returns ``{node name: (op, provider)}`` and how many are left."""
+    """Replace every ircore node; returns ``{node name: (op, provider)}`` and how many are left.
+
+    Run :func:`functionalize_maybe_inplace` first: ``maybe_inplace`` nodes are lowered as the
+    functional op they become.
+    """
     from torch._inductor.pattern_matcher import CallFunctionVarArgs
 
-    functionalize_maybe_inplace(graph)
     by_target = ircore_ops_by_target()
     pattern = CallFunctionVarArgs(list(by_target))
     chosen: dict[str, tuple[str, str]] = {}

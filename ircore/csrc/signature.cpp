@@ -5,14 +5,17 @@
 // same facts cost a few nanoseconds; ircore caches decisions per signature (see ircore._fastpath).
 //
 // signature(spec, *args) -> bytes | None. `spec` has one character per argument:
-//   'T' tensor, 't' tensor or None, 'i' int, 'j' int or None, 'b' bool, 'f' float (not part of
-//   the signature). For each tensor: dtype, device type and index, number of dimensions, flags
-//   (contiguous; last-dimension stride 1; same shape as the first tensor) and the size of the last
-//   dimension. None (the caller takes the careful path) when a tensor is a subclass other than
-//   Parameter or is not a plain strided tensor (sparse, nested), an argument has an unexpected
-//   type, or a torch dispatch mode is active.
+//   'T' tensor, 't' tensor or None, 'i' int, 'j' int or None, 'b' bool, 'f' real number, 'g' real
+//   number or None. For each tensor: dtype, device type and index, number of dimensions, flags
+//   (contiguous; last-dimension stride 1; same shape as the first tensor; requires grad while
+//   grad mode is on) and the size of the last dimension. For a real number only whether it is
+//   >= 0 (an op's check may refuse a negative or NaN epsilon), not its value. None (the caller
+//   takes the careful path) when a tensor is a subclass other than Parameter or is not a plain
+//   strided tensor (sparse, nested), an argument has an unexpected type (a real number is a
+//   float or an int, not a bool), or a torch dispatch mode is active.
 #include <Python.h>
 
+#include <ATen/core/grad_mode.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -51,12 +54,30 @@ PyObject* signature_impl(PyObject* const* args, Py_ssize_t nargs) {
   unsigned char buf[kMaxArgs * kBytesPerTensor];
   Py_ssize_t pos = 0;
   const at::Tensor* first = nullptr;
+  const bool grad_mode = at::GradMode::is_enabled();
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* a = args[i + 1];
     const char kind = spec[i];
-    if (kind == 'f') continue;
-    if (a == Py_None && (kind == 't' || kind == 'j')) {
+    if (a == Py_None && (kind == 't' || kind == 'j' || kind == 'g')) {
       buf[pos++] = 0xff;
+      continue;
+    }
+    if (kind == 'f' || kind == 'g') {
+      bool non_negative;
+      if (PyFloat_Check(a)) {
+        non_negative = PyFloat_AS_DOUBLE(a) >= 0.0;  // false for NaN
+      } else if (PyLong_CheckExact(a)) {
+        int overflow = 0;
+        const long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
+        if (v == -1 && PyErr_Occurred()) {
+          PyErr_Clear();
+          Py_RETURN_NONE;
+        }
+        non_negative = overflow ? overflow > 0 : v >= 0;
+      } else {
+        Py_RETURN_NONE;
+      }
+      buf[pos++] = non_negative ? 0x10 : 0x11;
       continue;
     }
     if (kind == 'T' || kind == 't') {
@@ -70,6 +91,7 @@ PyObject* signature_impl(PyObject* const* args, Py_ssize_t nargs) {
       unsigned char flags = 0;
       if (t.is_contiguous()) flags |= 1;
       if (dim && t.stride(-1) == 1) flags |= 2;
+      if (grad_mode && t.requires_grad()) flags |= 8;
       if (first == nullptr) {
         first = &t;
       } else if (t.sizes().equals(first->sizes())) {

@@ -23,9 +23,8 @@ def _check_silu_and_mul(x: torch.Tensor) -> None:
             return
     except (AttributeError, IndexError):
         pass
-    if x.dtype not in _checks.FLOAT_DTYPES:
-        _checks.check_tensor("silu_and_mul", "x", x)
-        _checks.check_float("silu_and_mul", "x", x)
+    _checks.check_types("silu_and_mul", x)
+    _checks.check_float("silu_and_mul", "x", x)
     if x.dim() == 0:
         _checks.check_rows("silu_and_mul", x)
     if x.shape[-1] % 2 or not x.shape[-1]:

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import NoReturn
-
 import torch
 
-from ircore.errors import InvalidArgumentError
+from ircore._argtypes import bad_argument
+from ircore.op import get_op
 
 FLOAT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 _DTYPE_NAMES = "float32, float16, bfloat16"
 
 
-def bad_argument(op: str, arg: str, problem: str) -> NoReturn:
-    """Raise the one error every bad input gets: op, argument, what is wrong, what is wanted."""
-    raise InvalidArgumentError(f"ircore.ops.{op}: argument {arg!r} {problem}")
+def check_types(op: str, *args: object) -> None:
+    """Each argument of the type the op's signature declares (the careful checks start here)."""
+    get_op(op).check_types(*args)
 
 
 def check_float(op: str, arg: str, t: torch.Tensor) -> None:
@@ -22,9 +21,10 @@ def check_float(op: str, arg: str, t: torch.Tensor) -> None:
         bad_argument(op, arg, f"has dtype {t.dtype}; expected one of {_DTYPE_NAMES}")
 
 
-def check_tensor(op: str, arg: str, t: object) -> None:
-    if not isinstance(t, torch.Tensor):
-        bad_argument(op, arg, f"must be a torch.Tensor, got {type(t).__name__}")
+def check_epsilon(op: str, epsilon: float) -> None:
+    """A real number >= 0: a negative or NaN epsilon is a mistake, not a request for NaN rows."""
+    if not epsilon >= 0:
+        bad_argument(op, "epsilon", f"is {epsilon!r}; expected a number >= 0 (not NaN), e.g. 1e-6")
 
 
 def check_weight(op: str, x: torch.Tensor, weight: torch.Tensor) -> None:

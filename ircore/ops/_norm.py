@@ -16,16 +16,17 @@ NORM_TOLERANCES = {
 }
 
 _SHAPES = ((1, 8), (3, 64), (16, 1000), (7, 4096), (2, 3, 128), (0, 32))
+_FP32_MAX = torch.finfo(torch.float32).max
 
 
 # ---------------------------------------------------------------------- rms_norm
 def _check_rms_norm(
     x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None
 ) -> None:
-    # One expression for the common valid call (this runs on every eager call); any doubt goes
-    # to the careful checks below, which raise the precise error.
+    # One expression for the common valid call (this runs on every eager call; only tensors have
+    # these attributes); any doubt goes to the careful checks below, which raise the precise error.
     try:
-        if variance_size is None and x.dtype in _FLOAT:
+        if variance_size is None and epsilon.__class__ is float and epsilon >= 0.0 and x.dtype in _FLOAT:
             if weight is None:
                 if x.shape[-1]:
                     return
@@ -37,13 +38,14 @@ def _check_rms_norm(
                 and weight.device == x.device
             ):
                 return
-    except (AttributeError, IndexError):
+    except (AttributeError, IndexError, TypeError):
         pass
-    _checks.check_tensor("rms_norm", "x", x)
+    _checks.check_types("rms_norm", x, weight, epsilon, variance_size)
     _checks.check_float("rms_norm", "x", x)
     _checks.check_rows("rms_norm", x)
     if weight is not None:
         _checks.check_weight("rms_norm", x, weight)
+    _checks.check_epsilon("rms_norm", epsilon)
     if variance_size is not None:
         _checks.check_variance_size("rms_norm", x, variance_size)
 
@@ -51,11 +53,28 @@ def _check_rms_norm(
 def _rms_norm_reference(
     x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None
 ) -> torch.Tensor:
-    """The same function in fp64, unrounded: what implementations are measured against."""
+    """The same function in fp64, unrounded: what implementations are measured against.
+
+    As in the op, which sums squares in fp32, a row whose sum of squares passes fp32's largest
+    value has 1/rms = 0: its output is 0 (NaN where x is infinite).
+    """
     xd = x.double()
     xv = xd if variance_size is None else xd[..., :variance_size]
-    out = xd * torch.rsqrt(xv.pow(2).mean(dim=-1, keepdim=True) + epsilon)
+    sum_sq = xv.pow(2).sum(dim=-1, keepdim=True)
+    inv_rms = torch.rsqrt(sum_sq / xv.shape[-1] + epsilon).masked_fill(sum_sq > _FP32_MAX, 0.0)
+    out = xd * inv_rms
     return out if weight is None else out * weight.double()
+
+
+def _beyond_fp32_squares(hidden: int, dtype: torch.dtype, device: str, gen: torch.Generator) -> torch.Tensor:
+    """Four rows by magnitude: elements past sqrt(fp32 max) (their squares overflow); elements
+    within it whose squares sum past fp32 max; large elements whose sum of squares fits (by a
+    quarter); ordinary ones. Magnitudes in [0.5, 1) x scale, random signs."""
+    magnitude = torch.rand((4, hidden), generator=gen, device=device) * 0.5 + 0.5
+    sign = torch.where(torch.rand((4, hidden), generator=gen, device=device) < 0.5, -1.0, 1.0)
+    scale = torch.tensor([[1e20], [4e18], [1e18], [1.0]], device=device)
+    assert hidden <= 256  # keeps row 2's sum of squares (<= hidden * 1e36) below fp32 max
+    return (magnitude * sign * scale).to(dtype)
 
 
 def _rms_norm_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Iterator[Sample]:
@@ -78,6 +97,10 @@ def _rms_norm_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Iterato
     if dtype != torch.float32:
         w32 = _samples.randn((128,), torch.float32, device, gen, scale=0.1, shift=1.0)
         yield Sample((_samples.randn((4, 128), dtype, device, gen), w32, 1e-6, None), "4x128 fp32 weight")
+    if torch.finfo(dtype).max > 1e20:  # fp32, bf16: values whose squares leave fp32's range
+        w = _samples.randn((256,), dtype, device, gen, scale=0.1, shift=1.0)
+        huge = _beyond_fp32_squares(256, dtype, device, gen)
+        yield Sample((huge, w, 1e-6, None), "4x256 beyond sqrt(fp32 max)")
 
 
 def _make_rms_norm_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, seed: int = 0) -> tuple:
@@ -127,6 +150,8 @@ def _check_fused_add_rms_norm(
     try:  # the common valid call in one expression, as in _check_rms_norm
         if (
             variance_size is None
+            and epsilon.__class__ is float
+            and epsilon >= 0.0
             and x.dtype in _FLOAT
             and x_residual.dtype == x.dtype
             and x_residual.shape == x.shape
@@ -143,15 +168,13 @@ def _check_fused_add_rms_norm(
             )
         ):
             return
-    except (AttributeError, IndexError):
+    except (AttributeError, IndexError, TypeError):
         pass
     op = "fused_add_rms_norm"
-    if x.dtype not in _checks.FLOAT_DTYPES:
-        _checks.check_tensor(op, "x", x)
-        _checks.check_float(op, "x", x)
+    _checks.check_types(op, x, x_residual, weight, epsilon, variance_size)
+    _checks.check_float(op, "x", x)
     _checks.check_rows(op, x)
     if x_residual.shape != x.shape or x_residual.dtype != x.dtype:
-        _checks.check_tensor(op, "x_residual", x_residual)
         _checks.bad_argument(
             op,
             "x_residual",
@@ -162,6 +185,7 @@ def _check_fused_add_rms_norm(
         _checks.bad_argument(op, "x_residual", f"is on {x_residual.device} but x is on {x.device}")
     if weight is not None:
         _checks.check_weight(op, x, weight)
+    _checks.check_epsilon(op, epsilon)
     if variance_size is not None:
         _checks.check_variance_size(op, x, variance_size)
 

@@ -39,3 +39,12 @@ def settings_fingerprint() -> object:
     settings = manager.MANAGER.settings if manager is not None else None
     sources = settings.sources if settings is not None else [config._API]
     return tuple(tuple(sorted(source.values.get("fusions", {}).items())) for source in sources)
+
+
+def note_removed(op_name: str, provider: str, how: str) -> None:
+    """An implementation was removed (``IrOp.unregister_impl``): the provider's record says so."""
+    import sys
+
+    manager = sys.modules.get("ircore.plugins.manager")  # nothing loaded yet: no record to update
+    if manager is not None:
+        manager.MANAGER.note_removed(op_name, provider, how)

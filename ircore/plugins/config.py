@@ -6,7 +6,8 @@ Keys (the same in every source):
   (``IRCORE_PROVIDERS=vllm_c,triton``);
 - ``disable``: denylist (``IRCORE_DISABLE=aiter``);
 - ``priority``: per-op provider order (``IRCORE_PRIORITY="rms_norm=vllm_c,triton;silu_and_mul=triton"``);
-- ``strict``: any provider not active or disabled is an error at load time (``IRCORE_STRICT=1``);
+- ``strict``: a broken provider (failed, invalid, conflict, incompatible), or an unavailable one
+  that ``providers`` names, is an error at load time (``IRCORE_STRICT=1``);
 - ``fusions``: which compile-time fusions run (``IRCORE_FUSIONS="add_rms_norm=off"``; see
   ``ircore.compile.FUSIONS``).
 
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ircore import _ownership
 from ircore.errors import ConfigError
 
 __all__ = ["configure", "Settings", "ConfigSource", "KNOWN_KEYS"]
@@ -210,12 +212,16 @@ class Settings:
     def enabled(self, provider: str) -> tuple[bool, str]:
         """Whether config lets ``provider`` load, and if not, which setting says so."""
         if self.providers == "none":
-            return False, f"disabled: {self.providers_from} is 'none'"
+            return False, f"{self.providers_from} is 'none'"
         if self.providers != "all" and provider not in self.providers:
-            return False, (f"disabled: not in {self.providers_from} ({', '.join(self.providers) or 'empty'})")
+            return False, f"not in {self.providers_from} ({', '.join(self.providers) or 'empty'})"
         if provider in self.disable:
-            return False, f"disabled: listed in {self.disable_from}"
+            return False, f"listed in {self.disable_from}"
         return True, ""
+
+    def named(self, provider: str) -> bool:
+        """Whether the allowlist names ``provider`` (rather than taking ``all``)."""
+        return isinstance(self.providers, tuple) and provider in self.providers
 
     def check_names(self, known_providers: set[str], known_ops: set[str]) -> None:
         """Every provider and op a source names must exist; the error names source and key."""
@@ -274,13 +280,16 @@ def configure(
     """Set configuration from Python; it outranks the environment and config files.
 
     ``providers`` is an allowlist (or ``"all"``/``"none"``), ``disable`` a denylist, ``priority``
-    maps op names to provider lists (``None`` removes an op's setting), ``strict`` makes any
-    provider that is not active or disabled an error, ``fusions`` switches compile-time fusions
-    (``{"add_rms_norm": False}``, a list of the names to run, ``"all"``, ``"none"``). A provider
-    disabled here stops being used at once; one enabled here loads on next use. Compiled
-    functions recompile on their next call after any change.
+    maps op names to provider lists (``None`` removes an op's setting), ``strict`` makes a broken
+    provider (or an unavailable one that ``providers`` names) an error, ``fusions`` switches
+    compile-time fusions (``{"add_rms_norm": False}``, a list of the names to run, ``"all"``,
+    ``"none"``). A provider disabled here stops being used at once; one enabled here loads on next
+    use. Compiled functions recompile on their next call after any change. A provider's own code
+    (its import and hooks) may not call it.
     """
     from ircore import dispatch
+
+    _ownership.refuse_inside_provider("ircore.configure()")
 
     raw: dict[str, Any] = {}
     if providers is not None:

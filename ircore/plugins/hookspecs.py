@@ -41,7 +41,10 @@ def ircore_register(registrar: Registrar, platform: Platform) -> None:
     parameters, returns bool) says which calls ``fn`` handles, anything else falls through to the
     next provider. It runs on every eager call, and only on arguments that passed the op's own
     check (dtype, shapes, devices), so it tests just what the kernel adds. Registration is
-    all-or-nothing: if any one is rejected, none is kept.
+    all-or-nothing: if any one is rejected, none is kept. A provider registers only through
+    ``registrar``: its import and hooks may not call ``register_impl``, ``unregister_impl``,
+    ``ircore.set_priority`` or ``ircore.configure`` (``ircore.ProviderIsolationError``; the
+    provider is then ``invalid``).
     """
 
 

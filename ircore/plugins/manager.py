@@ -2,9 +2,10 @@
 
 For every discovered provider, in name order: a conflict, a bad name, an ``ircore`` requirement
 that excludes this core, or configuration that disables it each settle its state *before* its
-module is imported. Otherwise the module is imported and its hooks run (platform check, register,
-default priority); any exception makes it ``failed``, any rejected implementation ``invalid``,
-and nothing of such a provider stays registered.
+module is imported. Otherwise the module is imported and its hooks run (platform check, register
+-- or its ``IRCORE_IMPLEMENTATIONS`` table is read --, default priority); any exception makes it
+``failed``, any rejected implementation ``invalid``, and nothing of such a provider stays
+registered.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ from types import TracebackType
 
 import pluggy
 
-from ircore import dispatch
+from ircore import _ownership, dispatch
 from ircore.errors import ImplRegistrationError, ProviderLoadError
 from ircore.op import all_ops
-from ircore.platform import Platform, current_platform
+from ircore.platform import current_platform
 from ircore.plugins import hookspecs
 from ircore.plugins.config import Settings, resolve_settings
 from ircore.plugins.discovery import Candidate, discover, incompatibility, name_problem
-from ircore.plugins.records import ProviderRecord, ProviderState
+from ircore.plugins.records import BROKEN_STATES, ProviderRecord, ProviderState
 from ircore.plugins.registrar import Registrar
+from ircore.plugins.table import TABLE_ATTRIBUTE
 
 _log = logging.getLogger("ircore")
 _IGNORED_DIRS = tuple(
@@ -60,7 +62,6 @@ class ProviderManager:
         self.records: dict[str, ProviderRecord] = {}
         self.settings: Settings | None = None
         self._current = False
-        self._platform: Platform | None = None
         self._active_reason: dict[str, str] = {}
 
     # ------------------------------------------------------------------ discovery
@@ -69,8 +70,12 @@ class ProviderManager:
 
     # ------------------------------------------------------------------ loading
     def ensure_loaded(self) -> None:
-        """Bring every provider to the state configuration asks for; a no-op once current."""
-        if self._current:
+        """Bring every provider to the state configuration asks for; a no-op once current.
+
+        Also a no-op inside a provider's own code (an op called from a hook runs with the
+        providers loaded so far), so that one provider's hooks never run inside another's.
+        """
+        if self._current or _ownership.current() is not None:
             return
         with self._lock:
             if self._current:
@@ -140,73 +145,109 @@ class ProviderManager:
 
     def _disable(self, record: ProviderRecord, why: str) -> None:
         if record.state is ProviderState.ACTIVE:
-            dispatch.STATE.blocked[record.name] = f"provider {record.name!r} is {why}"
+            dispatch.STATE.blocked[record.name] = f"provider {record.name!r} is disabled: {why}"
             record.state, record.reason = ProviderState.DISABLED, why
         elif not record.imported:
             self._settle(record, ProviderState.DISABLED, why)
 
     def _activate(self, record: ProviderRecord) -> None:
-        """Import the provider and run its hooks, inside one guard; commit only on full success."""
+        """Import the provider and run its hooks, inside one guard; commit only on full success.
+
+        The guard (:mod:`ircore._ownership`) rejects a provider that tried to change anything
+        but its own registrations, and undoes what it changed, whatever else happened.
+        """
         record.imported = True
+        with _ownership.provider_code(record.name) as run:
+            outcome = self._run_hooks(record, run)
+        refused = run.verdict()
+        if refused:
+            run.undo()
+            self._settle(record, ProviderState.INVALID, refused)
+            return
+        if isinstance(outcome[0], ProviderState):  # failed, invalid or unavailable, with a reason
+            self._settle(record, *outcome)
+            return
+        registrar, ranks = outcome
+        registrar.commit()
+        for op_name, rank in ranks.items():
+            dispatch.STATE.ranks.setdefault(op_name, {})[record.name] = rank
+        record.ops, record.ranks = registrar.op_names, dict(ranks)
+        self._active_reason[record.name] = self._implements(record)
+        self._settle(record, ProviderState.ACTIVE, self._active_reason[record.name])
+
+    def _implements(self, record: ProviderRecord) -> str:
+        """An active provider's reason: what it implements here, and what was removed since."""
+        text = f"implements {', '.join(record.ops) or 'nothing'} on {current_platform().describe()}"
+        return "; ".join([text, *(f"{op} {how}" for op, how in record.removed.items())])
+
+    def _run_hooks(
+        self, record: ProviderRecord, run: _ownership.ProviderRun
+    ) -> tuple[Registrar, dict[str, int]] | tuple[ProviderState, str]:
+        """Import and run the hooks: the filled registrar and the ranks, or a state and its reason."""
         try:
             module = importlib.import_module(record.module)
         except BaseException as exc:
             if not isinstance(exc, Exception):
                 raise
-            self._settle(record, ProviderState.FAILED, _describe(exc, f"importing {record.module}"))
-            return
+            return ProviderState.FAILED, _describe(exc, f"importing {record.module}")
         pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         pm.add_hookspecs(hookspecs)
         try:
             pm.register(module, name=record.name)
             pm.check_pending()
-        except pluggy.PluginValidationError as exc:
-            self._settle(record, ProviderState.INVALID, f"{record.module}: {exc}")
-            return
-        if not pm.hook.ircore_register.get_hookimpls():
-            self._settle(
-                record,
-                ProviderState.INVALID,
-                f"{record.module} implements no ircore_register hook (mark a function with @ircore.hookimpl)",
-            )
-            return
-        platform = self._platform or current_platform()
-        self._platform = platform
-        hook = "ircore_check_platform"
+        except pluggy.PluginValidationError as exc:  # pluggy's message spans lines: keep all of it
+            return ProviderState.INVALID, f"{record.module}: " + "; ".join(str(exc).split("\n"))
+        table = getattr(module, TABLE_ATTRIBUTE, None)
+        has_hook = bool(pm.hook.ircore_register.get_hookimpls())
+        problem = self._registration_problem(record.module, has_hook, table)
+        if problem:
+            return ProviderState.INVALID, problem
+        platform = current_platform()
         try:
+            run.during = "in ircore_check_platform"
             reason = pm.hook.ircore_check_platform(platform=platform)
             if reason is not None:
                 if not isinstance(reason, str):
-                    self._settle(
-                        record,
+                    return (
                         ProviderState.INVALID,
-                        f"{hook} returned {reason!r}; expected None or a reason string",
+                        f"ircore_check_platform returned {reason!r}; expected None or a reason string",
                     )
-                else:
-                    self._settle(record, ProviderState.UNAVAILABLE, reason)
-                return
-            hook = "ircore_register"
+                return ProviderState.UNAVAILABLE, reason
             registrar = Registrar(record.name)
-            pm.hook.ircore_register(registrar=registrar, platform=platform)
-            hook = "ircore_default_priority"
-            ranks = pm.hook.ircore_default_priority(platform=platform) or {}
+            if table is None:
+                run.during = "in ircore_register"
+                pm.hook.ircore_register(registrar=registrar, platform=platform)
+            else:
+                run.during = f"in {TABLE_ATTRIBUTE}"
+                registrar.register_table(table)
+            run.during = "in ircore_default_priority"
+            ranks = pm.hook.ircore_default_priority(platform=platform)
+            ranks_from = "ircore_default_priority"
+            if ranks is None:
+                ranks, ranks_from = registrar.ranks, "the ranks of its ImplSpec rows"
         except ImplRegistrationError as exc:
-            self._settle(record, ProviderState.INVALID, str(exc))
-            return
+            return ProviderState.INVALID, str(exc)
         except Exception as exc:
-            self._settle(record, ProviderState.FAILED, _describe(exc, f"in {hook}"))
-            return
+            return ProviderState.FAILED, _describe(exc, run.during)
         problem = self._rank_problem(ranks, registrar.op_names)
         if problem:
-            self._settle(record, ProviderState.INVALID, f"ircore_default_priority: {problem}")
-            return
-        registrar.commit()
-        for op_name, rank in ranks.items():
-            dispatch.STATE.ranks.setdefault(op_name, {})[record.name] = rank
-        record.ops, record.ranks = registrar.op_names, dict(ranks)
-        implemented = ", ".join(record.ops) if record.ops else "nothing"
-        self._active_reason[record.name] = f"implements {implemented} on {platform.describe()}"
-        self._settle(record, ProviderState.ACTIVE, self._active_reason[record.name])
+            return ProviderState.INVALID, f"{ranks_from}: {problem}"
+        return registrar, ranks
+
+    @staticmethod
+    def _registration_problem(module: str, has_hook: bool, table: object) -> str | None:
+        """A provider registers through exactly one of: the ``ircore_register`` hook, the table."""
+        if has_hook and table is not None:
+            return (
+                f"{module} has both an ircore_register hook and an {TABLE_ATTRIBUTE} table; "
+                "keep one (the hook may call registrar.register_table)"
+            )
+        if not has_hook and table is None:
+            return (
+                f"{module} implements no ircore_register hook and declares no {TABLE_ATTRIBUTE} table "
+                "(mark a function with @ircore.hookimpl, or declare {op: ircore.ImplSpec(...)})"
+            )
+        return None
 
     @staticmethod
     def _rank_problem(ranks: object, registered: tuple[str, ...]) -> str | None:
@@ -219,19 +260,51 @@ class ProviderManager:
                 return f"rank of {op_name!r} is {rank!r}; expected an int (lower runs first)"
         return None
 
+    def problems(self) -> list[ProviderRecord]:
+        """Providers that strict mode refuses and ``ircore doctor`` reports as problems.
+
+        Broken ones (:data:`BROKEN_STATES`), and unavailable ones the ``providers`` allowlist
+        names: a provider the user asked for by name that cannot run here. Other unavailable
+        providers are normal (a GPU provider on a CPU machine).
+        """
+        settings = self.settings
+        return [
+            r
+            for r in self.records.values()
+            if r.state in BROKEN_STATES
+            or (r.state is ProviderState.UNAVAILABLE and settings is not None and settings.named(r.name))
+        ]
+
     def _enforce_strict(self) -> None:
         if self.settings is None or not self.settings.strict:
             return
-        bad = [
-            r for r in self.records.values() if r.state not in (ProviderState.ACTIVE, ProviderState.DISABLED)
-        ]
+        bad = self.problems()
         if bad:
             lines = "\n".join(
                 f"  {r.name} ({r.distribution} {r.version}): {r.state}: {r.reason}" for r in bad
             )
             raise ProviderLoadError(
-                f"strict mode ({self.settings.strict_from}): {len(bad)} provider(s) not active:\n{lines}"
+                f"strict mode ({self.settings.strict_from}): {len(bad)} provider(s) broken, or named "
+                f"in the configuration and unavailable:\n{lines}"
             )
+
+    def reload(self) -> None:
+        """Forget every provider and what it registered; the next use loads them all again.
+
+        For :func:`ircore.testing.simulated_platform`: the platform checks, registrations and
+        ranks are then decided again against the platform in effect.
+        """
+        with self._lock:
+            for name in self.records:
+                for op in all_ops().values():
+                    op.impls.pop(name, None)
+                for ranks in dispatch.STATE.ranks.values():
+                    ranks.pop(name, None)
+                dispatch.STATE.blocked.pop(name, None)
+            self.records.clear()
+            self._active_reason.clear()
+            self._current = False
+        dispatch.bump_generation()
 
     # ------------------------------------------------------------------ introspection
     def status_of(self, name: str) -> str | None:
@@ -240,6 +313,16 @@ class ProviderManager:
             return None
         return f"provider {name!r} is {record.state}: {record.reason}"
 
+    def note_removed(self, op_name: str, provider: str, how: str) -> None:
+        """An implementation of ``provider`` was removed after it registered: its record says so."""
+        record = self.records.get(provider)
+        if record is None or op_name not in record.ops:
+            return
+        record.ops = tuple(o for o in record.ops if o != op_name)
+        record.removed[op_name] = how
+        self._active_reason[provider] = self._implements(record)
+        if record.state is ProviderState.ACTIVE:
+            record.reason = self._active_reason[provider]
 
 
 MANAGER = ProviderManager()

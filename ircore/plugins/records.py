@@ -20,8 +20,11 @@ class ProviderState(str, Enum):
         return self.value
 
 
-# States that are a fault of the provider or its packaging (``ircore doctor`` exits 1 on these).
-BROKEN_STATES = frozenset({ProviderState.FAILED, ProviderState.INVALID, ProviderState.CONFLICT})
+# States that are a fault of the provider or its packaging: strict mode refuses them and
+# ``ircore doctor`` exits 1 on them (``unavailable`` only where the configuration names it).
+BROKEN_STATES = frozenset(
+    {ProviderState.FAILED, ProviderState.INVALID, ProviderState.CONFLICT, ProviderState.INCOMPATIBLE}
+)
 
 
 @dataclass
@@ -37,6 +40,8 @@ class ProviderRecord:
     ops: tuple[str, ...] = ()
     imported: bool = False
     ranks: dict[str, int] = field(default_factory=dict)
+    # op -> how its implementation was removed after registration (``IrOp.unregister_impl``)
+    removed: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -6,11 +6,13 @@ rejected leaves no trace of its first.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from ircore import _ownership
 from ircore.errors import ImplRegistrationError
 from ircore.op import Impl, IrOp, all_ops
+from ircore.plugins.table import TABLE_ATTRIBUTE, ImplSpec, resolve
 
 
 class Registrar:
@@ -19,6 +21,8 @@ class Registrar:
     def __init__(self, provider: str) -> None:
         self.provider = provider
         self._pending: list[tuple[IrOp, Impl]] = []
+        #: ranks suggested by table rows (see :meth:`register_table`)
+        self.ranks: dict[str, int] = {}
 
     def register(
         self,
@@ -43,14 +47,43 @@ class Registrar:
         )
         self._pending.append((target, impl))
 
+    def register_table(self, table: Mapping[str, ImplSpec]) -> None:
+        """Register every row of a declarative table ``{op: ImplSpec}`` (see ircore.plugins.table)."""
+        if not isinstance(table, Mapping):
+            raise ImplRegistrationError(
+                f"provider {self.provider!r}: {TABLE_ATTRIBUTE} is a {type(table).__name__}; "
+                "expected a dict of op name -> ircore.ImplSpec"
+            )
+        for op, spec in table.items():
+            if not isinstance(spec, ImplSpec):
+                raise ImplRegistrationError(
+                    f"provider {self.provider!r}: {TABLE_ATTRIBUTE}[{op!r}] is {spec!r}; "
+                    "expected an ircore.ImplSpec"
+                )
+            self.register(
+                op,
+                resolve(spec.fn, self.provider, op, "fn"),
+                resolve(spec.supports_args, self.provider, op, "supports_args"),
+                spec.inplace,
+                cache_by_signature=spec.cache_by_signature,
+            )
+            if spec.rank is not None:
+                self.ranks[op] = spec.rank
+
+    @property
+    def impls(self) -> tuple[Impl, ...]:
+        """What was offered so far, validated, in order; nothing reaches an op before commit."""
+        return tuple(impl for _, impl in self._pending)
+
     @property
     def op_names(self) -> tuple[str, ...]:
         return tuple(impl.op_name for _, impl in self._pending)
 
     def commit(self) -> None:
-        """Attach every validated implementation to its op."""
+        """Attach every validated implementation to its op (ircore does, after the hooks return)."""
         from ircore import dispatch
 
+        _ownership.refuse_inside_provider(f"Registrar({self.provider!r}).commit()")
         for op, impl in self._pending:
             op.impls[impl.provider] = impl
         dispatch.bump_generation()

@@ -2,9 +2,31 @@
 
 ``assert_close_to_reference(op, out, args)`` checks one output; ``check_provider(name, device=...)``
 is the conformance kit: every implementation of a provider, on every sample input it accepts.
+``iter_cases``/``run_case`` expose the kit one case at a time (``ircore verify`` and the pytest
+plugin, ``pytest --ircore-provider NAME``, are built on them); ``simulated_platform(kind=...)``
+runs providers as if on another platform (stand-in tests).
 """
 
-from ircore.testing._compare import assert_close_to_reference
-from ircore.testing._conformance import ConformanceReport, check_provider
+from ircore.testing._compare import Comparison, assert_close_to_reference, compare_to_reference
+from ircore.testing._conformance import (
+    Case,
+    CaseResult,
+    ConformanceReport,
+    check_provider,
+    iter_cases,
+    run_case,
+)
+from ircore.testing._platform import simulated_platform
 
-__all__ = ["ConformanceReport", "assert_close_to_reference", "check_provider"]
+__all__ = [
+    "Case",
+    "CaseResult",
+    "Comparison",
+    "ConformanceReport",
+    "assert_close_to_reference",
+    "check_provider",
+    "compare_to_reference",
+    "iter_cases",
+    "run_case",
+    "simulated_platform",
+]

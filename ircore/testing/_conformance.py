@@ -2,23 +2,97 @@
 
 ``check_provider("vllm_c", device="cuda")`` runs each of the provider's implementations on the
 op's sample inputs (odd sizes, ``weight=None``, ``variance_size``, non-contiguous rows, every
-dtype), wherever its ``supports_args`` accepts them, and checks: the result is within the op's
-tolerance of the fp64 reference; a functional call leaves every input unchanged; an in-place
-implementation writes its outputs into the op's ``inplace_args`` and returns them.
+dtype), wherever its ``supports_args`` accepts them, and checks: ``supports_args`` returns a plain
+bool and does not raise; dispatch picks the provider; the result is within the op's tolerance
+of the fp64 reference; a functional call leaves every input unchanged; an in-place
+implementation writes its outputs into the op's ``inplace_args`` and returns them; and (in
+:func:`check_provider`, once per op) that a call needing grad runs native and is
+differentiable (ircore's rule, whatever the provider).
+
+One :class:`Case` is one implementation on one sample (device, dtype, seed, sample). The same
+case runner serves :func:`check_provider` (first failure raises), ``ircore verify`` (a table of
+every case) and the pytest plugin (one test item per case).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import unittest
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from ircore import dispatch
-from ircore.op import Impl, IrOp, all_ops
-from ircore.testing._compare import assert_close_to_reference
+from ircore.op import Impl, IrOp, all_ops, get_op
+from ircore.testing._compare import compare_to_reference
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+PASSED, FAILED, DECLINED = "passed", "failed", "declined"
+
+
+def present_devices() -> list[str]:
+    """``cpu`` and, on a GPU machine, its device type (``cuda`` for NVIDIA and ROCm, ``xpu``)."""
+    from ircore.platform import current_platform
+
+    plat = current_platform()
+    return ["cpu", plat.device_type] if plat.is_gpu else ["cpu"]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One implementation on one sample input: enough to regenerate the sample and run it."""
+
+    provider: str
+    op: str
+    device: str
+    dtype: torch.dtype
+    seed: int
+    index: int  # position in op.sample_inputs(dtype, device, seed)
+    label: str
+
+    def __str__(self) -> str:
+        where = f"{self.device} {dtype_name(self.dtype)} seed={self.seed}"
+        return f"{self.provider}.{self.op} [{self.label}] {where}"
+
+    @property
+    def test_id(self) -> str:
+        """A short test name: ``rms_norm[cpu-float32-seed0-5x256 variance_size=96]``."""
+        return f"{self.op}[{self.device}-{dtype_name(self.dtype)}-seed{self.seed}-{self.label}]"
+
+    def args(self) -> tuple[Any, ...]:
+        """The sample's arguments, generated again (samples are deterministic per seed)."""
+        op = get_op(self.op)
+        assert op.sample_inputs is not None
+        for i, sample in enumerate(op.sample_inputs(self.dtype, self.device, self.seed)):
+            if i == self.index:
+                return sample.args
+        raise LookupError(f"{self}: op {self.op!r} no longer yields sample {self.index}")
+
+    def check(self) -> CaseResult:
+        """Run the case as a test: raise ``AssertionError`` naming it if it fails; skip (with
+        ``unittest.SkipTest``, which pytest reports as a skip) if ``supports_args`` declines it."""
+        result = run_case(self)
+        if result.status == FAILED:
+            raise AssertionError(result.message)
+        if result.status == DECLINED:
+            raise unittest.SkipTest(result.message)
+        return result
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """What became of a case: passed, failed or declined (by ``supports_args``), and why."""
+
+    case: Case
+    status: str
+    message: str = ""
+    # the largest |out - ref| / (atol + rtol*|ref|) seen; None when nothing was compared
+    worst: float | None = None
 
 
 @dataclass
@@ -31,14 +105,30 @@ class ConformanceReport:
 
     def __str__(self) -> str:
         parts = [
-            f"{op}: {n} checked, {len(self.declined.get(op, []))} declined"
-            for op, n in self.checked.items()
+            f"{op}: {n} checked, {len(self.declined.get(op, []))} declined" for op, n in self.checked.items()
         ]
         return f"provider {self.provider!r}: " + "; ".join(parts)
 
 
-def _clone_args(args: tuple) -> tuple:
-    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+def iter_cases(
+    provider: str,
+    *,
+    devices: Sequence[str] = ("cpu",),
+    dtypes: Sequence[torch.dtype] = DTYPES,
+    seeds: Iterable[int] = (0, 1),
+    ops: Sequence[str] | None = None,
+) -> Iterator[tuple[Case, tuple[Any, ...]]]:
+    """Every case of ``provider``'s registered implementations, with its sample's arguments."""
+    dispatch.ensure_loaded()
+    seeds = tuple(seeds)
+    for name, op in sorted(all_ops().items()):
+        if provider not in op.impls or (ops is not None and name not in ops) or op.sample_inputs is None:
+            continue
+        for device in devices:
+            for dtype in dtypes:
+                for seed in seeds:
+                    for index, sample in enumerate(op.sample_inputs(dtype, device, seed)):
+                        yield Case(provider, name, device, dtype, seed, index, sample.label), sample.args
 
 
 def _same_layout_clone(t: torch.Tensor) -> torch.Tensor:
@@ -46,17 +136,94 @@ def _same_layout_clone(t: torch.Tensor) -> torch.Tensor:
     return out.copy_(t)
 
 
-def _check_inplace(op: IrOp, impl: Impl, args: tuple, where: str) -> None:
-    work = tuple(_same_layout_clone(a) if isinstance(a, torch.Tensor) else a for a in args)
+def _clone_args(args: tuple) -> tuple:
+    return tuple(_same_layout_clone(a) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _predicate_problem(impl: Impl, args: tuple) -> tuple[bool, str | None]:
+    """``supports_args``' verdict, or why the predicate itself is at fault."""
+    if impl.supports_args is None:
+        return True, None
+    try:
+        verdict = impl.supports_args(*args)
+    except Exception as exc:
+        return False, f"supports_args raised {type(exc).__name__}: {exc} (it must return True or False)"
+    if type(verdict) is not bool:
+        kind = type(verdict)
+        kind_name = (
+            kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        )
+        return False, (
+            f"supports_args returned {verdict!r} of type {kind_name}; it must return a plain bool "
+            "(wrap the expression in bool(...))"
+        )
+    return verdict, None
+
+
+def _inplace_problem(op: IrOp, impl: Impl, args: tuple, where: str) -> tuple[float, str | None]:
+    work = _clone_args(args)
     returned = impl.fn(*work)
     outs = returned if isinstance(returned, tuple) else (returned,)
-    assert_close_to_reference(op, returned, args, label=where + " (in place)")
+    comparison = compare_to_reference(op, returned, args, where=where + " (in place)")
+    if comparison.problem is not None:
+        return comparison.worst, comparison.problem
     for name, out in zip(op.inplace_args, outs):
         target = work[op.param_names.index(name)]
-        assert out.data_ptr() == target.data_ptr() or torch.equal(out, target), (
-            f"{where}: in-place implementation returned a tensor that is not its argument {name!r} "
-            "and does not hold the same values"
+        if not (out.data_ptr() == target.data_ptr() or torch.equal(out, target)):
+            return comparison.worst, (
+                f"{where}: in-place implementation returned a tensor that is not its argument {name!r} "
+                "and does not hold the same values"
+            )
+    return comparison.worst, None
+
+
+def run_case(case: Case, args: tuple[Any, ...] | None = None) -> CaseResult:
+    """Run one case through dispatch (priority forced to its provider) and judge the result."""
+    op = get_op(case.op)
+    impl = op.impls.get(case.provider)
+    where = str(case)
+    if impl is None:
+        return CaseResult(
+            case, FAILED, f"{where}: provider {case.provider!r} has no implementation of {op.name}"
         )
+    args = case.args() if args is None else args
+    accepted, problem = _predicate_problem(impl, args)
+    if problem is not None:
+        return CaseResult(case, FAILED, f"{where}: {problem}")
+    if not accepted:
+        return CaseResult(case, DECLINED, f"{where}: supports_args declined it")
+    before = _clone_args(args)
+    try:
+        with dispatch.priority(**{op.name: [case.provider]}):
+            chosen = op.explain(*args).chosen
+            if chosen != case.provider:
+                return CaseResult(case, FAILED, f"{where}: dispatch chose {chosen}, not {case.provider}")
+            out = op(*args)
+        for i, (a, b) in enumerate(zip(args, before)):
+            if isinstance(a, torch.Tensor) and not torch.equal(a, b):
+                return CaseResult(
+                    case, FAILED, f"{where}: the functional call changed argument {op.param_names[i]!r}"
+                )
+        comparison = compare_to_reference(op, out, args, where=where)
+        worst, problem = comparison.worst, comparison.problem
+        if problem is None and impl.inplace:
+            inplace_worst, problem = _inplace_problem(op, impl, args, where)
+            worst = max(worst, inplace_worst)
+    except Exception as exc:
+        return CaseResult(case, FAILED, f"{where}: raised {type(exc).__name__}: {exc}")
+    return CaseResult(case, FAILED if problem else PASSED, problem or "", worst)
+
+
+def _check_differentiable_call(op: IrOp, provider: str, args: tuple, where: str) -> None:
+    """With ``provider`` first and x requiring grad (grad mode on), native runs: gradients flow."""
+    leaf = args[0].detach().clone().requires_grad_()
+    call_args = (leaf, *args[1:])
+    with dispatch.priority(**{op.name: [provider]}), torch.enable_grad():
+        chosen = op.explain(*call_args).chosen
+        assert chosen == "native", f"{where}: a call that needs grad chose {chosen}, not native"
+        out = op(*call_args)
+        (out[0] if isinstance(out, tuple) else out).float().sum().backward()
+    assert leaf.grad is not None and bool(torch.isfinite(leaf.grad).all()), f"{where}: no gradient"
 
 
 def check_provider(
@@ -68,33 +235,16 @@ def check_provider(
     ops: Sequence[str] | None = None,
 ) -> ConformanceReport:
     """Check every implementation ``provider`` registered; raise ``AssertionError`` on the first miss."""
-    dispatch.ensure_loaded()
     report = ConformanceReport(provider)
-    for name, op in sorted(all_ops().items()):
-        impl = op.impls.get(provider)
-        if impl is None or (ops is not None and name not in ops) or op.sample_inputs is None:
+    for case, args in iter_cases(provider, devices=(device,), dtypes=dtypes, seeds=seeds, ops=ops):
+        report.checked.setdefault(case.op, 0)
+        result = run_case(case, args)
+        if result.status == FAILED:
+            raise AssertionError(result.message)
+        if result.status == DECLINED:
+            report.declined.setdefault(case.op, []).append(str(case))
             continue
-        report.checked[name] = 0
-        for dtype in dtypes:
-            for seed in seeds:
-                for sample in op.sample_inputs(dtype, device, seed):
-                    args = sample.args
-                    where = f"{provider}.{name} [{sample.label}] {dtype} seed={seed}"
-                    if impl.supports_args is not None and not impl.supports_args(*args):
-                        report.declined.setdefault(name, []).append(where)
-                        continue
-                    before = _clone_args(args)
-                    with dispatch.priority(**{name: [provider]}):
-                        chosen = op.explain(*args).chosen
-                        assert chosen == provider, f"{where}: dispatch chose {chosen}, not {provider}"
-                        out = op(*args)
-                    for i, (a, b) in enumerate(zip(args, before)):
-                        if isinstance(a, torch.Tensor):
-                            assert torch.equal(a, b), (
-                                f"{where}: the functional call changed argument {op.param_names[i]!r}"
-                            )
-                    assert_close_to_reference(op, out, args, label=where)
-                    if impl.inplace:
-                        _check_inplace(op, impl, args, where)
-                    report.checked[name] += 1
+        if not report.checked[case.op] and args[0].numel():
+            _check_differentiable_call(get_op(case.op), provider, args, str(case))
+        report.checked[case.op] += 1
     return report

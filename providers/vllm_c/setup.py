@@ -7,7 +7,8 @@ environment with torch, ``_C.so`` (CPU) and, where torch is a CUDA build and a t
 GPU architectures, and the loader uses the build only when all three match at run time. A failed
 AOT build is a warning, never an install failure.
 
-Environment: ``IRCORE_VLLM_C_NO_AOT=1`` skips the build; ``IRCORE_VLLM_C_NO_CUDA=1`` skips the
+Environment: ``IRCORE_VLLM_C_NO_AOT=1`` (or ``IRCORE_NO_BUILD=1``, which release builds set for
+every project) skips the build; ``IRCORE_VLLM_C_NO_CUDA=1`` skips the
 CUDA part; ``IRCORE_VLLM_C_CUDA_ARCH`` (or ``TORCH_CUDA_ARCH_LIST``) like ``"9.0"`` picks the GPU
 architectures (default: the visible GPUs', else 9.0).
 """
@@ -52,7 +53,7 @@ def _cuda_archs(torch) -> list[str]:
 
 
 def _aot() -> dict:
-    if os.environ.get("IRCORE_VLLM_C_NO_AOT"):
+    if os.environ.get("IRCORE_VLLM_C_NO_AOT") or os.environ.get("IRCORE_NO_BUILD"):
         return {}
     try:
         import torch

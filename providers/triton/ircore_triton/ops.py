@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import torch
 
+from ircore.plugins.vendor import register_device_kernel
+
 from . import kernels
 
 __all__ = ["NAMESPACE", "lib"]
 
 NAMESPACE = "ircore_triton"
-_DISPATCH_KEYS = ("CUDA", "XPU", "CPU")
+_DEVICE_TYPES = ("cuda", "xpu", "cpu")
 
 _SCHEMAS = {
     "rms_norm": ("rms_norm(Tensor x, Tensor? weight, float epsilon, int? variance_size=None) -> Tensor"),
@@ -135,6 +137,6 @@ if not _already_defined():  # e.g. a second copy of this module (reload): keep t
     lib = torch.library.Library(NAMESPACE, "DEF")
     for _name, _schema in _SCHEMAS.items():
         lib.define(_schema)
-        for _key in _DISPATCH_KEYS:
-            lib.impl(_name, _IMPLS[_name], _key)
+        for _device in _DEVICE_TYPES:  # "xpu" registers on every torch build, used only on XPU
+            register_device_kernel(lib, _name, _IMPLS[_name], _device)
         torch.library.register_fake(f"{NAMESPACE}::{_name}", _FAKES[_name], lib=lib)

@@ -1,22 +1,44 @@
-"""The pluggy hook module named by this distribution's ``ircore.providers`` entry point.
+"""The module named by this distribution's ``ircore.providers`` entry point.
 
-Importing it stays light: triton and the kernels load inside :func:`ircore_register`, so a
-machine without a GPU or without triton sees the provider ``unavailable`` with a reason instead
-of an import failure.
+Importing it stays light: triton and the kernels load only when ircore registers the
+implementations declared in :data:`IRCORE_IMPLEMENTATIONS` (after :func:`ircore_check_platform`
+passed), so a machine without a GPU or without triton sees the provider ``unavailable`` with a
+reason instead of an import failure.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import os
+from typing import TYPE_CHECKING
 
-from ircore import hookimpl
+import ircore
 
 if TYPE_CHECKING:
     from ircore.platform import Platform
 
 _GPU_KINDS = ("cuda", "rocm", "xpu")
-_OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
 _MIN_TRITON = (3, 4)  # the range declared in the "triton" extra; tested on 3.6
+OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
+
+# Rank 20 everywhere: behind vllm_c (rank 10) on NVIDIA GPUs and CPUs, first elsewhere.
+# H200, 2026-12-02 run 3 (benchmarks/RESULTS.md section 3; bf16+fp16, 24 shapes per op), vllm_c's
+# time over triton's, geometric mean. Eager calls (do_bench, launch included): 0.81 rms_norm,
+# 0.81 fused_add_rms_norm, 0.49 silu_and_mul -- Triton's Python launch costs 5-27 us. Kernel time
+# (CUDA-graph replay): 0.99-1.01 at T >= 1024; at T <= 128 triton is 0.1-0.3 us faster (1.08,
+# 1.10, 1.02). vllm_c's norms were 1.17-1.66x slower before its kernels kept two to four loads in
+# flight per thread; run 2 put triton first for the norms on that measurement.
+DEFAULT_RANK = 20
+
+# fused_add_rms_norm works in place (the core clones if needed). cache_by_signature: the
+# predicates read only devices, dtypes and last-dimension layout (see impls.py), facts of the
+# call signature, so ircore may ask once per signature.
+IRCORE_IMPLEMENTATIONS = ircore.impl_table(
+    "ircore_triton.impls", OPS, inplace=("fused_add_rms_norm",), cache_by_signature=True, rank=DEFAULT_RANK
+)
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -27,10 +49,14 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-@hookimpl
+@ircore.hookimpl
 def ircore_check_platform(platform: Platform) -> str | None:
-    """None where triton imports and the platform is a CUDA, ROCm or XPU GPU, else why not."""
-    if platform.kind not in _GPU_KINDS:
+    """None where triton imports and the platform is a CUDA, ROCm or XPU GPU, else why not.
+
+    Under Triton's CPU interpreter (``TRITON_INTERPRET=1``, for tests: ``ircore verify`` and the
+    conformance tests on a machine without a GPU) the CPU counts as a Triton device.
+    """
+    if platform.kind not in _GPU_KINDS and not _interpreting():
         return f"no GPU: Triton kernels need a CUDA, ROCm or XPU device; found {platform.describe()}"
     try:
         import triton
@@ -40,39 +66,3 @@ def ircore_check_platform(platform: Platform) -> str | None:
     if _version_tuple(version) < _MIN_TRITON:
         return f"needs triton>={'.'.join(map(str, _MIN_TRITON))}; found triton {version}"
     return None
-
-
-@hookimpl
-def ircore_register(registrar: Any, platform: Platform) -> None:
-    """Register the three ops; fused_add_rms_norm works in place (the core clones if needed)."""
-    from . import impls
-
-    # cache_by_signature: the predicates read only devices, dtypes and last-dimension layout (see
-    # impls.py), facts of the call signature, so ircore may ask once per signature.
-    registrar.register(
-        "rms_norm", impls.rms_norm, supports_args=impls.rms_norm_supports, cache_by_signature=True
-    )
-    registrar.register(
-        "fused_add_rms_norm",
-        impls.fused_add_rms_norm,
-        supports_args=impls.fused_add_rms_norm_supports,
-        inplace=True,
-        cache_by_signature=True,
-    )
-    registrar.register(
-        "silu_and_mul", impls.silu_and_mul, supports_args=impls.silu_and_mul_supports, cache_by_signature=True
-    )
-
-
-@hookimpl
-def ircore_default_priority(platform: Platform) -> dict[str, int] | None:
-    """Rank 20 everywhere: behind vllm_c (rank 10) on NVIDIA GPUs and CPUs, first elsewhere.
-
-    H200, 2026-12-02 run 3 (benchmarks/RESULTS.md section 3; bf16+fp16, 24 shapes per op), vllm_c's
-    time over triton's, geometric mean. Eager calls (do_bench, launch included): 0.81 rms_norm,
-    0.81 fused_add_rms_norm, 0.49 silu_and_mul -- Triton's Python launch costs 5-27 us. Kernel time
-    (CUDA-graph replay): 0.99-1.01 at T >= 1024; at T <= 128 triton is 0.1-0.3 us faster (1.08,
-    1.10, 1.02). vllm_c's norms were 1.17-1.66x slower before its kernels kept two to four loads in
-    flight per thread; run 2 put triton first for the norms on that measurement.
-    """
-    return dict.fromkeys(_OPS, 20)

@@ -1,64 +1,38 @@
-"""Against the core's own op declarations (when ``ircore`` is importable): registration is
-accepted, and every sample the predicate accepts matches the op's reference within its
-tolerance. This is what the core's conformance kit checks, run here before that kit exists.
+"""Against the core's own op declarations: the provider's table is accepted by the core's
+registrar, and the core's conformance kit passes on the provider's own functions under the
+Triton interpreter (every sample the predicate accepts matches the op's fp64 reference within its
+tolerance, and more).
 """
 
 import pytest
-import torch
 from conftest import GPU
-from ircore_triton import impls
+from ircore_triton.provider import IRCORE_IMPLEMENTATIONS
 
-ircore = pytest.importorskip("ircore", reason="the ircore core package is not importable")
-if not hasattr(ircore, "get_op"):
-    pytest.skip("this ircore has no get_op", allow_module_level=True)
+import ircore
+from ircore.plugins.registrar import Registrar
 
 DEVICE = GPU or "cpu"
-IMPLS = {
-    "rms_norm": (impls.rms_norm, impls.rms_norm_supports, False),
-    "fused_add_rms_norm": (impls.fused_add_rms_norm, impls.fused_add_rms_norm_supports, True),
-    "silu_and_mul": (impls.silu_and_mul, impls.silu_and_mul_supports, False),
-}
 
 
-@pytest.mark.parametrize("name", sorted(IMPLS))
-def test_core_accepts_registration(name: str) -> None:
-    fn, pred, inplace = IMPLS[name]
-    ircore.get_op(name).validate_impl("triton", fn, pred, inplace)
+def _registered() -> dict:
+    registrar = Registrar("triton")
+    registrar.register_table(IRCORE_IMPLEMENTATIONS)  # validates every row as ircore does
+    return {impl.op_name: (impl.fn, impl.supports_args, impl.inplace) for impl in registrar.impls}
 
 
-def _clone(args: tuple) -> tuple:
-    return tuple(
-        torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
-        if isinstance(a, torch.Tensor)
-        else a
-        for a in args
-    )
+IMPLS = _registered()
 
 
-def _check(name: str, got, expected, dtype: torch.dtype) -> None:
-    tol = ircore.get_op(name).tolerances.get(dtype)
-    atol, rtol = (tol.atol, tol.rtol) if tol is not None else (0.0, 0.0)
-    got = got if isinstance(got, tuple) else (got,)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    for g, e in zip(got, expected, strict=True):
-        assert g.shape == e.shape and g.dtype == e.dtype
-        torch.testing.assert_close(g.double(), e.double(), atol=atol, rtol=rtol)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("name", sorted(IMPLS))
-def test_core_samples(name: str, dtype: torch.dtype) -> None:
-    op = ircore.get_op(name)
-    if op.sample_inputs is None:
-        pytest.skip(f"{name} declares no sample inputs")
-    fn, pred, _ = IMPLS[name]
-    ran = 0
-    for sample in op.sample_inputs(dtype, DEVICE):
-        args = sample.args
-        if not pred(*args):
-            continue
-        expected = op.native(*_clone(args))
-        got = fn(*_clone(args))
-        _check(name, got, expected, dtype)
-        ran += 1
-    assert ran > 0
+def test_conformance_kit() -> None:
+    """The core's conformance kit on these functions (samples against the fp64 reference, inputs
+    left unchanged, the in-place contract, calls needing grad running native). Registered under
+    a test name: ``triton`` itself is an installed provider's name, and unavailable without a GPU."""
+    testing = pytest.importorskip("ircore.testing")
+    for name, (fn, pred, inplace) in IMPLS.items():
+        ircore.get_op(name).register_impl("triton_under_test", fn, pred, inplace)
+    try:
+        report = testing.check_provider("triton_under_test", device=DEVICE, seeds=(0,))
+    finally:
+        for name in IMPLS:
+            ircore.get_op(name).unregister_impl("triton_under_test")
+    assert set(report.checked) == set(IMPLS) and all(n > 0 for n in report.checked.values()), str(report)

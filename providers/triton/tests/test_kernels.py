@@ -8,7 +8,7 @@ chunked (wide-row) paths.
 
 import pytest
 import torch
-from _ref import assert_close, assert_residual, rms_norm_ref, silu_and_mul_ref
+from _ref import assert_close, assert_residual, beyond_fp32_rows, rms_norm_ref, silu_and_mul_ref
 from conftest import GPU
 from ircore_triton import impls, kernels
 
@@ -131,6 +131,20 @@ def test_norm_configs(config: kernels.NormConfig, dtype: torch.dtype) -> None:
     kernels.fused_add_rms_norm_(x, r, None, EPS, 200, config=config)
     assert_residual(r, expected_res)
     assert_close(x, rms_norm_ref(expected_res, None, EPS, 200), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("config", [None, CONFIGS[2]], ids=["one pass", "chunked"])
+def test_values_whose_squares_leave_fp32(config: kernels.NormConfig | None, dtype: torch.dtype) -> None:
+    """The core's semantics: a row whose fp32 sum of squares overflows comes out 0 (NaN at inf)."""
+    x = beyond_fp32_rows(300, dtype, DEVICE)
+    w = _weight(300, dtype)
+    fused = x.clone()
+    kernels.fused_add_rms_norm_(fused, torch.zeros_like(x), w, EPS, None, config=config)
+    for out in (kernels.rms_norm(x, w, EPS, None, config=config), fused):
+        assert_close(out, rms_norm_ref(x, w, EPS), dtype)
+        assert (out[:2] == 0).all() and out[2:4].abs().min() > 0
+        assert out[4, 150].isnan() and (out[4] == 0).sum() == 299
 
 
 def test_empty_rows() -> None:

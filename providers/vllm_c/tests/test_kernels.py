@@ -140,6 +140,26 @@ def test_rms_norm_extreme_values(target):
     _ref.assert_close(ops.rms_norm(xh, None, 1e-6, None), _ref.rms_norm(xh, None, 1e-6), torch.float16)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("hidden", [8, 64, 1000, 4097])
+def test_values_whose_squares_leave_fp32(target, hidden, dtype):
+    """The core's semantics: a row whose fp32 sum of squares overflows comes out 0 (NaN at inf)."""
+    x = _ref.beyond_fp32_rows(hidden, dtype, target)
+    w = _weight(hidden, dtype, target)
+    for out, residual in (
+        (ops.rms_norm(x, w, 1e-6, None), x),
+        _fused_in_place(x.clone(), torch.zeros_like(x), w),
+    ):
+        _ref.assert_close(out, _ref.rms_norm(residual, w, 1e-6), dtype)
+        assert (out[:2] == 0).all() and out[2:4].abs().min() > 0
+        assert out[4, hidden // 2].isnan() and (out[4] == 0).sum() == hidden - 1
+
+
+def _fused_in_place(x, r, w):
+    ops.fused_add_rms_norm(x, r, w, 1e-6, None)
+    return x, r
+
+
 # ------------------------------------------------------------------------- fused_add_rms_norm
 
 

@@ -18,6 +18,7 @@ if not hasattr(ircore, "hookimpl"):
 from ircore_vllm_c import provider  # noqa: E402
 
 from ircore.platform import Platform  # noqa: E402
+from ircore.plugins.registrar import Registrar  # noqa: E402
 
 CPU = Platform(kind="cpu", device_type="cpu", device_name="x86_64", capability=None, torch_version="2")
 ROCM = Platform(
@@ -31,45 +32,24 @@ ROCM = Platform(
 XPU = Platform(kind="xpu", device_type="xpu", device_name="Max 1550", capability=None, torch_version="2")
 
 
-class Recorder:
-    def __init__(self):
-        self.calls = []
-        self.cached = []  # every predicate reads signature facts only: all True
-
-    def register(self, op, fn, supports_args=None, inplace=False, *, cache_by_signature=False):
-        self.calls.append((op, fn, supports_args, inplace))
-        self.cached.append(cache_by_signature)
-
-
 def test_check_platform():
     assert provider.ircore_check_platform(CPU) is None
     assert provider.ircore_check_platform(ROCM) == "needs an NVIDIA GPU or a CPU; found ROCm gfx942 (MI300X)"
     assert "needs an NVIDIA GPU or a CPU; found XPU" in provider.ircore_check_platform(XPU)
 
 
-def test_register_and_priority():
-    rec = Recorder()
-    provider.ircore_register(rec, CPU)
-    assert rec.cached == [True, True, True]
-    assert rec.calls == [
-        ("rms_norm", impls.rms_norm, impls.rms_norm_supports, False),
-        ("fused_add_rms_norm", impls.fused_add_rms_norm, impls.fused_add_rms_norm_supports, True),
-        ("silu_and_mul", impls.silu_and_mul, impls.silu_and_mul_supports, False),
-    ]
-    assert provider.ircore_default_priority(CPU) == {
-        "rms_norm": 10,
-        "fused_add_rms_norm": 10,
-        "silu_and_mul": 10,
-    }
-    assert provider.ircore_default_priority(ROCM) is None
-
-
-@pytest.mark.skipif(not hasattr(ircore, "get_op"), reason="this ircore has no get_op")
-def test_core_accepts_the_implementations():
-    rec = Recorder()
-    provider.ircore_register(rec, CPU)
-    for op, fn, pred, inplace in rec.calls:
-        ircore.get_op(op).validate_impl("vllm_c", fn, pred, inplace)
+def test_table_registers_all_three_with_rank_10():
+    """The declarative table, read by the core's own registrar: functions, in place, cache, ranks."""
+    registrar = Registrar("vllm_c")
+    registrar.register_table(provider.IRCORE_IMPLEMENTATIONS)
+    got = {impl.op_name: impl for impl in registrar.impls}
+    assert list(got) == ["rms_norm", "fused_add_rms_norm", "silu_and_mul"]
+    for name, impl in got.items():
+        assert impl.fn is getattr(impls, name)
+        assert impl.supports_args is getattr(impls, f"{name}_supports")
+        assert impl.inplace == (name == "fused_add_rms_norm")
+        assert impl.cache_by_signature  # every predicate reads signature facts only
+    assert registrar.ranks == {"rms_norm": 10, "fused_add_rms_norm": 10, "silu_and_mul": 10}
 
 
 @pytest.mark.skipif(not hasattr(ircore, "get_op"), reason="this ircore has no get_op")
@@ -207,3 +187,4 @@ def test_conformance_kit(device):
     if not report.checked:
         pytest.skip("ircore-provider-vllm-c is not installed (no entry point), or not active here")
     assert all(n > 0 for n in report.checked.values()), str(report)
+

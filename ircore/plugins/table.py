@@ -1,0 +1,102 @@
+"""Declarative providers: a table of implementations that the registrar reads.
+
+A provider module may declare its implementations as data instead of writing an
+``ircore_register`` hook::
+
+    IRCORE_IMPLEMENTATIONS = {
+        "rms_norm": ircore.ImplSpec(
+            "ircore_myprov.impls:rms_norm",
+            supports_args="ircore_myprov.impls:rms_norm_supports",
+            cache_by_signature=True,
+            rank=10,
+        ),
+    }
+
+Functions may be given directly or as ``"module:attribute"`` strings, which are imported only
+when the provider is registered (after its platform check said yes), so the entry-point module
+stays cheap to import and never pulls in a kernel library on the wrong machine. A hook-based
+provider can hand the same kind of table to :meth:`Registrar.register_table`. When a module
+follows the naming convention ``<op>`` / ``<op>_supports``, :func:`impl_table` writes the rows.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ircore.errors import ImplRegistrationError
+
+__all__ = ["TABLE_ATTRIBUTE", "ImplSpec", "impl_table", "resolve"]
+
+#: The module attribute the core reads when a provider implements no ``ircore_register`` hook.
+TABLE_ATTRIBUTE = "IRCORE_IMPLEMENTATIONS"
+
+
+@dataclass(frozen=True)
+class ImplSpec:
+    """One row of a provider's table: what ``registrar.register(op, ...)`` would be given.
+
+    ``fn`` and ``supports_args`` are callables or ``"module:attribute"`` references resolved at
+    registration; ``rank`` is the provider's suggested rank for the op (lower runs first; the
+    ``ircore_default_priority`` hook, when the provider implements it, answers instead).
+    """
+
+    fn: Callable[..., Any] | str
+    supports_args: Callable[..., bool] | str | None = None
+    inplace: bool = False
+    cache_by_signature: bool = False
+    rank: int | None = None
+
+
+def impl_table(
+    module: str,
+    ops: Iterable[str],
+    *,
+    inplace: Collection[str] = (),
+    cache_by_signature: bool = False,
+    rank: int | Mapping[str, int] | None = None,
+) -> dict[str, ImplSpec]:
+    """Rows for ``ops`` implemented in ``module`` as ``<op>`` with the predicate ``<op>_supports``.
+
+    ``inplace`` names the ops whose function works in place; ``rank`` is one rank for every op
+    or a rank per op. A missing function or predicate is reported when the table is registered.
+    """
+    ops = tuple(ops)
+    ranks = rank if isinstance(rank, Mapping) else dict.fromkeys(ops, rank)
+    return {
+        op: ImplSpec(
+            f"{module}:{op}",
+            f"{module}:{op}_supports",
+            inplace=op in inplace,
+            cache_by_signature=cache_by_signature,
+            rank=ranks.get(op),
+        )
+        for op in ops
+    }
+
+
+def resolve(ref: Any, provider: str, op: str, field: str) -> Any:
+    """The object ``ref`` names (``"pkg.module:attr.sub"``), or ``ref`` itself if not a string.
+
+    A malformed reference or a missing attribute is the provider's registration error; an
+    exception raised while importing the module propagates (the provider is then ``failed``).
+    """
+    if not isinstance(ref, str):
+        return ref
+    module_name, sep, attribute = ref.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ImplRegistrationError(
+            f"provider {provider!r}, op {op!r}: {field} {ref!r} is not a 'module:attribute' reference"
+        )
+    target: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ImplRegistrationError(
+                f"provider {provider!r}, op {op!r}: {field} {ref!r} names nothing: "
+                f"{target!r} has no attribute {part!r}"
+            ) from None
+    return target

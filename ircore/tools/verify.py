@@ -1,0 +1,278 @@
+"""``ircore verify``: are the installed providers correct on this machine?
+
+Runs every active provider's implementations over each op's sample inputs on every device
+present, through dispatch with the priority forced to that provider, against the op's fp64
+reference (the conformance kit's case runner, :mod:`ircore.testing._conformance`). Prints a table
+of cases per provider, op and device (passed, failed, declined by ``supports_args``) with the
+worst error in units of the tolerance, then every failure by name. Exit 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ircore.cli import EXIT_OK, EXIT_PROBLEMS, _parse_dtype, _table
+from ircore.errors import IrcoreError
+from ircore.op import all_ops
+from ircore.plugins.manager import MANAGER
+from ircore.plugins.records import ProviderState
+from ircore.testing._conformance import (
+    DTYPES,
+    FAILED,
+    PASSED,
+    CaseResult,
+    dtype_name,
+    iter_cases,
+    present_devices,
+    run_case,
+)
+from ircore.tools.progress import Progress
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+@dataclass
+class Row:
+    """The cases of one provider's implementation of one op on one device."""
+
+    provider: str
+    op: str
+    device: str
+    passed: int = 0
+    failed: int = 0
+    declined: int = 0
+    worst: float | None = None  # largest error / tolerance over the cases compared
+
+    def add(self, result: CaseResult) -> None:
+        if result.status == PASSED:
+            self.passed += 1
+        elif result.status == FAILED:
+            self.failed += 1
+        else:
+            self.declined += 1
+        if result.worst is not None:
+            self.worst = result.worst if self.worst is None else max(self.worst, result.worst)
+
+
+@dataclass
+class VerifyReport:
+    """Every case's result, and the providers that were not verified (not active) with why."""
+
+    devices: list[str]
+    dtypes: list[str]
+    seeds: list[int]
+    results: list[CaseResult] = field(default_factory=list)
+    not_verified: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[CaseResult]:
+        return [r for r in self.results if r.status == FAILED]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def rows(self) -> list[Row]:
+        rows: dict[tuple[str, str, str], Row] = {}
+        for result in self.results:
+            c = result.case
+            rows.setdefault((c.provider, c.op, c.device), Row(c.provider, c.op, c.device)).add(result)
+        return list(rows.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "devices": self.devices,
+            "dtypes": self.dtypes,
+            "seeds": self.seeds,
+            "cases": len(self.results),
+            "rows": [{**r.__dict__, "worst": _finite(r.worst)} for r in self.rows()],
+            "failures": [
+                {
+                    "case": str(r.case),
+                    "provider": r.case.provider,
+                    "op": r.case.op,
+                    "device": r.case.device,
+                    "dtype": dtype_name(r.case.dtype),
+                    "seed": r.case.seed,
+                    "sample": r.case.label,
+                    "message": r.message,
+                    "worst": _finite(r.worst),
+                }
+                for r in self.failures
+            ],
+            "not_verified": self.not_verified,
+        }
+
+
+def verify(
+    providers: Sequence[str],
+    *,
+    ops: Sequence[str] | None = None,
+    devices: Sequence[str] | None = None,
+    dtypes: Sequence[torch.dtype] = DTYPES,
+    seeds: Sequence[int] = (0, 1),
+    progress: Callable[[int], Progress] | None = None,
+) -> VerifyReport:
+    """Run every case of the named providers' registered implementations; never raises on a miss."""
+    devices = list(devices or present_devices())
+    report = VerifyReport(devices, [dtype_name(d) for d in dtypes], list(seeds))
+    cases = [
+        case_args
+        for name in providers
+        for case_args in iter_cases(name, devices=devices, dtypes=dtypes, seeds=seeds, ops=ops)
+    ]
+    bar = progress(len(cases)) if progress is not None else None
+    try:
+        for case, args in cases:
+            if bar is not None:
+                bar.advance(f"{case.provider}.{case.op} {case.device} {dtype_name(case.dtype)}")
+            report.results.append(run_case(case, args))
+    finally:
+        if bar is not None:
+            bar.close()
+    return report
+
+
+def select_providers(requested: Sequence[str] | None) -> tuple[list[str], list[dict[str, str]]]:
+    """The active providers to verify (all, or those named), and the others with their state.
+
+    A named provider that is unknown or not active is a usage error naming its state and reason.
+    """
+    MANAGER.ensure_loaded()
+    records = MANAGER.records
+    for name in requested or ():
+        if name not in records:
+            raise IrcoreError(f"unknown provider {name!r}; installed providers: {sorted(records) or 'none'}")
+        record = records[name]
+        if record.state is not ProviderState.ACTIVE:
+            raise IrcoreError(
+                f"provider {name!r} is {record.state}: {record.reason}; nothing to verify "
+                "(`ircore list` shows every provider)"
+            )
+    names = sorted(requested or records)
+    active = [n for n in names if records[n].state is ProviderState.ACTIVE]
+    others = [
+        {"name": n, "state": records[n].state.value, "reason": records[n].reason}
+        for n in names
+        if records[n].state is not ProviderState.ACTIVE
+    ]
+    return active, others
+
+
+def _check_ops(names: Sequence[str] | None) -> None:
+    known = sorted(all_ops())
+    for name in names or ():
+        if name not in known:
+            raise IrcoreError(f"unknown op {name!r}; known ops: {known}")
+
+
+def _print_text(report: VerifyReport) -> None:
+    rows = report.rows()
+    if rows:
+        print(
+            _table(
+                [
+                    [
+                        r.provider,
+                        r.op,
+                        r.device,
+                        str(r.passed),
+                        str(r.failed),
+                        str(r.declined),
+                        "-" if r.worst is None else f"{r.worst:.2f}",
+                    ]
+                    for r in rows
+                ],
+                ["provider", "op", "device", "passed", "failed", "declined", "worst error/tolerance"],
+            )
+        )
+    for other in report.not_verified:
+        print(f"  not verified: {other['name']} is {other['state']}: {other['reason']}")
+    for failure in report.failures:
+        print(f"FAILED {failure.message}")
+    cases = len(report.results)
+    where = ", ".join(report.devices)
+    if not cases:
+        print(f"nothing to verify: no active provider implements the selected ops ({where})")
+    elif report.ok:
+        print(f"all {cases} cases passed on {where} (declined = not accepted by supports_args)")
+    else:
+        print(f"{len(report.failures)} of {cases} cases failed on {where}")
+
+
+def check_devices(devices: Sequence[str]) -> None:
+    """Each device must exist here: the error names it and what torch said."""
+    for device in devices:
+        try:
+            torch.empty(1, device=device)
+        except (RuntimeError, AssertionError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise IrcoreError(
+                f"--device {device!r} is not usable here ({first}); present: {present_devices()}"
+            ) from None
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    _check_ops(args.op)
+    if args.seeds < 1:
+        raise IrcoreError(f"--seeds {args.seeds}: expected at least 1")
+    devices = args.device or present_devices()
+    check_devices(devices)
+    providers, others = select_providers(args.provider)
+    dtypes = args.dtype or list(DTYPES)
+    report = verify(
+        providers,
+        ops=args.op,
+        devices=devices,
+        dtypes=dtypes,
+        seeds=range(args.seeds),
+        progress=lambda total: Progress(total, "verify", enabled=None if not args.json else False),
+    )
+    report.not_verified = others
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        _print_text(report)
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``ircore verify`` on the command's subparsers."""
+    p = sub.add_parser(
+        "verify",
+        help="check every active provider against the fp64 reference on this machine",
+        description=(
+            "Run every active provider's implementations over each op's sample inputs, on every "
+            "device present, against the op's fp64 reference within its tolerance. Exit 0 when "
+            "every case passes, 1 on any failure, 2 on bad usage or configuration."
+        ),
+    )
+    p.add_argument("--provider", action="extend", nargs="+", metavar="NAME", help="only these providers")
+    p.add_argument("--op", action="extend", nargs="+", metavar="OP", help="only these ops")
+    p.add_argument(
+        "--device",
+        action="extend",
+        nargs="+",
+        metavar="DEV",
+        help="only these devices (default: all present)",
+    )
+    p.add_argument(
+        "--dtype",
+        action="extend",
+        nargs="+",
+        type=_parse_dtype,
+        help="only these dtypes (default: all three)",
+    )
+    p.add_argument("--seeds", type=int, default=2, metavar="N", help="sample seeds per dtype (default 2)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (no progress bar)")
+    p.set_defaults(func=cmd_verify)

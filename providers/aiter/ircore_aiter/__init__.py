@@ -1,0 +1,8 @@
+"""ircore provider ``aiter``: AMD's AITER kernels (ROCm, Instinct CDNA3/CDNA4) for rms_norm,
+fused_add_rms_norm and silu_and_mul.
+
+Importing this package (or :mod:`ircore_aiter.provider`) never imports ``aiter``: that happens
+only in the platform check, on a ROCm platform with a supported GPU.
+"""
+
+__version__ = "0.1.0"

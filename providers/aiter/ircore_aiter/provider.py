@@ -1,0 +1,68 @@
+"""The module named by this distribution's ``ircore.providers`` entry point.
+
+Cheap to import and safe anywhere: ``aiter`` is imported only by :func:`ircore_check_platform`,
+and only on a ROCm platform with a GPU AITER supports (its import raises ``RuntimeError``, not
+``ImportError``, on machines without ROCm). The implementations in :mod:`ircore_aiter.impls`
+are loaded by ircore after that check passed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import ircore
+from ircore.plugins.vendor import call_form_problem, import_vendor, torch_op
+
+if TYPE_CHECKING:
+    from ircore.platform import Platform
+
+#: Instinct architectures AITER's norm and activation kernels are built and tuned for: CDNA3
+#: (MI300X/MI325X) and CDNA4 (MI350X/MI355X). vLLM keeps gfx90a (CDNA2) off AITER's rmsnorm
+#: ("AITER not built for gfx90a, rmsnorm -> SEGV"); RDNA GPUs are not Instinct parts.
+SUPPORTED_ARCHS = ("gfx942", "gfx950")
+NEEDS = (
+    "needs an AMD Instinct GPU with ROCm (CDNA3/CDNA4: gfx942, gfx950) and AITER (pip install amd-aiter)"
+)
+
+#: The call forms this adapter uses: the leading parameters it passes, positionally. They hold
+#: for amd-aiter 0.1.7 through 0.1.20 (HEAD of 2026-08 added ``gemma_norm`` as the 7th parameter
+#: of rmsnorm2d_fwd_with_add and ``limit`` to silu_and_mul, both with defaults, so exactly these
+#: parameters are passed and nothing by keyword).
+CALL_FORMS = {
+    "rms_norm": ("input", "weight", "epsilon"),
+    "rmsnorm2d_fwd_with_add": ("out", "input", "residual_in", "residual_out", "weight", "epsilon"),
+    "silu_and_mul": ("out", "input"),
+}
+
+OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
+#: Ahead of vllm_c (10) and triton (20) on the GPUs this provider runs on. The norms first (vLLM
+#: puts AITER's rmsnorm first on ROCm under CUDA graphs); silu_and_mul after the norms' rank
+#: but still ahead of triton. Not measured by ircore (no ROCm machine).
+RANKS = {"rms_norm": 5, "fused_add_rms_norm": 5, "silu_and_mul": 15}
+
+# cache_by_signature: the predicates read devices, dtypes, dims, contiguity, unit last stride
+# and the last dimension's size: facts of the call signature (see impls.py).
+IRCORE_IMPLEMENTATIONS = ircore.impl_table("ircore_aiter.impls", OPS, cache_by_signature=True, rank=RANKS)
+
+
+def _arch(platform: Platform) -> str:
+    return (platform.gcn_arch or "").split(":")[0]
+
+
+@ircore.hookimpl
+def ircore_check_platform(platform: Platform) -> str | None:
+    """None on ROCm gfx942/gfx950 with an importable AITER of a supported call form, else why not."""
+    if platform.kind != "rocm" or _arch(platform) not in SUPPORTED_ARCHS:
+        return f"{NEEDS}; found {platform.describe()}"
+    aiter = import_vendor("aiter", needs="AITER (pip install amd-aiter)")
+    if isinstance(aiter, str):
+        return aiter
+    for name, expected in CALL_FORMS.items():
+        fn = getattr(aiter, name, None)
+        if fn is None:
+            return f"this AITER has no aiter.{name} (supported: amd-aiter 0.1.7 to 0.1.20)"
+        # the public functions are (*args, **kwargs) wrappers; the torch op keeps the parameters
+        problem = call_form_problem(f"aiter.{name}", torch_op("aiter", name) or fn, expected)
+        if problem:
+            return f"{problem} (supported: amd-aiter 0.1.7 to 0.1.20)"
+    return None

@@ -1,0 +1,206 @@
+"""The adapter against the AITER STAND-IN (tests/standins/aiter), on a simulated ROCm gfx942.
+
+The stand-in addresses memory as AITER's kernels do (rows at ``stride(0)``, unit last stride,
+contiguous activation rows, 16-byte vectors), so these tests catch marshalling mistakes on the
+CPU: each layout below is run through ircore's dispatch and compared with the op's fp64
+reference, and every layout the predicates refuse is shown to be misread by the stand-in.
+"""
+
+import pytest
+import torch
+
+import ircore
+from ircore.testing import assert_close_to_reference, check_provider
+from tests.layouts import (
+    BF16,
+    FP16,
+    FP32,
+    assert_dispatched,
+    assert_lowered_to,
+    misaligned,
+    norm_block,
+    opcheck_adapter_ops,
+    qk_heads,
+    randn,
+    weight,
+)
+
+
+@pytest.fixture(scope="module")
+def aiter(rocm):
+    import aiter as standin
+
+    assert ircore.ops.rms_norm.impls["aiter"].fn.__module__ == "ircore_aiter.impls"
+    assert standin.__doc__.startswith("STAND-IN for AMD's AITER")
+    return standin
+
+
+# ------------------------------------------------------------------ layouts: (label, x)
+NORM_ACCEPTED = {
+    "2-D contiguous": lambda: randn(7, 256),
+    "1-D": lambda: randn(256),
+    "3-D contiguous (batch stride is not the row stride)": lambda: randn(2, 3, 256),
+    "4-D contiguous": lambda: randn(2, 2, 3, 256),
+    "2-D row-strided (a QKV split)": lambda: randn(5, 3 * 256)[:, 256:512],
+    "fp16": lambda: randn(4, 256, dtype=FP16),
+}
+NORM_DECLINED = {
+    "fp32": lambda: randn(4, 256, dtype=FP32),
+    "2-D transposed": lambda: randn(256, 6).t(),
+    "3-D middle slice (non-contiguous)": lambda: randn(4, 8, 256)[:, :4],
+    "3-D heads of a QKV split (QK-norm)": lambda: qk_heads(3, 2, 64),
+    "2-D last-dim stride 2": lambda: randn(4, 512)[:, ::2],
+}
+
+
+@pytest.mark.parametrize("label", NORM_ACCEPTED)
+def test_rms_norm_layouts_accepted_and_right(aiter, label):
+    x = NORM_ACCEPTED[label]()
+    before = aiter.CALLS["rms_norm"]
+    assert_dispatched("rms_norm", (x, weight(x.shape[-1], x.dtype), 1e-6, None), "aiter", True, label)
+    assert aiter.CALLS["rms_norm"] == before + 1  # the stand-in kernel ran, not a fallback
+
+
+@pytest.mark.parametrize("label", NORM_DECLINED)
+def test_rms_norm_layouts_declined_go_elsewhere(aiter, label):
+    x = NORM_DECLINED[label]()
+    assert_dispatched("rms_norm", (x, weight(x.shape[-1], x.dtype), 1e-6, None), "aiter", False, label)
+
+
+@pytest.mark.parametrize("label", NORM_DECLINED)
+def test_adapter_would_misread_what_its_predicate_declines(aiter, label):
+    """Why each is declined: the adapter's call on it errors or gives wrong numbers."""
+    from ircore_aiter import impls
+
+    x = NORM_DECLINED[label]()
+    w = weight(x.shape[-1], x.dtype)
+    assert not impls.rms_norm_supports(x, w, 1e-6, None)
+    try:
+        got = impls.rms_norm(x, w, 1e-6)
+    except RuntimeError:
+        return  # e.g. AITER's dtype check, or no 2-D view without a copy
+    with pytest.raises(AssertionError):
+        assert_close_to_reference(ircore.ops.rms_norm, got, (x, w, 1e-6, None))
+
+
+def test_standin_misreads_an_unflattened_3d_input(aiter):
+    """The bug the adapter's flattening fixes (vLLM #48757): 3-D input rows at the batch stride."""
+    x = randn(2, 3, 256)
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        aiter.rms_norm(x, weight(256), 1e-6)
+
+
+def test_rms_norm_weights(aiter):
+    x = randn(4, 256)
+    for label, w in {"None": None, "bf16": weight(256)}.items():
+        assert ircore.explain("rms_norm", x, w, 1e-6).chosen == "aiter", label
+        assert_close_to_reference(ircore.ops.rms_norm, ircore.ops.rms_norm(x, w, 1e-6), (x, w, 1e-6, None))
+    for label, w in {"fp32": weight(256, FP32), "strided": weight(512)[::2]}.items():
+        assert ircore.explain("rms_norm", x, w, 1e-6).chosen != "aiter", label
+    assert ircore.explain("rms_norm", x, weight(256), 1e-6, 128).chosen != "aiter"  # variance_size
+
+
+def test_weight_none_is_one_cached_tensor_of_ones(aiter):
+    from ircore_aiter import impls
+
+    x = randn(2, 192)
+    assert impls._weight(None, x) is impls._weight(None, x)
+    assert torch.equal(impls._weight(None, x), torch.ones(192, dtype=BF16))
+
+
+def test_empty_input_never_launches(aiter):
+    x, r = randn(0, 64), randn(0, 64)
+    calls = dict(aiter.CALLS)
+    assert ircore.ops.rms_norm(x, None, 1e-6).shape == (0, 64)
+    out, res = ircore.ops.fused_add_rms_norm(x, r, None, 1e-6)
+    assert out.shape == res.shape == (0, 64)
+    assert ircore.ops.silu_and_mul(randn(0, 64)).shape == (0, 32)
+    assert dict(aiter.CALLS) == calls
+
+
+# ------------------------------------------------------------------ fused_add_rms_norm
+FUSED = {
+    "2-D": (lambda: randn(5, 256), lambda: randn(5, 256), True),
+    "3-D contiguous": (lambda: randn(2, 3, 256), lambda: randn(2, 3, 256), True),
+    "4-D contiguous": (lambda: randn(2, 2, 2, 256), lambda: randn(2, 2, 2, 256), True),
+    "x row-strided, residual contiguous": (lambda: randn(5, 512)[:, :256], lambda: randn(5, 256), True),
+    "residual row-strided": (lambda: randn(5, 256), lambda: randn(5, 512)[:, :256], False),
+    "x 2-D transposed": (lambda: randn(256, 5).t(), lambda: randn(5, 256), False),
+    "x 3-D middle slice": (lambda: randn(4, 6, 256)[:, :3], lambda: randn(4, 3, 256), False),
+}
+
+
+@pytest.mark.parametrize("label", FUSED)
+def test_fused_add_rms_norm_layouts(aiter, label):
+    make_x, make_r, accepted = FUSED[label]
+    before = aiter.CALLS["rmsnorm2d_fwd_with_add"]
+    args = (make_x(), make_r(), weight(256), 1e-6, None)
+    assert_dispatched("fused_add_rms_norm", args, "aiter", accepted, label)
+    assert aiter.CALLS["rmsnorm2d_fwd_with_add"] == before + accepted
+
+
+def test_fused_add_is_not_in_place_even_when_allowed(aiter):
+    """AITER writes fresh tensors: maybe_inplace returns them and leaves x and the residual alone."""
+    assert not ircore.ops.fused_add_rms_norm.impls["aiter"].inplace
+    x, r, w = randn(3, 256), randn(3, 256), weight(256)
+    x0, r0 = x.clone(), r.clone()
+    out, res = ircore.ops.fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)
+    assert out.data_ptr() not in (x.data_ptr(), r.data_ptr()) and res.data_ptr() not in (x.data_ptr(), r.data_ptr())
+    assert torch.equal(x, x0) and torch.equal(r, r0)
+    assert_close_to_reference(ircore.ops.fused_add_rms_norm, (out, res), (x0, r0, w, 1e-6, None))
+
+
+# ------------------------------------------------------------------ silu_and_mul
+SILU = {
+    "2-D, d=128": (lambda: randn(4, 256), True),
+    "3-D contiguous": (lambda: randn(2, 3, 256), True),
+    "misaligned start (copied first)": (lambda: misaligned(3, 256), True),
+    "fp16, d=8": (lambda: randn(3, 16, dtype=FP16), True),
+    "fp32": (lambda: randn(4, 256, dtype=FP32), False),
+    "d=4, not a multiple of 8": (lambda: randn(3, 8), False),
+    "row-strided": (lambda: randn(4, 512)[:, :256], False),
+}
+
+
+@pytest.mark.parametrize("label", SILU)
+def test_silu_and_mul_layouts(aiter, label):
+    make, accepted = SILU[label]
+    before = aiter.CALLS["silu_and_mul"]
+    assert_dispatched("silu_and_mul", (make(),), "aiter", accepted, label)
+    assert aiter.CALLS["silu_and_mul"] == before + accepted
+
+
+def test_standin_refuses_a_misaligned_input(aiter):
+    """Why the adapter copies an unaligned input: AITER's 16-byte loads need an aligned start."""
+    x = misaligned(3, 256)
+    with pytest.raises(RuntimeError, match="misaligned"):
+        aiter.silu_and_mul(torch.empty(3, 128, dtype=BF16), x)
+
+
+# ------------------------------------------------------------------ the conformance kit
+def test_conformance_kit(aiter):
+    """Every sample the predicates accept, all dtypes: right numbers, inputs untouched; fp32 declined."""
+    calls = dict(aiter.CALLS)
+    report = check_provider("aiter", dtypes=(FP32, FP16, BF16))
+    assert set(report.checked) == {"rms_norm", "fused_add_rms_norm", "silu_and_mul"}
+    assert all(n > 0 for n in report.checked.values()), report
+    for name in report.checked:
+        op = ircore.get_op(name)
+        fp32_samples = 2 * len(list(op.sample_inputs(FP32, "cpu")))  # seeds 0 and 1
+        assert sum("float32" in where for where in report.declined[name]) == fp32_samples
+    for name in ("rms_norm", "rmsnorm2d_fwd_with_add", "silu_and_mul"):
+        assert aiter.CALLS[name] > calls.get(name, 0)
+
+
+# ------------------------------------------------------------------ compiled graphs
+def test_compiled_graph_holds_the_provider_ops(aiter):
+    """backend="ircore" lowers every op to aiter, through its opaque ops (traceable, with fakes)."""
+    calls = dict(aiter.CALLS)
+    assert_lowered_to("aiter", norm_block, (randn(2, 3, 256), randn(2, 3, 256), weight(256)))
+    assert all(aiter.CALLS[name] > calls.get(name, 0) for name in aiter.CALLS)
+
+
+def test_opaque_ops_pass_opcheck(aiter):
+    from ircore_aiter import impls
+
+    opcheck_adapter_ops(impls)

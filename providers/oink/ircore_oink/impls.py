@@ -1,0 +1,115 @@
+"""The functions this provider registers, and their ``supports_args`` predicates.
+
+Imported by ircore only after :func:`ircore_oink.provider.ircore_check_platform` passed, so
+``torch.ops.oink.*`` exist here. Oink's ops take 2-D ``(rows, hidden)`` tensors and run their
+CuTeDSL kernels only on layouts they can address by pointer; anything else goes through a slow
+PyTorch reference path inside Oink. The predicates admit exactly the fast-path layouts, so
+everything else goes to the next provider (a fast kernel) instead:
+
+- x (and the residual) viewable as 2-D without a copy; unit last stride; the row stride a
+  multiple of 256 bits (16 elements of fp16/bf16, 8 of fp32); data 16-byte aligned;
+- a weight (Oink's is not optional) of x's dtype, contiguous, 16-byte aligned (32 for fp32);
+- for the in-place fused op, a contiguous residual.
+
+The row stride and the pointers are not facts of the call signature, so these predicates are
+asked on every call (no ``cache_by_signature``). At compile time (fake tensors) alignment is
+unknown and assumed; Oink's ops have fakes, so the implementations trace as they are. Empty
+inputs never reach a kernel. Oink compiles a kernel per shape on first use: warm up before
+capturing CUDA graphs.
+"""
+
+from itertools import pairwise
+
+import torch
+from torch import Tensor
+
+import ircore
+from ircore.plugins.vendor import tracing
+
+__all__ = ["fused_add_rms_norm", "fused_add_rms_norm_supports", "rms_norm", "rms_norm_supports"]
+
+# The platform's tensors (``cuda``; ``cpu`` under a simulated platform in tests, where a stand-in
+# of KernelAgent-Oink registers the same ops).
+_DEVICE = ircore.current_platform().device_type
+_rmsnorm = torch.ops.oink.rmsnorm.default
+_fused_add_rms_norm = torch.ops.oink.fused_add_rms_norm.default
+#: elements per 256 bits: the row stride Oink's pointer path needs is a multiple of this
+_ROW_ELEMENTS = {torch.float16: 16, torch.bfloat16: 16, torch.float32: 8}
+
+
+def _rows(x: Tensor) -> Tensor | None:
+    """x as ``(rows, hidden)`` without a copy, or None when only a copy could make it."""
+    if x.dim() == 2:
+        return x
+    leading = [(size, stride) for size, stride in zip(x.shape[:-1], x.stride()[:-1]) if size != 1]
+    for (_, outer), (size, inner) in pairwise(leading):
+        if outer != inner * size:
+            return None
+    return x.view(-1, x.shape[-1])
+
+
+def rms_norm(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> Tensor:
+    """``torch.ops.oink.rmsnorm`` on the 2-D view of x; the result keeps x's shape (and row stride)."""
+    if not x.numel():
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return _rmsnorm(_rows(x), weight, epsilon).view(x.shape)
+
+
+def fused_add_rms_norm(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """In place: ``x_residual <- x + x_residual``, ``x <- rms_norm(x_residual)``; returns both."""
+    if x.numel():
+        _fused_add_rms_norm(_rows(x), _rows(x_residual), weight, epsilon)
+    return x, x_residual
+
+
+def _aligned(t: Tensor, x: Tensor, alignment: int = 16) -> bool:
+    """t's data starts on an ``alignment``-byte boundary; unknown, so assumed, while x is traced
+    (compile time: a call that turns out unaligned still runs, on Oink's slower path)."""
+    return tracing(x) or t.data_ptr() % alignment == 0
+
+
+def _fast_rows(t: Tensor, x: Tensor) -> bool:
+    """Oink's pointer path for one activation: a 2-D view, unit last stride, 256-bit rows, aligned."""
+    rows = _rows(t)
+    return (
+        rows is not None
+        and rows.stride(1) == 1
+        and rows.stride(0) % _ROW_ELEMENTS[t.dtype] == 0
+        and _aligned(rows, x)
+    )
+
+
+def rms_norm_supports(
+    x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
+) -> bool:
+    """On the platform's device, a weight like x, and a layout Oink's fast path addresses."""
+    return (
+        variance_size is None
+        and weight is not None
+        and x.device.type == _DEVICE
+        and weight.dtype is x.dtype
+        and weight.is_contiguous()
+        and _aligned(weight, x, 32 if x.dtype is torch.float32 else 16)
+        and _fast_rows(x, x)
+    )
+
+
+def fused_add_rms_norm_supports(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> bool:
+    """As :func:`rms_norm_supports`, plus a contiguous, aligned residual with 256-bit rows."""
+    return (
+        rms_norm_supports(x, weight, epsilon, variance_size)
+        and x_residual.is_contiguous()
+        and _fast_rows(x_residual, x)
+    )

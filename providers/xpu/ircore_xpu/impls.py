@@ -1,0 +1,179 @@
+"""The functions this provider registers, and their ``supports_args`` predicates.
+
+Imported by ircore only after :func:`ircore_xpu.provider.ircore_check_platform` passed, so
+``torch.ops._C.*`` are vllm-xpu-kernels' XPU ops here. What the adapter has to get right, from
+the kernels' sources (``csrc/layernorm.cpp``, ``activation.cpp``):
+
+- ``rms_norm`` takes inputs of rank 2, 3 or 4 with any row strides (rows are addressed through
+  ``stride(-2..-4)``; a non-unit last stride is made contiguous by the op) and writes a
+  contiguous ``result``: other ranks are flattened first, which the predicate makes sure is a
+  view. fp32, fp16 and bf16; the weight must have x's dtype and be contiguous.
+- ``fused_add_rms_norm`` (in place: ``residual <- x + residual``, ``x <- norm(residual)``)
+  checks nothing: it addresses the input's rows by ``stride(-2)`` with a unit last stride and
+  the residual's rows at ``row * hidden``, so x must be 2-D with unit last stride or contiguous,
+  and the residual contiguous.
+- ``silu_and_mul`` reads contiguous rows with vector loads sized from the hidden size alone: the
+  input must be contiguous and 16-byte aligned (an unaligned input is copied first).
+- Releases before the optional weight (``Tensor weight``) get a cached tensor of ones for
+  ``weight=None``. Empty inputs never reach a kernel.
+- Traced calls (``torch.compile``) go through this provider's own opaque ops
+  ``torch.ops.ircore_xpu.*`` (kernel for the platform's device, fakes for tracing; the fused one
+  declares its in-place writes), which make the same calls at run time.
+"""
+
+import torch
+from torch import Tensor
+
+import ircore
+from ircore.plugins.vendor import opaque_op, tracing, unit_weight
+
+__all__ = [
+    "fused_add_rms_norm",
+    "fused_add_rms_norm_supports",
+    "rms_norm",
+    "rms_norm_supports",
+    "silu_and_mul",
+    "silu_and_mul_supports",
+]
+
+# The platform's tensors (``xpu``; ``cpu`` under a simulated platform in tests, where a stand-in
+# of vllm-xpu-kernels registers the same ops for the CPU).
+_DEVICE = ircore.current_platform().device_type
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+_rms_norm = torch.ops._C.rms_norm.default
+_fused_add_rms_norm = torch.ops._C.fused_add_rms_norm.default
+_silu_and_mul = torch.ops._C.silu_and_mul.default
+
+
+def _optional_weight(op: torch._ops.OpOverload) -> bool:
+    return isinstance(op._schema.arguments[2].type, torch._C.OptionalType)
+
+
+_PASS_NONE = _optional_weight(_rms_norm) and _optional_weight(_fused_add_rms_norm)
+
+
+def _weight(weight: Tensor | None, x: Tensor) -> Tensor | None:
+    return unit_weight(x) if weight is None and not _PASS_NONE else weight
+
+
+# ---------------------------------------------------------------------- the vendor calls
+def _rms_norm_call(x: Tensor, weight: Tensor | None, epsilon: float) -> Tensor:
+    rows = x if 2 <= x.dim() <= 4 else x.view(-1, x.shape[-1])
+    out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+    if x.numel():
+        _rms_norm(out, rows, _weight(weight, x), epsilon)
+    return out.view(x.shape)
+
+
+def _fused_add_rms_norm_call(x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float) -> None:
+    if x.numel():
+        hidden = x.shape[-1]
+        rows = x if x.dim() == 2 else x.view(-1, hidden)
+        _fused_add_rms_norm(rows, x_residual.view(-1, hidden), _weight(weight, x), epsilon)
+
+
+def _silu_and_mul_call(x: Tensor) -> Tensor:
+    out = torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=x.dtype, device=x.device)
+    if x.numel():
+        _silu_and_mul(out, x if x.data_ptr() % 16 == 0 else x.clone())
+    return out
+
+
+# The same calls as opaque torch ops, for traced calls (torch.compile, make_fx): the calls above
+# read data pointers and sizes, and the vendor's _C ops need not have fakes.
+_LIB = torch.library.Library("ircore_xpu", "DEF")
+_rms_norm_op = opaque_op(
+    _LIB,
+    "rms_norm(Tensor x, Tensor? weight, float epsilon) -> Tensor",
+    _rms_norm_call,
+    lambda x, *_: torch.empty(x.shape, dtype=x.dtype, device=x.device),
+    _DEVICE,
+)
+_fused_add_rms_norm_op = opaque_op(
+    _LIB,
+    "fused_add_rms_norm(Tensor(a!) x, Tensor(b!) x_residual, Tensor? weight, float epsilon) -> ()",
+    _fused_add_rms_norm_call,
+    lambda *_: None,
+    _DEVICE,
+)
+_silu_and_mul_op = opaque_op(
+    _LIB,
+    "silu_and_mul(Tensor x) -> Tensor",
+    _silu_and_mul_call,
+    lambda x: x.new_empty((*x.shape[:-1], x.shape[-1] // 2)),
+    _DEVICE,
+)
+
+
+# ---------------------------------------------------------------------- implementations
+def rms_norm(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> Tensor:
+    """``torch.ops._C.rms_norm`` into a new contiguous tensor of x's shape."""
+    if tracing(x):
+        return _rms_norm_op(x, weight, epsilon)
+    return _rms_norm_call(x, weight, epsilon)
+
+
+def fused_add_rms_norm(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """In place: ``x_residual <- x + x_residual``, ``x <- rms_norm(x_residual)``; returns both."""
+    if tracing(x):
+        _fused_add_rms_norm_op(x, x_residual, weight, epsilon)
+    else:
+        _fused_add_rms_norm_call(x, x_residual, weight, epsilon)
+    return x, x_residual
+
+
+def silu_and_mul(x: Tensor) -> Tensor:
+    """``torch.ops._C.silu_and_mul(out, x)``; x copied first if its data is not 16-byte aligned."""
+    if tracing(x):
+        return _silu_and_mul_op(x)
+    return _silu_and_mul_call(x)
+
+
+# The predicates run after the core's own argument check (float x with a non-empty last dim,
+# weight 1-D of size hidden on x's device, residual like x, even last dim for silu_and_mul), so
+# they test only what the kernels add.
+def _weight_ok(weight: Tensor | None, x: Tensor) -> bool:
+    return weight is None or (weight.dtype is x.dtype and weight.is_contiguous())
+
+
+def rms_norm_supports(
+    x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
+) -> bool:
+    """On the platform's device; rank 2-4 (any strides) or contiguous; weight (if any) like x."""
+    return (
+        variance_size is None
+        and x.device.type == _DEVICE
+        and x.dtype in _FLOATS
+        and _weight_ok(weight, x)
+        and (2 <= x.dim() <= 4 or x.is_contiguous())
+    )
+
+
+def fused_add_rms_norm_supports(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> bool:
+    """On the platform's device; x 2-D with unit last stride or contiguous; residual contiguous."""
+    return (
+        variance_size is None
+        and x.device.type == _DEVICE
+        and x.dtype in _FLOATS
+        and _weight_ok(weight, x)
+        and x.stride(-1) == 1
+        and (x.dim() == 2 or x.is_contiguous())
+        and x_residual.is_contiguous()
+    )
+
+
+def silu_and_mul_supports(x: Tensor) -> bool:
+    """On the platform's device, contiguous."""
+    return x.device.type == _DEVICE and x.dtype in _FLOATS and x.is_contiguous()

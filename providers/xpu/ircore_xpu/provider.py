@@ -1,0 +1,78 @@
+"""The module named by this distribution's ``ircore.providers`` entry point.
+
+Cheap to import and safe anywhere: ``vllm_xpu_kernels._C`` (which needs a torch +xpu build and
+Intel's Level Zero loader) is imported only by :func:`ircore_check_platform` on an XPU platform.
+The implementations in :mod:`ircore_xpu.impls` are loaded by ircore after that check passed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+import ircore
+from ircore.plugins.vendor import call_form_problem, import_vendor, torch_op
+
+if TYPE_CHECKING:
+    from ircore.platform import Platform
+
+NEEDS = "needs an Intel GPU (torch.xpu) and vllm-xpu-kernels (pip install vllm-xpu-kernels)"
+SUPPORTED = "supported: vllm-xpu-kernels 0.1.x"
+
+#: ``torch.ops._C.<op>`` parameters this adapter passes, positionally (vllm-xpu-kernels 0.1.16:
+#: ``rms_norm(Tensor! result, Tensor input, Tensor? weight, float epsilon)``, the in-place
+#: ``fused_add_rms_norm(Tensor! input, Tensor! residual, Tensor? weight, float epsilon)``,
+#: ``silu_and_mul(Tensor! result, Tensor input)``; earlier releases take a non-optional weight).
+CALL_FORMS = {
+    "rms_norm": ("result", "input", "weight", "epsilon"),
+    "fused_add_rms_norm": ("input", "residual", "weight", "epsilon"),
+    "silu_and_mul": ("result", "input"),
+}
+
+OPS = tuple(CALL_FORMS)
+#: Ahead of triton (20) on Intel GPUs: hand-written SYCL kernels. Not measured by ircore.
+DEFAULT_RANK = 10
+
+# cache_by_signature: the predicates read devices, dtypes, dims, contiguity and unit last
+# stride, facts of the call signature (see impls.py). fused_add_rms_norm works in place.
+IRCORE_IMPLEMENTATIONS = ircore.impl_table(
+    "ircore_xpu.impls", OPS, inplace=("fused_add_rms_norm",), cache_by_signature=True, rank=DEFAULT_RANK
+)
+
+_NAMESPACE_CLASH = (
+    "torch.ops._C already belongs to another library, most likely vLLM's own extension (vllm._C), "
+    "loaded before vllm_xpu_kernels._C: both register the torch namespace _C, which one library "
+    "per process may own. On XPU load only vllm_xpu_kernels._C (vLLM's XPU platform never imports "
+    "vllm._C); torch said: "
+)
+
+
+@ircore.hookimpl
+def ircore_check_platform(platform: Platform) -> str | None:
+    """None on XPU with vllm_xpu_kernels._C loaded and an XPU kernel of each op, else why not."""
+    if platform.kind != "xpu":
+        return f"{NEEDS}; found {platform.describe()}"
+    loaded = import_vendor("vllm_xpu_kernels._C", needs="vllm-xpu-kernels (pip install vllm-xpu-kernels)")
+    if isinstance(loaded, str):
+        if "Only a single TORCH_LIBRARY" in loaded:
+            return _NAMESPACE_CLASH + loaded.split(": ", 2)[-1]
+        if "undefined symbol" in loaded:
+            return (
+                f"{loaded} (each vllm-xpu-kernels release is built for one torch +xpu version; "
+                f"this is torch {torch.__version__})"
+            )
+        return loaded
+    for name, expected in CALL_FORMS.items():
+        op = torch_op("_C", name)
+        if op is None:
+            return f"vllm_xpu_kernels._C defines no torch.ops._C.{name} ({SUPPORTED})"
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(f"_C::{name}", "XPU"):
+            return (
+                f"torch.ops._C.{name} has no XPU kernel: the _C namespace holds another library's "
+                "ops (vLLM's own _C?), not vllm-xpu-kernels'"
+            )
+        problem = call_form_problem(f"torch.ops._C.{name}", op, expected)
+        if problem:
+            return f"{problem} ({SUPPORTED})"
+    return None

@@ -1,0 +1,32 @@
+"""The vllm-xpu-kernels stand-in (tests/standins/vllm_xpu_kernels, a STAND-IN, not Intel's package)
+and a stand-in of vLLM's own ``vllm._C`` installed for these tests.
+
+In-process tests run under ``ircore.testing.simulated_platform`` as an Intel GPU machine whose
+tensors are CPU tensors; the stand-in then owns the torch namespace ``_C`` for this whole process.
+Scenarios that need a fresh interpreter (the namespace clash, other releases, the real
+platform) run through :class:`ProviderEnv`.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo's tests.provider_env
+
+from tests.provider_env import ProviderEnv, simulated_active, standin_env
+
+STANDINS = Path(__file__).resolve().parent / "standins"
+XPU = {"kind": "xpu", "device_name": "stand-in Intel(R) Data Center GPU Max 1550"}
+
+
+@pytest.fixture(scope="session")
+def penv(tmp_path_factory) -> ProviderEnv:
+    return standin_env(STANDINS, tmp_path_factory.mktemp("xpu"), "xpu")
+
+
+@pytest.fixture(scope="module")
+def xpu(penv):
+    """ircore and its providers as on an Intel GPU machine, vllm-xpu-kernels being the stand-in."""
+    with simulated_active("xpu", **XPU) as platform:
+        yield platform

@@ -1,0 +1,134 @@
+"""The distribution, the platform check's reasons (the ``_C`` namespace clash among them), and
+what the provider leaves alone.
+
+Subprocess scenarios run in fresh interpreters with the vllm-xpu-kernels STAND-IN importable
+(see conftest.py): on this machine xpu must stay ``unavailable`` without importing it; on a
+simulated Intel GPU each situation the stand-ins model is accepted or reported.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import XPU
+from ircore_xpu import provider
+
+from ircore.platform import Platform, current_platform
+from tests.provider_env import installed_distribution
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def test_installs_as_a_real_distribution(tmp_path):
+    dist = installed_distribution(PROJECT, tmp_path)
+    assert dist.metadata["Name"] == "ircore-provider-xpu"
+    assert "ircore<0.2,>=0.1" in dist.requires
+    assert [(ep.name, ep.value) for ep in dist.entry_points if ep.group == "ircore.providers"] == [
+        ("xpu", "ircore_xpu.provider")
+    ]
+    assert dist.metadata["License"] == "Apache-2.0"
+    assert "pip install ircore-provider-xpu" in dist.metadata.get_payload()  # the README
+
+
+@pytest.mark.parametrize(
+    "platform, found",
+    [
+        (Platform("cpu", "cpu", "x86_64", None, "2.11.0"), "CPU (x86_64)"),
+        (Platform("cuda", "cuda", "NVIDIA H200", (9, 0), "2.11.0"), "CUDA sm_90 (NVIDIA H200)"),
+        (Platform("rocm", "cuda", "MI300X", (9, 4), "2.11.0", 1, "gfx942"), "ROCm gfx942 (MI300X)"),
+    ],
+    ids=["cpu", "h200", "mi300x"],
+)
+def test_reason_names_what_is_needed_and_what_was_found(platform, found):
+    assert provider.ircore_check_platform(platform) == (
+        f"needs an Intel GPU (torch.xpu) and vllm-xpu-kernels (pip install vllm-xpu-kernels); found {found}"
+    )
+
+
+def test_unavailable_here_without_importing_the_kernels(penv):
+    """On this machine (CPU here, an H200 in the GPU run): unavailable, vllm_xpu_kernels never imported."""
+    record, imported = penv.listed("xpu")
+    assert record["state"] == "unavailable"
+    assert record["reason"] == f"{provider.NEEDS}; found {current_platform().describe()}"
+    assert "vllm_xpu_kernels._C" not in imported
+
+
+def test_active_on_an_intel_gpu(penv):
+    result = penv.scenario("xpu", XPU)
+    assert result["state"] == "active", result
+    assert result["reason"] == (
+        "implements rms_norm, fused_add_rms_norm, silu_and_mul on XPU (stand-in Intel(R) Data Center GPU Max 1550)"
+    )
+
+
+def test_package_missing(penv, tmp_path):
+    result = penv.scenario("xpu", XPU, env={"PYTHONPATH": str(tmp_path)})  # no stand-in
+    assert (result["state"], result["reason"]) == (
+        "unavailable",
+        "vllm-xpu-kernels (pip install vllm-xpu-kernels) is not installed: no module named 'vllm_xpu_kernels'",
+    )
+
+
+def test_extension_that_cannot_load(penv, tmp_path):
+    """What a CPU or mismatched machine gets from the real wheel: the loader error, as the reason."""
+    package = tmp_path / "vllm_xpu_kernels"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "_C.py").write_text(
+        "raise ImportError('libze_loader.so.1: cannot open shared object file: No such file or directory')\n"
+    )
+    result = penv.scenario("xpu", XPU, env={"PYTHONPATH": str(tmp_path)})
+    assert (result["state"], result["reason"]) == (
+        "unavailable",
+        "import vllm_xpu_kernels._C failed: ImportError: libze_loader.so.1: cannot open shared object file: "
+        "No such file or directory",
+    )
+    (package / "_C.py").write_text("raise ImportError('_C.abi3.so: undefined symbol: _ZN3c104impl3cow11cow_deleterEPv')\n")
+    result = penv.scenario("xpu", XPU, env={"PYTHONPATH": str(tmp_path)})
+    assert result["reason"].endswith(
+        f"(each vllm-xpu-kernels release is built for one torch +xpu version; this is torch {torch.__version__})"
+    )
+
+
+def test_vllm_own_C_loaded_first_is_reported_as_the_namespace_clash(penv):
+    # a process that loaded vLLM's own CUDA/CPU extension (its stand-in) before ircore
+    result = penv.scenario("xpu", XPU, prelude="import vllm._C\n")
+    assert result["state"] == "unavailable"
+    assert result["reason"].startswith(
+        "torch.ops._C already belongs to another library, most likely vLLM's own extension (vllm._C), "
+        "loaded before vllm_xpu_kernels._C: both register the torch namespace _C, which one library "
+        "per process may own. On XPU load only vllm_xpu_kernels._C (vLLM's XPU platform never imports "
+        "vllm._C); torch said: Only a single TORCH_LIBRARY can be used to register the namespace _C"
+    )
+
+
+def test_op_without_an_xpu_kernel_is_reported(penv):
+    result = penv.scenario("xpu", XPU, env={"IRCORE_STANDIN_XPU_VARIANT": "no-xpu-kernel"})
+    assert (result["state"], result["reason"]) == (
+        "unavailable",
+        "torch.ops._C.rms_norm has no XPU kernel: the _C namespace holds another library's ops "
+        "(vLLM's own _C?), not vllm-xpu-kernels'",
+    )
+
+
+def test_changed_call_form_is_reported_not_called(penv):
+    result = penv.scenario("xpu", XPU, env={"IRCORE_STANDIN_XPU_VARIANT": "changed"})
+    assert (result["state"], result["reason"]) == (
+        "unavailable",
+        "torch.ops._C.rms_norm takes (input, result, weight, epsilon); this provider calls it as "
+        "(result, input, weight, epsilon) (supported: vllm-xpu-kernels 0.1.x)",
+    )
+
+
+def test_release_with_required_weight_passes_ones(penv):
+    """Releases before ``Tensor? weight``: weight=None becomes ones, and every sample still conforms."""
+    result = penv.scenario("xpu", XPU, env={"IRCORE_STANDIN_XPU_VARIANT": "required-weight"}, conformance=True)
+    assert result["state"] == "active", result
+    assert "rms_norm: " in result["conformance"] and "fused_add_rms_norm: " in result["conformance"]
+
+
+def test_other_providers_are_untouched(penv):
+    """Enabled or not, every other provider's state, ranks, implementations and order are the same."""
+    with_xpu, without = penv.others("xpu", XPU)
+    assert with_xpu == without
+    assert with_xpu[0]["triton"]["state"] == "active"  # someone else really is there to disturb

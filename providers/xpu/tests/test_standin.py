@@ -1,0 +1,187 @@
+"""The adapter against the vllm-xpu-kernels STAND-IN (tests/standins/vllm_xpu_kernels), on a
+simulated Intel GPU.
+
+The stand-in addresses memory as the SYCL kernels do (rms_norm: ranks 2-4 through their strides;
+fused_add_rms_norm: input rows at ``stride(-2)``, residual rows at ``row * hidden``; silu_and_mul:
+contiguous aligned rows), so these tests catch marshalling mistakes on the CPU: each layout is
+run through ircore's dispatch against the op's fp64 reference, and each layout the predicates
+refuse is shown to be misread.
+"""
+
+import pytest
+
+import ircore
+from ircore.testing import assert_close_to_reference, check_provider
+from tests.layouts import (
+    BF16,
+    FP16,
+    FP32,
+    assert_dispatched,
+    assert_lowered_to,
+    misaligned,
+    norm_block,
+    opcheck_adapter_ops,
+    qk_heads,
+    randn,
+    weight,
+)
+
+
+@pytest.fixture(scope="module")
+def kernels(xpu):
+    from vllm_xpu_kernels import _C as standin
+
+    assert ircore.ops.rms_norm.impls["xpu"].fn.__module__ == "ircore_xpu.impls"
+    assert standin.__doc__.startswith("STAND-IN for ``vllm_xpu_kernels._C``")
+    return standin
+
+
+# ------------------------------------------------------------------ rms_norm
+NORM = {
+    "2-D contiguous": (lambda: randn(7, 256), True),
+    "1-D (flattened)": (lambda: randn(256), True),
+    "3-D contiguous": (lambda: randn(2, 3, 256), True),
+    "4-D contiguous": (lambda: randn(2, 2, 3, 256), True),
+    "5-D contiguous (flattened)": (lambda: randn(2, 1, 2, 3, 256), True),
+    "2-D row-strided": (lambda: randn(5, 512)[:, :256], True),
+    "3-D QK-norm heads (strided rows)": (lambda: qk_heads(3, 2, 64), True),
+    "2-D transposed (the op makes it contiguous)": (lambda: randn(256, 6).t(), True),
+    "fp32": (lambda: randn(4, 256, dtype=FP32), True),
+    "fp16": (lambda: randn(4, 256, dtype=FP16), True),
+    "5-D non-contiguous": (lambda: randn(2, 1, 2, 6, 256)[:, :, :, :3], False),
+}
+
+
+@pytest.mark.parametrize("label", NORM)
+def test_rms_norm_layouts(kernels, label):
+    make, accepted = NORM[label]
+    x = make()
+    before = kernels.CALLS["rms_norm"]
+    assert_dispatched("rms_norm", (x, weight(x.shape[-1], x.dtype), 1e-6, None), "xpu", accepted, label)
+    assert kernels.CALLS["rms_norm"] == before + accepted
+
+
+def test_rms_norm_weights(kernels):
+    x = randn(4, 256)
+    for label, w in {"None": None, "bf16": weight(256)}.items():
+        assert ircore.explain("rms_norm", x, w, 1e-6).chosen == "xpu", label
+        assert_close_to_reference(ircore.ops.rms_norm, ircore.ops.rms_norm(x, w, 1e-6), (x, w, 1e-6, None))
+    for label, w in {"fp32": weight(256, FP32), "strided": weight(512)[::2]}.items():
+        assert ircore.explain("rms_norm", x, w, 1e-6).chosen != "xpu", label
+    assert ircore.explain("rms_norm", x, weight(256), 1e-6, 128).chosen != "xpu"  # variance_size
+
+
+def test_weight_none_is_passed_as_none_to_the_optional_schema(kernels):
+    from ircore_xpu import impls
+
+    assert impls._PASS_NONE and impls._weight(None, randn(2, 8)) is None
+
+
+# ------------------------------------------------------------------ fused_add_rms_norm (in place)
+FUSED = {
+    "2-D": (lambda: randn(5, 256), lambda: randn(5, 256), True),
+    "1-D": (lambda: randn(256), lambda: randn(256), True),
+    "3-D contiguous": (lambda: randn(2, 3, 256), lambda: randn(2, 3, 256), True),
+    "4-D contiguous": (lambda: randn(2, 2, 2, 256), lambda: randn(2, 2, 2, 256), True),
+    "x row-strided, residual contiguous": (lambda: randn(5, 512)[:, :256], lambda: randn(5, 256), True),
+    "fp32": (lambda: randn(5, 256, dtype=FP32), lambda: randn(5, 256, dtype=FP32), True),
+    "residual row-strided": (lambda: randn(5, 256), lambda: randn(5, 512)[:, :256], False),
+    "x 2-D transposed": (lambda: randn(256, 5).t(), lambda: randn(5, 256), False),
+    "x 3-D middle slice": (lambda: randn(4, 6, 256)[:, :3], lambda: randn(4, 3, 256), False),
+}
+
+
+@pytest.mark.parametrize("label", FUSED)
+def test_fused_add_rms_norm_layouts(kernels, label):
+    make_x, make_r, accepted = FUSED[label]
+    x = make_x()
+    before = kernels.CALLS["fused_add_rms_norm"]
+    args = (x, make_r(), weight(x.shape[-1], x.dtype), 1e-6, None)
+    assert_dispatched("fused_add_rms_norm", args, "xpu", accepted, label)  # in place: on clones
+    assert kernels.CALLS["fused_add_rms_norm"] == before + accepted
+
+
+@pytest.mark.parametrize("label", [label for label, case in FUSED.items() if not case[2]])
+def test_adapter_would_misread_what_its_fused_predicate_declines(kernels, label):
+    from ircore_xpu import impls
+
+    make_x, make_r, _ = FUSED[label]
+    x, r = make_x(), make_r()
+    w = weight(x.shape[-1], x.dtype)
+    args = (x.clone(), r.clone(), w, 1e-6, None)
+    assert not impls.fused_add_rms_norm_supports(x, r, w, 1e-6, None)
+    try:
+        got = impls.fused_add_rms_norm(x, r, w, 1e-6)
+    except RuntimeError:
+        return  # no 2-D view without a copy
+    with pytest.raises(AssertionError):
+        assert_close_to_reference(ircore.ops.fused_add_rms_norm, got, args)
+
+
+def test_in_place_contract(kernels):
+    """maybe_inplace: the kernel writes the output into x and the sum into the residual."""
+    x, r, w = randn(2, 3, 256), randn(2, 3, 256), weight(256)
+    args = (x.clone(), r.clone(), w, 1e-6, None)
+    out, res = ircore.ops.fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)
+    assert out.data_ptr() == x.data_ptr() and res.data_ptr() == r.data_ptr()
+    assert_close_to_reference(ircore.ops.fused_add_rms_norm, (x, r), args)
+
+
+# ------------------------------------------------------------------ silu_and_mul
+SILU = {
+    "2-D": (lambda: randn(4, 256), True),
+    "3-D contiguous": (lambda: randn(2, 3, 256), True),
+    "fp32, d=3": (lambda: randn(3, 6, dtype=FP32), True),
+    "misaligned start (copied first)": (lambda: misaligned(3, 256), True),
+    "row-strided": (lambda: randn(4, 512)[:, :256], False),
+}
+
+
+@pytest.mark.parametrize("label", SILU)
+def test_silu_and_mul_layouts(kernels, label):
+    make, accepted = SILU[label]
+    before = kernels.CALLS["silu_and_mul"]
+    assert_dispatched("silu_and_mul", (make(),), "xpu", accepted, label)
+    assert kernels.CALLS["silu_and_mul"] == before + accepted
+
+
+def test_adapter_would_misread_a_row_strided_activation(kernels):
+    from ircore_xpu import impls
+
+    x = randn(4, 512)[:, :256]
+    with pytest.raises(AssertionError):
+        assert_close_to_reference(ircore.ops.silu_and_mul, impls.silu_and_mul(x), (x,))
+
+
+def test_empty_input_never_reaches_a_kernel(kernels):
+    calls = dict(kernels.CALLS)
+    assert ircore.ops.rms_norm(randn(0, 64), None, 1e-6).shape == (0, 64)
+    out, res = ircore.ops.fused_add_rms_norm(randn(0, 64), randn(0, 64), None, 1e-6)
+    assert out.shape == res.shape == (0, 64)
+    assert ircore.ops.silu_and_mul(randn(0, 64)).shape == (0, 32)
+    assert dict(kernels.CALLS) == calls
+
+
+# ------------------------------------------------------------------ the conformance kit
+def test_conformance_kit(kernels):
+    """Every sample the predicates accept, all dtypes: right numbers, inputs untouched, in place."""
+    calls = dict(kernels.CALLS)
+    report = check_provider("xpu", dtypes=(FP32, FP16, BF16))
+    assert set(report.checked) == {"rms_norm", "fused_add_rms_norm", "silu_and_mul"}
+    assert all(n > 0 for n in report.checked.values()), report
+    for name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul"):
+        assert kernels.CALLS[name] > calls.get(name, 0)
+
+
+# ------------------------------------------------------------------ compiled graphs
+def test_compiled_graph_holds_the_provider_ops(kernels):
+    """backend="ircore" lowers every op to xpu, through its opaque ops (traceable, with fakes)."""
+    calls = dict(kernels.CALLS)
+    assert_lowered_to("xpu", norm_block, (randn(2, 3, 256), randn(2, 3, 256), weight(256)))
+    assert all(kernels.CALLS[name] > calls.get(name, 0) for name in kernels.CALLS)
+
+
+def test_opaque_ops_pass_opcheck(kernels):
+    from ircore_xpu import impls
+
+    opcheck_adapter_ops(impls)

@@ -1,0 +1,183 @@
+"""``ircore verify`` and the conformance case runner it shares with the kit and the pytest plugin.
+
+In-process: implementations registered by the test (exact, 1% off, bad predicates). End to end:
+the ``ircore verify`` command in a fresh interpreter over installed fixture providers (``sloppy``
+is 1% off in rms_norm; ``good`` is exact).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Optional
+
+import numpy as np
+import pytest
+import torch
+
+import ircore
+from ircore.testing import check_provider, iter_cases, run_case
+from ircore.tools.progress import Progress
+from ircore.tools.verify import verify
+
+from .impls import fused_inplace, only_fp32, rms_norm_a
+from .provider_env import FIXTURES, TOOL_FIXTURES, ProviderEnv, install_fixtures
+
+F32 = (torch.float32,)
+
+
+def sloppy_rms_norm(
+    x: torch.Tensor, weight: Optional[torch.Tensor], epsilon: float, variance_size: Optional[int] = None
+) -> torch.Tensor:
+    return (ircore.ops.rms_norm.native(x, weight, epsilon, variance_size).float() * 1.01).to(x.dtype)
+
+
+# ---------------------------------------------------------------------- in process
+def test_verify_reports_every_case_with_the_worst_error():
+    ircore.ops.rms_norm.register_impl("v_ok", rms_norm_a, supports_args=only_fp32)
+    ircore.ops.fused_add_rms_norm.register_impl("v_ok", fused_inplace, inplace=True)
+    ircore.ops.rms_norm.register_impl("v_sloppy", sloppy_rms_norm)
+    report = verify(["v_ok", "v_sloppy"], devices=["cpu"], dtypes=(torch.float32, torch.bfloat16), seeds=(0,))
+    rows = {(r.provider, r.op): r for r in report.rows()}
+    ok_norm, ok_fused, sloppy = (
+        rows["v_ok", "rms_norm"],
+        rows["v_ok", "fused_add_rms_norm"],
+        rows["v_sloppy", "rms_norm"],
+    )
+    n = sum(1 for _ in ircore.ops.rms_norm.sample_inputs(torch.float32, "cpu", 0))
+    n_bf16 = sum(1 for _ in ircore.ops.rms_norm.sample_inputs(torch.bfloat16, "cpu", 0))
+    assert (ok_norm.passed, ok_norm.failed) == (n, 0) and ok_norm.declined > 0  # bf16 declined
+    assert ok_fused.failed == 0 and ok_fused.passed > 0 and 0 <= ok_fused.worst <= 1
+    # 1% off: every fp32 case fails (tolerance 1e-5) but the empty one (0x32), bf16 (1.6e-2) passes
+    assert sloppy.failed == n - 1 and sloppy.passed == 1 + n_bf16 and sloppy.worst > 100
+    assert not report.ok
+    failure = next(f for f in report.failures if "[5x256 variance_size=96]" in f.message)
+    assert failure.message.startswith("v_sloppy.rms_norm [5x256 variance_size=96] cpu float32 seed=0")
+    assert "elements outside the tolerance" in failure.message and "x the tolerance" in failure.message
+    doc = report.to_dict()
+    assert doc["ok"] is False and len(doc["failures"]) == n - 1
+    assert {f["dtype"] for f in doc["failures"]} == {"float32"}
+    json.dumps(doc)  # serialisable, no inf
+
+
+@pytest.mark.parametrize(
+    "predicate, message",
+    [
+        (lambda x, w, e, v: (_ for _ in ()).throw(KeyError("boom")), "supports_args raised KeyError: 'boom'"),
+        (lambda x, w, e, v: torch.tensor(True), "supports_args returned tensor(True) of type torch.Tensor"),
+        (lambda x, w, e, v: np.bool_(True), "of type numpy.bool"),
+        (lambda x, w, e, v: None, "supports_args returned None of type NoneType"),
+    ],
+    ids=["raises", "tensor", "numpy-bool", "none"],
+)
+def test_predicates_must_return_a_plain_bool_and_never_raise(predicate, message):
+    def pred(x, weight, epsilon, variance_size):
+        return predicate(x, weight, epsilon, variance_size)
+
+    ircore.ops.rms_norm.register_impl("v_pred", rms_norm_a, supports_args=pred)
+    report = verify(["v_pred"], devices=["cpu"], dtypes=F32, seeds=(0,))
+    assert report.failures and all(message in f.message for f in report.failures)
+    with pytest.raises(AssertionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_provider("v_pred", dtypes=F32, seeds=(0,))
+
+
+def test_an_implementation_that_raises_is_a_failing_case_not_a_crash():
+    def broken(x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("kernel launch failed")
+
+    ircore.ops.silu_and_mul.register_impl("v_raise", broken)
+    report = verify(["v_raise"], devices=["cpu"], dtypes=F32, seeds=(0,))
+    assert report.failures and all(
+        "raised RuntimeError: kernel launch failed" in f.message for f in report.failures
+    )
+
+
+def test_a_wrong_shape_or_nan_fails_with_infinite_error():
+    def nan_out(x: torch.Tensor) -> torch.Tensor:
+        out = ircore.ops.silu_and_mul.native(x)
+        return out.fill_(float("nan")) if out.numel() else out
+
+    ircore.ops.silu_and_mul.register_impl("v_nan", nan_out)
+    case, args = next((c, a) for c, a in iter_cases("v_nan", dtypes=F32, seeds=(0,)) if c.label == "4x256")
+    result = run_case(case, args)
+    assert result.status == "failed" and result.worst == float("inf")
+    assert "got nan" in result.message
+
+
+def test_cases_regenerate_their_arguments():
+    ircore.ops.rms_norm.register_impl("v_regen", rms_norm_a)
+    case, args = list(iter_cases("v_regen", dtypes=F32, seeds=(1,)))[3]
+    again = case.args()
+    assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(args, again))
+    assert case.test_id == f"rms_norm[cpu-float32-seed1-{case.label}]"
+
+
+def test_progress_bar_draws_only_when_asked():
+    stream = io.StringIO()
+    with Progress(3, "verify", enabled=True, stream=stream) as bar:
+        for note in ("a", "b", "c"):
+            bar.advance(note)
+    text = stream.getvalue()
+    assert "verify [" in text and "3/3  c" in text and text.endswith("\r")
+    quiet = io.StringIO()  # not a terminal: nothing drawn
+    with Progress(3, "verify", stream=quiet) as bar:
+        bar.advance("a")
+    assert quiet.getvalue() == ""
+
+
+# ---------------------------------------------------------------------- the command
+@pytest.fixture(scope="module")
+def tools_env(tmp_path_factory) -> ProviderEnv:
+    site = tmp_path_factory.mktemp("tools_site")
+    install_fixtures(site, [FIXTURES / "good", FIXTURES / "unavailable", TOOL_FIXTURES / "sloppy"])
+    return ProviderEnv(site, tmp_path_factory.mktemp("tools_run"))
+
+
+def test_verify_command_fails_the_sloppy_provider_naming_each_case(tools_env):
+    run = tools_env.cli("verify", "--json", "--seeds", "1")
+    assert run.returncode == 1, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["ok"] is False and doc["devices"] == ["cpu"]
+    rows = {(r["provider"], r["op"]): r for r in doc["rows"]}
+    assert rows["good", "rms_norm"]["failed"] == 0 and rows["good", "fused_add_rms_norm"]["failed"] == 0
+    assert rows["sloppy", "silu_and_mul"]["failed"] == 0 and rows["sloppy", "silu_and_mul"]["passed"] > 0
+    sloppy = rows["sloppy", "rms_norm"]
+    assert sloppy["failed"] > 0 and sloppy["passed"] > 0 and sloppy["declined"] > 0 and sloppy["worst"] > 1
+    cases = {f["case"] for f in doc["failures"]}
+    assert "sloppy.rms_norm [7x4096] cpu float32 seed=0" in cases
+    assert all(f["provider"] == "sloppy" and f["dtype"] in ("float32", "float16") for f in doc["failures"])
+    others = {o["name"]: o for o in doc["not_verified"]}
+    assert others["unavailable"]["state"] == "unavailable" and "needs ROCm" in others["unavailable"]["reason"]
+
+
+def test_verify_command_passes_a_correct_provider_with_a_table(tools_env):
+    run = tools_env.cli("verify", "--provider", "good", "--seeds", "1")
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].split() == [
+        "provider",
+        "op",
+        "device",
+        "passed",
+        "failed",
+        "declined",
+        "worst",
+        "error/tolerance",
+    ]
+    assert any(line.split()[:2] == ["good", "rms_norm"] for line in lines)
+    assert lines[-1].startswith("all ") and "cases passed on cpu" in lines[-1]
+    assert "\r" not in run.stderr  # not a terminal: no progress bar
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--provider", "unavailable"], "provider 'unavailable' is unavailable: needs ROCm"),
+        (["--provider", "nope"], "unknown provider 'nope'; installed providers: "),
+        (["--op", "layer_norm"], "unknown op 'layer_norm'; known ops: "),
+        (["--device", "cuda:7"], "--device 'cuda:7' is not usable here"),
+    ],
+)
+def test_verify_command_usage_errors(tools_env, argv, message):
+    run = tools_env.cli("verify", *argv)
+    assert run.returncode == 2 and message in run.stderr, run.stderr
