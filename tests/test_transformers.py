@@ -96,6 +96,7 @@ def test_patched_logits_match_stock(name, norms, dtype, counting):
         assert {"model.layers.0.self_attn.q_norm", "model.layers.1.self_attn.k_norm"} <= set(summary.rms_norm)
 
 
+@torch.no_grad()  # with grad on, a call with a Parameter weight runs native: no provider either way
 def test_mixed_dtype_modules_keep_their_own_forward(counting):
     model = build("llama", torch.bfloat16)
     norm = model.model.layers[0].input_layernorm
