@@ -50,10 +50,10 @@ def test_patched_model_runs_on_vllm_c(name, dtype, device):
             if param.dim() == 1:
                 param.normal_(1.0, 0.1)
     x = torch.randn(2, 64, device=device, dtype=dtype)
-    if ircore.explain("rms_norm", x, model.model.norm.weight, 1e-6).chosen != "vllm_c":
-        pytest.skip("ircore-provider-vllm-c is not installed (no entry point), or not first here")
     ids = torch.randint(0, 128, (2, 12), device=device)
-    with torch.no_grad():
+    with torch.no_grad():  # with grad on, calls with the model's parameters run native
+        if ircore.explain("rms_norm", x, model.model.norm.weight, 1e-6).chosen != "vllm_c":
+            pytest.skip("ircore-provider-vllm-c is not installed (no entry point), or not first here")
         stock = model(ids).logits.float()
         summary = irt.apply(model, mlp=True)
         assert len(summary.rms_norm) == norms and len(summary.mlp) == 2
