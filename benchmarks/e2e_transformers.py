@@ -237,6 +237,8 @@ def kernel_shares(prof: Any, device: str) -> dict[str, float] | None:
 def profile_shares(step: Callable[[], Any], model: Any, calls: int, device: str, label: bool) -> dict[str, float] | None:
     from torch.profiler import ProfilerActivity, profile
 
+    if not label and not device.startswith("cuda"):
+        return None  # compiled on CPU: Inductor's C++ kernels are invisible to the profiler
     labels = ModuleLabels(model) if label else None
     try:
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
