@@ -44,6 +44,7 @@ __all__ = [
 _log = logging.getLogger("ircore")
 _UNKNOWN_FORM = "{}.forward is not a known RMSNorm form (kept as it is)"
 
+
 @dataclass
 class PatchSummary:
     """What ``apply`` or ``apply_to_classes`` did.
