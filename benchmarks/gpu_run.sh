@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The one command to run on the GPU machine, from the repo root, with $OUT set:
-#   bash benchmarks/gpu_run.sh [all|tests|bench|compile]      (default: all)
+#   bash benchmarks/gpu_run.sh [all|tests|bench|compile|transformers]      (default: all)
 # Installs the carried wheels (.whl/) into /tmp/site, then (a) the GPU tests (vllm_c, triton,
-# core; ~4 min cap), (b) benchmarks/kernels_gpu.py (~6 min cap), or (compile) the compile-path
-# tests and benchmarks/e2e_decoder.py (~9 min). Logs, JSON and markdown go to $OUT. A failing
-# step does not stop the next one; the exit status is the first failure's.
+# core; ~4 min cap), (b) benchmarks/kernels_gpu.py (~6 min cap), (compile) the compile-path
+# tests and benchmarks/e2e_decoder.py (~9 min), or (transformers) the Hugging Face tests and
+# benchmarks/e2e_transformers.py (~6 min; Liger-Kernel from .whl/). Logs, JSON and markdown go
+# to $OUT. A failing step does not stop the next one; the exit status is the first failure's.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 WHAT=${1:-all}
-case "$WHAT" in all|tests|bench|compile) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|bench|compile]" >&2; exit 2 ;; esac
+case "$WHAT" in all|tests|bench|compile|transformers) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|bench|compile|transformers]" >&2; exit 2 ;; esac
 OUT=${OUT:-$ROOT/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -86,22 +87,38 @@ fi
 if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
   run_step kernels_gpu 360 python3 benchmarks/kernels_gpu.py --json "$OUT/kernels_gpu.json" --markdown "$OUT/kernels_gpu.md"
 fi
-if [ "$WHAT" = compile ]; then
-  # The backend is found through the core's torch_dynamo_backends entry point and providers through
-  # theirs: install the core and both providers editable, as `make setup` does (vllm_c without its
-  # ahead-of-time build; its CUDA kernels build on first use, here in the background meanwhile).
+# The backend is found through the core's torch_dynamo_backends entry point and providers through
+# theirs: install the core and both providers editable, as `make setup` does (vllm_c without its
+# ahead-of-time build; its CUDA kernels build on first use, here in the background meanwhile).
+install_editable() {
   IRCORE_VLLM_C_NO_AOT=1 python3 -m pip install -q --no-deps --no-build-isolation --no-index \
     -e . -e providers/vllm_c -e providers/triton >"$OUT/pip_editable.log" 2>&1 \
     && note "installed ircore, vllm_c, triton editable" || { note "editable install FAILED"; STATUS=1; }
   python3 -c "from ircore_vllm_c import load_kernels; print('vllm_c CUDA build:', load_kernels(cuda=True) or 'ok')" \
     >"$OUT/vllm_c_build.log" 2>&1 &
   BUILD_PID=$!
+}
+if [ "$WHAT" = compile ]; then
+  install_editable
   run_step tests_compile 240 python3 -m pytest -q -p no:cacheprovider tests/test_compile_passes.py \
     tests/test_compile_api.py tests/test_compile_backend.py tests/test_compile_processes.py
   wait $BUILD_PID; note "$(cat "$OUT/vllm_c_build.log" | tail -1)"
   python3 -m ircore list >"$OUT/ircore_list.txt" 2>&1
   run_step e2e_decoder 330 python3 benchmarks/e2e_decoder.py --device cuda --dynamic \
     --json "$OUT/e2e_decoder.json" --markdown "$OUT/e2e_decoder.md"
+fi
+if [ "$WHAT" = transformers ]; then
+  # transformers as the image has it (5.17 on the H200 image); the vllm_c build (~55 s) runs while
+  # the tests run; the benchmark waits on its lock if it is not done (8 layers, under 5 min).
+  # SKIP_TESTS=1: the benchmark only (saves ~1-2 min of device time).
+  install_editable
+  if [ -z "${SKIP_TESTS:-}" ]; then
+    run_step tests_transformers 120 python3 -m pytest -q -p no:cacheprovider tests/test_transformers.py
+  fi
+  wait $BUILD_PID; note "$(cat "$OUT/vllm_c_build.log" | tail -1)"
+  python3 -m ircore list >"$OUT/ircore_list.txt" 2>&1
+  run_step e2e_transformers 330 python3 benchmarks/e2e_transformers.py --device cuda \
+    --json "$OUT/e2e_transformers.json" --markdown "$OUT/e2e_transformers.md"
 fi
 note "done: status $STATUS; outputs in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit $STATUS

@@ -1,0 +1,469 @@
+"""End to end: a Hugging Face Llama through stock transformers, Liger-Kernel, Inductor and ircore.
+
+A Llama-3-8B-shaped ``LlamaForCausalLM`` built from its config (hidden 4096, intermediate
+14336, 32/8 heads, vocab 128256, bf16, random weights; ``--layers`` of them: 8 by default on
+CUDA so that the run stays under 5 minutes on an H200, 32 for the full model), measured at:
+
+- prefill: one forward of ``--prefill`` tokens (2048 on CUDA), batch 1, logits of the last token;
+- decode: one token per sequence per step at batch ``--batches`` (1, 16, 64 on CUDA), with a
+  static KV cache already holding ``--context`` tokens.
+
+Variants (each on the same weights; the KV cache is transformers' ``StaticCache`` for all):
+
+- ``stock eager``      transformers as it is;
+- ``liger eager``      Liger-Kernel's ``apply_liger_kernel_to_llama(model=...)`` (RMSNorm, SwiGLU,
+                       RoPE; its fused linear cross-entropy off: no loss at inference), CUDA only;
+- ``ircore eager``     ``ircore.integrations.transformers.apply(model, mlp=True)``;
+- ``stock compile``    ``torch.compile(model.forward, mode=--mode)`` (Inductor);
+- ``ircore compile``   ``apply(model, mlp=True)`` + ``torch.compile(model.forward, backend="ircore",
+                       mode=--mode)``; ``--mode`` is ``reduce-overhead`` (CUDA graphs) on CUDA.
+
+Reported per variant and point: tokens/s (median of ``--rounds`` timed rounds), the ratio to
+stock eager and (compiled rows) to stock compile, the first call's time for compiled rows, the
+add+norm fusions, the max |logit difference| to stock eager, and the share of GPU kernel time
+spent in norm, residual-add and activation kernels (torch.profiler; rule in ``kernel_category``).
+
+    python benchmarks/e2e_transformers.py                         # CPU: a small model, see --help
+    python benchmarks/e2e_transformers.py --device cuda --json out.json --markdown out.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import ircore
+from ircore.integrations.transformers import apply, undo
+
+VARIANTS = ("stock eager", "liger eager", "ircore eager", "ircore compile", "stock compile")
+CATEGORIES = ("norm", "add", "act")
+_START = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - _START:6.1f} s] {msg}", file=sys.stderr, flush=True)
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------------------- the model
+def build_model(a: argparse.Namespace) -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=a.hidden, intermediate_size=a.intermediate, num_hidden_layers=a.layers,
+        num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, vocab_size=a.vocab,
+        rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=8192,
+    )
+    torch.manual_seed(0)
+    with torch.device(a.device):  # initialised where it runs: no multi-GB host init
+        model = LlamaForCausalLM(config).to(getattr(torch, a.dtype)).eval()
+    with torch.no_grad():  # norm weights away from 1, so that they matter
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.normal_(1.0, 0.1)
+    return model
+
+
+def static_cache(model: Any, length: int) -> Any:
+    from transformers import StaticCache
+
+    return StaticCache(config=model.config, max_cache_len=length)
+
+
+class Runner:
+    """Prefill and decode steps of one callable: the model's forward, eager or compiled.
+
+    transformers' ``StaticCache`` (5.17 to 5.23) keeps its own position (a device tensor it
+    advances in place), from which the model derives positions and the mask: a prefill step
+    resets the cache first; decode steps advance it, so its length covers every step run.
+    """
+
+    def __init__(self, model: Any, fn: Callable[..., Any], a: argparse.Namespace) -> None:
+        self.model, self.fn, self.a = model, fn, a
+        self.compiled = fn != model.forward
+
+    def call(self, fn: Callable[..., Any], ids: torch.Tensor, cache: Any) -> torch.Tensor:
+        if fn is self.fn and self.compiled and self.a.device.startswith("cuda"):
+            torch.compiler.cudagraph_mark_step_begin()  # a new step: earlier outputs may be overwritten
+        return fn(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+
+    def prefill(self, batch: int, tokens: int) -> Callable[[], torch.Tensor]:
+        """A step that prefills ``tokens`` tokens into an emptied cache."""
+        ids = torch.randint(0, self.a.vocab, (batch, tokens), device=self.a.device,
+                            generator=torch.Generator(self.a.device).manual_seed(1))
+        cache = static_cache(self.model, tokens)
+        self.call(self.model.forward, ids, cache)  # allocates the cache, outside any graph
+
+        def step() -> torch.Tensor:
+            cache.reset()
+            return self.call(self.fn, ids, cache)
+
+        return step
+
+    def decode(self, batch: int, steps: int) -> Callable[[], torch.Tensor]:
+        """A step that decodes one token per sequence, after ``--context`` tokens; ``steps`` of them fit."""
+        a = self.a
+        ids = torch.randint(0, a.vocab, (batch, a.context), device=a.device,
+                            generator=torch.Generator(a.device).manual_seed(2))
+        cache = static_cache(self.model, a.context + steps)
+        self.call(self.model.forward, ids, cache)  # the context, by the eager model
+        token = ids[:, -1:].clone()
+        return lambda: self.call(self.fn, token, cache)
+
+
+# ---------------------------------------------------------------------- kernel shares
+def kernel_category(name: str) -> str | None:
+    """norm / add / act by kernel name, for kernels not launched inside a labelled module.
+
+    Names that say what they compute: vllm_c's ``norm_reg_kernel``/``norm_loop_kernel``
+    (fused add+norm included) and ``silu_and_mul_kernel``; triton's ``_rms_norm_kernel``,
+    ``_silu_and_mul_kernel``; Liger's ``_rms_norm_forward_kernel``, ``_swiglu_forward_kernel``;
+    Inductor's ``triton_*_fused_<ops>`` / ``cpp_fused_<ops>``: with ``rsqrt`` a norm (an add
+    fused into it counts as norm), with ``silu``/``sigmoid`` an activation, with ``add`` and no
+    rotary/attention op (cos, sin, cat, neg, exp, softmax, bmm, where) a residual add.
+    """
+    n = name.lower()
+    if "silu" in n or "swiglu" in n or "sigmoid" in n:
+        return "act"
+    if "norm" in n or "rsqrt" in n:
+        return "norm"
+    if "fused" in n and "add" in n and not any(op in n for op in ("cos", "sin", "cat", "neg", "exp", "softmax", "bmm", "where")):
+        return "add"
+    return None
+
+
+_MATMULS = ("aten::mm", "aten::addmm", "aten::matmul", "aten::linear", "aten::bmm")
+
+
+class ModuleLabels:
+    """While installed, each RMSNorm / MLP / attention / rotary module runs in a named profiler range.
+
+    Eager only: an aten op launched inside ``bench::norm`` is norm work, inside ``bench::mlp``
+    activation work unless it is a matmul; ``aten::add`` outside any range is the residual add.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.handles: list[Any] = []
+        for module in model.modules():
+            kind = type(module).__name__
+            label = ("norm" if kind.endswith("RMSNorm") else "mlp" if kind.endswith("MLP")
+                     else "attn" if kind.endswith("Attention") else "rotary" if "Rotary" in kind else None)
+            if label is None:
+                continue
+            stack: list[Any] = []
+
+            def pre(_m: Any, _args: Any, label: str = label, stack: list[Any] = stack) -> None:
+                rf = torch.profiler.record_function(f"bench::{label}")
+                rf.__enter__()
+                stack.append(rf)
+
+            def post(_m: Any, _args: Any, _out: Any, stack: list[Any] = stack) -> None:
+                stack.pop().__exit__(None, None, None)
+
+            self.handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def _label_of(event: Any) -> tuple[str | None, list[str]]:
+    """The innermost ``bench::`` range around a CPU event, and the op names on the way up."""
+    names = []
+    while event is not None:
+        if event.name.startswith("bench::"):
+            return event.name[len("bench::") :], names
+        names.append(event.name)
+        event = event.cpu_parent
+    return None, names
+
+
+def _category(label: str | None, names: list[str], kernel_name: str) -> str | None:
+    """``names``: the launching op first, then its parents up to the label's range."""
+    if label == "norm":
+        return "norm"
+    if label == "mlp":
+        return None if any(n in _MATMULS for n in names) else "act"
+    if label is None and names and names[0] in ("aten::add", "aten::add_"):
+        return "add"
+    if label is None:
+        return kernel_category(kernel_name)
+    return None  # attention, rotary embedding
+
+
+def kernel_shares(prof: Any, device: str) -> dict[str, float] | None:
+    """Share of kernel time per category; None if the profiler saw no kernels."""
+    from torch.autograd import DeviceType
+
+    events = list(prof.events())
+    by_id = {e.id: e for e in events if e.device_type == DeviceType.CPU}
+    totals: Counter[str] = Counter()
+    if device.startswith("cuda"):
+        kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+        for k in kernels:
+            launcher = by_id.get(getattr(k, "linked_correlation_id", 0))
+            label, names = _label_of(launcher)
+            us = k.time_range.elapsed_us()
+            totals[_category(label, names, k.name) or "other"] += us
+    else:  # CPU: each op's own time (children excluded), classified like a kernel it launched
+        for e in events:
+            if e.device_type != DeviceType.CPU or e.name.startswith("bench::"):
+                continue
+            label, names = _label_of(e)
+            totals[_category(label, names, e.name) or "other"] += e.self_cpu_time_total
+    whole = sum(totals.values())
+    if whole <= 0:
+        return None
+    return {c: totals[c] / whole for c in CATEGORIES}
+
+
+def profile_shares(step: Callable[[], Any], model: Any, calls: int, device: str, label: bool) -> dict[str, float] | None:
+    from torch.profiler import ProfilerActivity, profile
+
+    if not label and not device.startswith("cuda"):
+        return None  # compiled on CPU: Inductor's C++ kernels are invisible to the profiler
+    labels = ModuleLabels(model) if label else None
+    try:
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+        with profile(activities=acts) as prof:
+            for _ in range(calls):
+                step()
+            sync(device)
+        return kernel_shares(prof, device)
+    except Exception as exc:  # the shares are a diagnostic: never lose the timings for them
+        log(f"profiling failed: {type(exc).__name__}: {exc}")
+        return None
+    finally:
+        if labels is not None:
+            labels.remove()
+
+
+# ---------------------------------------------------------------------- measurement
+def time_step(step: Callable[[], Any], calls: int, rounds: int, device: str) -> float:
+    """Median seconds per call over ``rounds`` rounds of ``calls`` back-to-back calls."""
+    times = []
+    for _ in range(rounds):
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            step()
+        sync(device)
+        times.append((time.perf_counter() - t0) / calls)
+    return statistics.median(times)
+
+
+def measure(variant: str, model: Any, fn: Callable[..., Any], a: argparse.Namespace,
+            reference: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+    runner = Runner(model, fn, a)
+    rows = []
+    for phase, batch in [("prefill", 1)] + [("decode", b) for b in a.batches]:
+        row: dict[str, Any] = {"variant": variant, "phase": phase, "batch": batch}
+        if time.perf_counter() - _START > a.budget_s:
+            log(f"{variant} {phase} b={batch}: skipped, past the --budget-s of {a.budget_s:.0f} s")
+            rows.append(dict(row, skipped=f"past the {a.budget_s:.0f} s budget"))
+            continue
+        log(f"{variant}: {phase} batch {batch}")
+        ircore.compile.reset_report()
+        if phase == "prefill":
+            step, tokens, calls = runner.prefill(batch, a.prefill), a.prefill * batch, a.prefill_calls
+        else:
+            calls = a.decode_calls
+            steps = 4 + a.rounds * calls + 3  # warm-up, logits, timed rounds, profiled steps
+            step, tokens = runner.decode(batch, steps), batch
+        t0 = time.perf_counter()
+        step()  # compiled: the compile
+        sync(a.device)
+        first_s = time.perf_counter() - t0
+        for _ in range(2):  # warm-up (compiled: record the CUDA graph, replay)
+            step()
+        logits = step().float().clone()
+        key = f"{phase}{batch}"
+        reference.setdefault(key, logits)  # the first variant's (stock eager's) logits
+        seconds = time_step(step, calls, a.rounds, a.device)
+        report = ircore.compile.report()
+        row.update(tokens_per_s=tokens / seconds, ms_per_call=seconds * 1e3,
+                   first_s=first_s if runner.compiled else None, fusions=report.fusions.get("add_rms_norm", 0),
+                   lowered={op: dict(c) for op, c in report.lowered.items()},
+                   max_abs_diff=(logits - reference[key]).abs().max().item())
+        row["shares"] = profile_shares(step, model, 1 if phase == "prefill" else 3, a.device, label=not runner.compiled)
+        log(f"  {row['tokens_per_s']:,.0f} tokens/s, shares {row['shares']}")
+        rows.append(row)
+    return rows
+
+
+def run_variant(variant: str, model: Any, a: argparse.Namespace, reference: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+    """Set the variant up on ``model``, measure it, and leave ``model`` stock again."""
+    if variant == "liger eager":
+        return run_liger(model, a, reference)
+    ircore_on = variant.startswith("ircore")
+    if ircore_on:
+        summary = apply(model, mlp=True)
+        log(f"apply(model, mlp=True): {'; '.join(str(summary).splitlines())}")
+    fn = model.forward
+    if variant.endswith("compile"):
+        torch._dynamo.reset()
+        backend = "ircore" if ircore_on else "inductor"
+        fn = torch.compile(model.forward, backend=backend, mode=a.mode, dynamic=False)
+    try:
+        return measure(variant, model, fn, a, reference)
+    finally:
+        if ircore_on:
+            undo(model)
+        torch._dynamo.reset()
+
+
+def run_liger(model: Any, a: argparse.Namespace, reference: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+    """Liger patches instances it cannot unpatch, and module globals: a copy, globals restored."""
+    skip = [{"variant": "liger eager", "phase": p, "batch": b, "skipped": None}
+            for p, b in [("prefill", 1)] + [("decode", b) for b in a.batches]]
+    if not a.device.startswith("cuda"):
+        return [dict(r, skipped="Liger-Kernel needs a GPU (Triton)") for r in skip]
+    try:
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+    except ImportError as exc:
+        return [dict(r, skipped=f"liger_kernel not importable: {exc}") for r in skip]
+    from transformers.models.llama import modeling_llama
+
+    saved = {name: getattr(modeling_llama, name) for name in ("apply_rotary_pos_emb", "LlamaRMSNorm", "LlamaMLP")}
+    copy_ = copy.deepcopy(model)
+    try:
+        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                    fused_linear_cross_entropy=False, model=copy_)
+        return measure("liger eager", copy_, copy_.forward, a, reference)
+    finally:
+        for name, value in saved.items():
+            setattr(modeling_llama, name, value)
+        del copy_
+        if a.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------- output
+def _ratio(value: float, anchor: float | None) -> str:
+    return f"{value / anchor:.3f}" if anchor else "n/a"
+
+
+def markdown(rows: list[dict[str, Any]], a: argparse.Namespace, env: str) -> str:
+    out = [
+        f"{env}; LlamaForCausalLM, {a.layers} layers, hidden {a.hidden}, intermediate {a.intermediate}, "
+        f"heads {a.heads}/{a.kv_heads}, vocab {a.vocab}, {a.dtype}, random weights; prefill {a.prefill} tokens; "
+        f"decode after {a.context} tokens; compiled with mode={a.mode!r}; median of {a.rounds} rounds",
+        "",
+        "| point | variant | tokens/s | vs stock eager | vs stock compile | first call s | add+norm fused | "
+        "norm % | add % | act % | max abs diff |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    points = []
+    for r in rows:
+        if (r["phase"], r["batch"]) not in points:
+            points.append((r["phase"], r["batch"]))
+    for phase, batch in points:
+        group = [r for r in rows if (r["phase"], r["batch"]) == (phase, batch)]
+        anchors = {r["variant"]: r.get("tokens_per_s") for r in group}
+        label = f"prefill {a.prefill}" if phase == "prefill" else f"decode b={batch}"
+        for r in group:
+            if r.get("skipped"):
+                out.append(f"| {label} | {r['variant']} | skipped: {r['skipped']} |  |  |  |  |  |  |  |  |")
+                continue
+            tps = r["tokens_per_s"]
+            vs_eager = _ratio(tps, anchors.get("stock eager"))
+            vs_compile = _ratio(tps, anchors.get("stock compile")) if r["variant"].endswith("compile") else ""
+            shares = r.get("shares") or {}
+            pct = [f"{100 * shares[c]:.1f}" if c in shares else "n/a" for c in CATEGORIES]
+            first = f"{r['first_s']:.1f}" if r.get("first_s") is not None else ""
+            fused = str(r["fusions"]) if r["variant"] == "ircore compile" else ""
+            diff = f"{r['max_abs_diff']:.3g}" if "max_abs_diff" in r else ""
+            out.append(f"| {label} | {r['variant']} | {tps:,.0f} | {vs_eager} | {vs_compile} | {first} | "
+                       f"{fused} | {' | '.join(pct)} | {diff} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
+    p.add_argument("--layers", type=int, default=None, help="default: 8 on cuda (the full model has 32), 2 on cpu")
+    p.add_argument("--hidden", type=int, default=None, help="default: 4096 on cuda, 512 on cpu")
+    p.add_argument("--intermediate", type=int, default=None, help="default: 14336 on cuda, 1536 on cpu")
+    p.add_argument("--heads", type=int, default=None, help="default: 32 on cuda, 8 on cpu")
+    p.add_argument("--kv-heads", type=int, default=None, help="default: 8 on cuda, 2 on cpu")
+    p.add_argument("--vocab", type=int, default=None, help="default: 128256 on cuda, 8192 on cpu")
+    p.add_argument("--prefill", type=int, default=None, help="prefill tokens; default 2048 on cuda, 128 on cpu")
+    p.add_argument("--batches", default=None, help="decode batch sizes; default 1,16,64 on cuda, 1,8 on cpu")
+    p.add_argument("--context", type=int, default=None, help="tokens in the cache before decoding; default 512 on cuda, 64 on cpu")
+    p.add_argument("--mode", default=None, help="torch.compile mode; default reduce-overhead on cuda, default on cpu")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--prefill-calls", type=int, default=None, help="calls per round; default 5 on cuda, 2 on cpu")
+    p.add_argument("--decode-calls", type=int, default=None, help="calls per round; default 20 on cuda, 5 on cpu")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="skip points not started after this many seconds; default 240 on cuda, none on cpu")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
+    p.add_argument("--json", type=Path)
+    p.add_argument("--markdown", type=Path)
+    a = p.parse_args(argv)
+    cuda = a.device.startswith("cuda")
+    defaults = dict(dtype=("bfloat16", "float32"), layers=(8, 2), hidden=(4096, 512), intermediate=(14336, 1536),
+                    heads=(32, 8), kv_heads=(8, 2), vocab=(128256, 8192), prefill=(2048, 128),
+                    batches=("1,16,64", "1,8"), context=(512, 64), mode=("reduce-overhead", "default"),
+                    prefill_calls=(5, 2), decode_calls=(20, 5), budget_s=(240.0, float("inf")))
+    for key, (on_cuda, on_cpu) in defaults.items():
+        if getattr(a, key) is None:
+            setattr(a, key, on_cuda if cuda else on_cpu)
+    a.batches = [int(b) for b in str(a.batches).split(",")]
+    variants = [v.strip() for v in a.variants.split(",")]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        p.error(f"unknown variants {unknown}; known: {list(VARIANTS)}")
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    torch._inductor.config.fx_graph_cache = False  # real compiles: the pass runs and reports
+    for limit in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, 64)
+
+    import transformers
+
+    from ircore.plugins.manager import MANAGER
+
+    MANAGER.ensure_loaded()
+    env = (f"torch {torch.__version__}, transformers {transformers.__version__}, ircore {ircore.__version__}, "
+           f"{torch.cuda.get_device_name() if cuda else 'CPU'}, providers: "
+           + ", ".join(f"{n} {r.state.value}" for n, r in sorted(MANAGER.records.items())))
+    log(env)
+    model = build_model(a)
+    reference: dict[str, torch.Tensor] = {}
+    rows: list[dict[str, Any]] = []
+    with torch.inference_mode():
+        for variant in variants:
+            rows += run_variant(variant, model, a, reference)
+            if a.json:  # after every variant: a run cut short keeps what it measured
+                a.json.write_text(json.dumps({"env": env, "args": {k: str(v) for k, v in vars(a).items()},
+                                              "rows": rows}, indent=1))
+    md = markdown(rows, a, env)
+    print(md)
+    if a.markdown:
+        a.markdown.write_text(md + "\n")
+    log("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

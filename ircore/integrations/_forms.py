@@ -1,0 +1,129 @@
+"""Recognising a module's forward by the shape of its source, not by its class name.
+
+A model library's RMSNorm classes have many names but few forms; whether a forward may be
+replaced by ``ircore.ops.rms_norm`` depends on what the forward computes. The source of the
+forward is parsed and compared with the known forms below after the docstring is dropped and
+local names (parameters, variables) are renamed in order of first use, so ``hidden_states`` and
+``x`` match alike while attribute names (``self.variance_epsilon``) and the calls made must be
+exactly the same.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import textwrap
+from typing import Any
+
+# What the RMSNorm forms share: normalise in fp32. They differ in how they apply the weight.
+_NORMALIZE = """
+def forward(self, hidden_states):
+    input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+"""
+
+#: RMSNorm forwards that compute ``rms_norm(x, self.weight, self.variance_epsilon)`` within the
+#: op's tolerance when weight and input share a dtype (transformers 5.23: 142 of 142 classes
+#: decorated ``use_kernel_forward_from_hub("RMSNorm")``). Name -> source.
+NORM_FORMS: dict[str, str] = {
+    # Llama, Qwen2/3, Mistral and most others: rounds to the input dtype, then multiplies by weight
+    "llama": _NORMALIZE + "    return self.weight * hidden_states.to(input_dtype)\n",
+    # OLMo and others: multiplies, then rounds once (ircore's own semantics)
+    "weight_then_round": _NORMALIZE + "    return (self.weight * hidden_states).to(input_dtype)\n",
+    # Nemotron-H: the same with the weight cast to fp32 first
+    "fp32_weight_then_round": _NORMALIZE
+    + "    return (self.weight.to(torch.float32) * hidden_states).to(input_dtype)\n",
+}
+
+#: Gated MLPs whose activation may become ``silu_and_mul`` over one merged gate/up projection.
+MLP_FORMS: dict[str, str] = {
+    "gate_up_down": """
+def forward(self, x):
+    down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+    return down_proj
+""",
+    "gate_up_down_inline": """
+def forward(self, x):
+    return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+""",
+}
+
+#: Activation modules that compute SiLU (``transformers.activations.SiLUActivation``, ``nn.SiLU``).
+SILU_FORMS: dict[str, str] = {
+    "silu": """
+def forward(self, input):
+    return nn.functional.silu(input)
+""",
+    "silu_F": """
+def forward(self, input):
+    return F.silu(input)
+""",
+}
+
+
+class _Canonical(ast.NodeTransformer):
+    """Renames parameters and local variables to ``v0, v1, ...`` in order of first appearance."""
+
+    def __init__(self, local_names: set[str]) -> None:
+        self.local_names = local_names
+        self.names: dict[str, str] = {}
+
+    def _rename(self, name: str) -> str:
+        if name not in self.local_names:
+            return name  # a global (torch, nn, F) keeps its name
+        return self.names.setdefault(name, f"v{len(self.names)}")
+
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        node.arg = self._rename(node.arg)
+        node.annotation = None
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        node.id = self._rename(node.id)
+        return node
+
+
+def fingerprint(source: str) -> str | None:
+    """A canonical dump of the one function in ``source``; None if it is not one function."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    func = tree.body[0]
+    body = func.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        body = body[1:]  # the docstring
+    func.body = body or [ast.Pass()]
+    func.decorator_list, func.returns, func.name = [], None, "forward"
+    all_args = func.args.posonlyargs + func.args.args + func.args.kwonlyargs
+    local_names = {a.arg for a in all_args}
+    local_names |= {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    local_names.discard("self")
+    return ast.dump(_Canonical(local_names).visit(func), annotate_fields=False, include_attributes=False)
+
+
+_KNOWN = {
+    kind: {fingerprint(src): name for name, src in forms.items()}
+    for kind, forms in (("norm", NORM_FORMS), ("mlp", MLP_FORMS), ("silu", SILU_FORMS))
+}
+
+
+@functools.cache
+def _form_of_function(function: Any, kind: str) -> str | None:
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):  # built in, or defined where no source is kept
+        return None
+    return _KNOWN[kind].get(fingerprint(source))
+
+
+def form_of(cls: type, kind: str) -> str | None:
+    """The name of the known ``kind`` form (``"norm"``, ``"mlp"``, ``"silu"``) of ``cls.forward``."""
+    forward = getattr(cls, "forward", None)
+    function = getattr(forward, "__func__", forward)
+    return None if function is None else _form_of_function(function, kind)
