@@ -5,12 +5,15 @@
 # core; ~4 min cap), (b) benchmarks/kernels_gpu.py (~6 min cap), (compile) the compile-path
 # tests and benchmarks/e2e_decoder.py (~9 min), or (transformers) the Hugging Face tests and
 # benchmarks/e2e_transformers.py (~6 min; Liger-Kernel from .whl/). Logs, JSON and markdown go
-# to $OUT. A failing step does not stop the next one; the exit status is the first failure's.
+# to $OUT. (session) is the short GPU pass of 2026-12-03's issues in one call (~9 min): every
+# provider's `ircore list` reason here, the DTensor tests on nccl, e2e_transformers, the
+# CUDA-graph path of `ircore bench`, the fp32-overflow and bad-input tests on torch 2.11.
+# A failing step does not stop the next one; the exit status is the first failure's.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 WHAT=${1:-all}
-case "$WHAT" in all|tests|bench|compile|transformers) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|bench|compile|transformers]" >&2; exit 2 ;; esac
+case "$WHAT" in all|tests|bench|compile|transformers|session) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|bench|compile|transformers|session]" >&2; exit 2 ;; esac
 OUT=${OUT:-$ROOT/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -119,6 +122,23 @@ if [ "$WHAT" = transformers ]; then
   python3 -m ircore list >"$OUT/ircore_list.txt" 2>&1
   run_step e2e_transformers 330 python3 benchmarks/e2e_transformers.py --device cuda \
     --json "$OUT/e2e_transformers.json" --markdown "$OUT/e2e_transformers.md"
+fi
+if [ "$WHAT" = session ]; then
+  IRCORE_VLLM_C_NO_AOT=1 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . \
+    $(for p in providers/*/; do printf -- '-e %s ' "$p"; done) >"$OUT/pip_editable.log" 2>&1 \
+    && note "installed ircore and every provider editable" || { note "editable install FAILED"; STATUS=1; }
+  python3 -c "from ircore_vllm_c import load_kernels; print('vllm_c CUDA build:', load_kernels(cuda=True) or 'ok')" \
+    >"$OUT/vllm_c_build.log" 2>&1 &
+  BUILD_PID=$!
+  python3 -m ircore list --json >"$OUT/ircore_list.json" 2>"$OUT/ircore_list.err"
+  run_step tests_distributed 110 python3 -m pytest -q -p no:cacheprovider tests/test_distributed.py
+  wait $BUILD_PID; note "$(tail -1 "$OUT/vllm_c_build.log")"
+  run_step e2e_transformers 290 python3 benchmarks/e2e_transformers.py --device cuda --budget-s 200 \
+    --json "$OUT/e2e_transformers.json" --markdown "$OUT/e2e_transformers.md"
+  run_step bench_graphs 60 python3 -m ircore bench --op rms_norm --shape 16x4096 4096x4096 --rounds 5
+  run_step overflow_vllm_c 40 python3 -m pytest -q -p no:cacheprovider providers/vllm_c/tests -k leave_fp32
+  run_step overflow_triton 40 python3 -m pytest -q -p no:cacheprovider providers/triton/tests -k leave_fp32
+  run_step tests_bad_input 60 python3 -m pytest -q -p no:cacheprovider tests/test_bad_input.py tests/test_signature_cache.py
 fi
 note "done: status $STATUS; outputs in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit $STATUS
