@@ -6,8 +6,8 @@
 - :func:`do_bench_us`: ``triton.testing.do_bench`` median (L2 flushed between calls);
 - :func:`copy_gbps`: device-to-device copy bandwidth (read + write), the '% of copy' reference.
 
-Used by ``benchmarks/kernels_gpu.py`` and ``providers/triton/bench_gpu.py``. Imports only torch
-(triton lazily, in :func:`do_bench_us`).
+Used by ``benchmarks/kernels_gpu.py`` and ``providers/triton/bench_gpu.py``. Imports torch
+(ircore's timing helper in :func:`graph_us`, triton in :func:`do_bench_us`, lazily).
 """
 
 from __future__ import annotations
@@ -23,29 +23,16 @@ __all__ = ["copy_gbps", "do_bench_us", "eager_us", "graph_us"]
 
 
 def graph_us(fn: Callable[[], Any], calls: int, replays: int = 10) -> float:
-    """Median per-call time of ``calls`` back-to-back calls captured in one CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(replays):
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    del g
-    return statistics.median(times)
+    """Median per-call time of ``calls`` back-to-back calls captured in one CUDA graph.
+
+    The graph and its timing are ``ircore.tools.timing.graph_runner``'s (what ``ircore bench``
+    measures); each replay is one sample.
+    """
+    from ircore.tools.timing import graph_runner
+
+    run = graph_runner(fn, calls_per_graph=calls)
+    run(1)
+    return statistics.median(run(1) for _ in range(replays)) * 1e6
 
 
 def eager_us(fn: Callable[[], Any], calls: int = 200) -> float:
