@@ -38,7 +38,7 @@ def _build() -> dict:
         return {}
     ext = cpp_extension.CppExtension(
         "ircore._signature_ext",
-        sources=["ircore/csrc/signature.cpp"],
+        sources=["ircore/csrc/signature.cpp", "ircore/csrc/fast_call.cpp", "ircore/csrc/scope_block.cpp"],
         extra_compile_args={"cxx": ["-O2"]},
     )
     base = cpp_extension.BuildExtension.with_options(no_python_abi_suffix=True)
@@ -49,7 +49,7 @@ def _build() -> dict:
         built = False
 
         def build_extension(self, ext):
-            _warn("building the call-signature helper (ircore/csrc/signature.cpp) ...")
+            _warn("building the call-signature helper (ircore/csrc/: signature.cpp, fast_call.cpp, scope_block.cpp) ...")
             try:
                 super().build_extension(ext)
             except Exception as exc:

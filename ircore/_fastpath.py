@@ -22,10 +22,12 @@ run would change the version and cost a second compile.
 
 Signature cache: for ops declared ``cache_by_signature`` (and when the compiled helper of
 ``ircore._signature`` is loaded) a block in front of that looks the call's signature up in
-``op.signature_cache`` and calls the remembered implementation directly: no Python-level argument check and no
-predicate, which is most of the cost above (RESULTS.md section 1). A miss, or a call the helper
-declines (dispatch modes, subclasses), goes on to the path above; ``dispatch.choose_and_cache``
-fills the cache.
+``op.signature_cache`` (or in the plan of the priority scope that names the op) and calls the
+remembered implementation directly: no Python-level argument check and no predicate, which is
+most of the cost above (RESULTS.md section 1). The hit is one C call (``FastCall``,
+ircore/csrc/fast_call.cpp); anything it leaves to Python (a miss, DEBUG logging, a stale scoped
+plan) runs the same steps in Python, and a call the helper declines (dispatch modes,
+subclasses) goes on to the path above; ``dispatch.choose_and_cache`` fills the cache.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ if TYPE_CHECKING:
 # Under Dynamo the first test is constant-folded to True, so Dynamo never traces the C helper.
 _SIGNATURE_BLOCK = """
     if not _ir_is_dynamo_compiling():
+        _ir_result = _ir_fast({args})
+        if _ir_result is not _ir_MISS:
+            return _ir_result
         _ir_key = _ir_signature(_ir_spec, {args})
         if _ir_key is not None:
             _ir_scope = _ir_SCOPE.get()
@@ -53,7 +58,7 @@ _SIGNATURE_BLOCK = """
             _ir_entry = _ir_cache_get(_ir_key)
             if _ir_entry is None:
                 return _ir_choose_and_cache(_ir_self, _ir_key, ({args},))
-            if _ir_debug_cached(10) is not False and _ir_log_enabled(10):
+            if _ir_log_enabled(10):
                 _ir_log.debug("%s: running %s", _ir_name, _ir_entry[0])
             try:
                 return _ir_entry[1]({args})
@@ -98,8 +103,10 @@ def __call__(_ir_self, {params}):{signature_block}
 _log = logging.getLogger("ircore")
 # logging.Logger caches isEnabledFor answers in ``_cache`` (cleared in place on level changes).
 # Where it says False, isEnabledFor would too; anything else (not yet cached, True, a Python
-# without that dict) asks isEnabledFor. Saves ~30 ns per call.
-_debug_cached = _log._cache.get if isinstance(getattr(_log, "_cache", None), dict) else (lambda level: None)
+# without that dict) asks isEnabledFor: the fast call leaves such calls to the Python path.
+_log_cache = _log._cache if isinstance(getattr(_log, "_cache", None), dict) else None
+# What the fast call returns when the Python path must decide (never an implementation's result).
+_MISS = object()
 # Cheaper than is_compiling (one call, no is_scripting), and folded to True by Dynamo.
 _is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
@@ -134,7 +141,7 @@ def build_eager_call(op: IrOp) -> Callable[..., Any]:
     if any(name.startswith("_ir_") for name in names):  # cannot happen for declared ops
         raise ValueError(f"op {op.name!r}: parameter names may not start with '_ir_'")
     args = ", ".join(names)
-    use_signature = op.signature_spec is not None and _signature.signature is not None
+    use_signature = op.signature_spec is not None and None not in (_signature.signature, _signature.FastCall)
     # IrOp.wants_grad, inlined: checked arguments, so each is a tensor or None
     requires_grad = " or ".join(
         f"({names[i]} is not None and {names[i]}.requires_grad)" for i in op._tensor_indices
@@ -146,7 +153,21 @@ def build_eager_call(op: IrOp) -> Callable[..., Any]:
         requires_grad=requires_grad or "False",
         signature_block=_SIGNATURE_BLOCK.format(args=args).rstrip("\n") if use_signature else "",
     )
+    fast = None
+    if use_signature:
+        fast = _signature.FastCall(
+            op.signature_spec,
+            op.signature_cache,
+            dispatch.SCOPE,
+            op.name,
+            dispatch.STATE,
+            _log_cache,
+            dispatch.note_failure,
+            _MISS,
+        )
     namespace: dict[str, Any] = {
+        "_ir_fast": fast,
+        "_ir_MISS": _MISS,
         "_ir_is_compiling": torch.compiler.is_compiling,
         "_ir_is_dynamo_compiling": _is_dynamo_compiling,
         "_ir_providers_loaded": providers_loaded,
@@ -155,7 +176,6 @@ def build_eager_call(op: IrOp) -> Callable[..., Any]:
         "_ir_choose_and_cache": dispatch.choose_and_cache,
         "_ir_call_scoped": dispatch.call_scoped,
         "_ir_cache_get": op.signature_cache.get,
-        "_ir_debug_cached": _debug_cached,
         "_ir_dispatch_stack_len": torch._C._len_torch_dispatch_stack,
         "_ir_Tensor": torch.Tensor,
         "_ir_SCOPE": dispatch.SCOPE,

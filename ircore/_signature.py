@@ -31,11 +31,19 @@ import torch
 _META = Path(__file__).with_name("_signature_build.json")
 
 signature: Callable[..., bytes | None] | None = None
+#: ``FastCall(spec, cache, scope_var, name, state, log_cache, note_failure, miss)``: an op's eager
+#: call when its signature's choice is remembered (ircore/csrc/fast_call.cpp); None with ``signature``.
+FastCall: Callable[..., Callable[..., Any]] | None = None
+#: ``BlockBase``: the C ``__enter__``/``__exit__`` of ``ircore.priority`` blocks
+#: (ircore/csrc/scope_block.cpp); None with ``signature`` (ircore.dispatch has a Python twin).
+BlockBase: type | None = None
+#: ``request_key(request)``: the hashable form of an ``ircore.priority`` request, or None.
+request_key: Callable[[dict[str, Any]], tuple[Any, ...] | None] | None = None
 #: Why ``signature`` is None ("" when it is loaded); shown by ``ircore doctor``.
 unavailable_reason = ""
 
 
-def _load() -> tuple[Callable[..., Any] | None, str]:
+def _load() -> tuple[Any, str]:
     if os.environ.get("IRCORE_NO_SIGNATURE", "") not in ("", "0"):
         return None, "disabled by IRCORE_NO_SIGNATURE"
     try:
@@ -50,10 +58,22 @@ def _load() -> tuple[Callable[..., Any] | None, str]:
         module = importlib.import_module("ircore._signature_ext")
     except Exception as exc:  # a broken build must not break ircore
         return None, f"cannot load ircore._signature_ext: {type(exc).__name__}: {exc}"
-    return module.signature, ""
+    missing = [
+        name for name in ("signature", "FastCall", "BlockBase", "request_key") if not hasattr(module, name)
+    ]
+    if missing:  # a build of older sources left in place
+        return None, f"ircore._signature_ext lacks {', '.join(missing)}: reinstall ircore to rebuild it"
+    return module, ""
 
 
-signature, unavailable_reason = _load()
+_module, unavailable_reason = _load()
+if _module is not None:
+    signature, FastCall, BlockBase, request_key = (
+        _module.signature,
+        _module.FastCall,
+        _module.BlockBase,
+        _module.request_key,
+    )
 
 
 def spec_for(annotations: list[Any]) -> bytes | None:

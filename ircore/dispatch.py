@@ -16,12 +16,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ircore import _ownership
+from ircore import _ownership, _signature
 from ircore.errors import PriorityError
 
 if TYPE_CHECKING:
@@ -50,12 +50,22 @@ Plan = tuple[object, tuple[Entry, ...], dict[bytes, Entry]]
 SIGNATURE_CACHE_LIMIT = 4096
 
 
-@dataclass(frozen=True, eq=False)
 class _Scope:
-    """The priorities set by the innermost ``with ircore.priority(...)`` (merged with outer ones)."""
+    """The priorities in effect inside a ``with ircore.priority(...)`` block (merged with the
+    enclosing blocks'), the scope to go back to on exit, and the plans resolved under it.
 
-    priorities: Mapping[str, tuple[str, ...]]
-    plans: dict[str, Plan] = field(default_factory=dict)
+    One object per distinct (enclosing scope, contents) (see :class:`PriorityBlock`), so a block
+    entered again finds its plans; those are shared with every scope that resolves an op to the
+    same list (:func:`scoped_plan`). ``priorities`` and ``plans`` are dicts: the fast call
+    (ircore/csrc/fast_call.cpp) reads both.
+    """
+
+    __slots__ = ("outer", "plans", "priorities")
+
+    def __init__(self, priorities: dict[str, tuple[str, ...]], outer: _Scope | None) -> None:
+        self.priorities = priorities
+        self.outer = outer
+        self.plans: dict[str, Plan] = {}
 
 
 SCOPE: ContextVar[_Scope | None] = ContextVar("ircore_priority_scope", default=None)
@@ -141,15 +151,24 @@ def ensure_loaded() -> None:
         loader()
 
 
+_known: tuple[object, frozenset[str]] = (None, frozenset())
 
-def known_providers() -> set[str]:
-    """Providers a priority list may name: those with implementations, and discovered ones."""
-    from ircore.op import all_ops
 
-    names = {p for op in all_ops().values() for p in op.impls}
-    if STATE.discovered is not None:
-        names |= STATE.discovered()
-    return names
+def known_providers() -> frozenset[str]:
+    """Providers a priority list may name: those with implementations, and discovered ones.
+
+    Remembered per generation: registrations and provider loading replace it.
+    """
+    global _known
+    generation = STATE.generation
+    if _known[0] is not generation:
+        from ircore.op import all_ops
+
+        names = {p for op in all_ops().values() for p in op.impls}
+        if STATE.discovered is not None:
+            names |= STATE.discovered()
+        _known = (generation, frozenset(names))
+    return _known[1]
 
 
 # ---------------------------------------------------------------------- priority sources
@@ -160,7 +179,7 @@ def validate_priority(
     from ircore.op import all_ops
 
     ops = all_ops()
-    known = known_providers() | {NATIVE}
+    known = known_providers()
     out: dict[str, tuple[str, ...] | None] = {}
     for op_name, providers in priorities.items():
         if op_name not in ops:
@@ -172,10 +191,10 @@ def validate_priority(
             providers = [p.strip() for p in providers.split(",") if p.strip()]
         names: list[str] = []
         for provider in providers:
-            if not isinstance(provider, str) or provider not in known:
+            if not isinstance(provider, str) or (provider not in known and provider != NATIVE):
                 raise PriorityError(
                     f"{source}: unknown provider {provider!r} in the priority of {op_name!r}; "
-                    f"known providers: {sorted(known)}"
+                    f"known providers: {sorted(known | {NATIVE})}"
                 )
             if provider not in names:
                 names.append(provider)
@@ -204,29 +223,118 @@ def set_priority(
         bump_generation()
 
 
-@contextlib.contextmanager
+# Remembered so that a block entered again costs a few dict lookups: blocks by request,
+# scopes by (enclosing scope, contents), and plans by (op, list); each bounded like the signature
+# cache, and each stamped with (or checked against) the generation it was resolved under.
+SCOPE_LIMIT = 256
+_blocks: dict[tuple[Any, ...], PriorityBlock] = {}
+_scopes: dict[tuple[_Scope | None, tuple[Any, ...]], _Scope] = {}
+_plans: dict[tuple[str, tuple[str, ...]], Plan] = {}
+
+
+def _remember(table: dict[Any, Any], key: Any, value: Any) -> Any:
+    if len(table) >= SCOPE_LIMIT:
+        table.clear()
+    table[key] = value
+    return value
+
+
 def priority(
-    priorities: Mapping[str, Sequence[str]] | None = None, /, **ops: Sequence[str]
-) -> Iterator[None]:
-    """Within the block, in this thread or task only, use these priority lists.
+    priorities: Mapping[str, Sequence[str] | None] | None = None, /, **ops: Sequence[str] | None
+) -> PriorityBlock:
+    """Within the block, in this thread or task only, use these priority lists:
+    ``with ircore.priority(rms_norm=["triton", "vllm_c"]): ...``, or as a decorator.
 
     Built on :mod:`contextvars`: other threads and asyncio tasks keep their own priorities.
-    Nested blocks merge, the inner one winning per op.
+    Nested blocks merge, the inner one winning per op; ``None`` for an op removes an enclosing
+    block's setting. Names are checked on entry (:class:`~ircore.errors.PriorityError`). A block
+    whose priorities were seen before (inside the same enclosing blocks, with no priority,
+    configuration or provider change since) reuses its plans and remembered choices, so a
+    per-request block costs little more than a call under the process-wide priority.
     """
-    ensure_loaded()
-    validated = validate_priority({**(priorities or {}), **ops}, "ircore.priority()")
-    outer = SCOPE.get()
-    merged = dict(outer.priorities) if outer is not None else {}
-    for op_name, names in validated.items():
-        if names is None:
-            merged.pop(op_name, None)
-        else:
-            merged[op_name] = names
-    token = SCOPE.set(_Scope(merged))
+    request = {**priorities, **ops} if priorities else ops
+    key = _request_key(request)
+    if key is None:  # not hashable, so not a valid request: checked (and refused) on entry
+        return PriorityBlock(request)
+    block = _blocks.get(key)
+    if block is None:
+        normalized = {key[i]: key[i + 1] for i in range(0, len(key), 2)}  # no list the caller can change
+        block = _remember(_blocks, key, PriorityBlock(normalized))
+    return block
+
+
+def _py_request_key(request: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """``(op, names, op, names, ...)`` with each list of names as a tuple, or None if that is not
+    hashable; the twin of the compiled ``request_key`` (ircore/csrc/scope_block.cpp)."""
+    key: tuple[Any, ...] = ()
     try:
-        yield
-    finally:
-        SCOPE.reset(token)
+        for op_name, names in request.items():
+            key += (op_name, names if names is None or isinstance(names, (str, tuple)) else tuple(names))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+_request_key = _signature.request_key or _py_request_key
+
+
+class _PyBlockBase:
+    """Entering and leaving a block seen before, in Python: the twin of the compiled
+    ``BlockBase`` (ircore/csrc/scope_block.cpp, ~0.25 us less per block), used without it."""
+
+    _seen: dict[_Scope | None, tuple[object, _Scope]]
+
+    def __init__(
+        self, scope_var: ContextVar[_Scope | None], state: DispatchState, seen: dict[Any, Any]
+    ) -> None:
+        pass  # the compiled base keeps these; here the module's SCOPE and STATE serve
+
+    def _resolve(self, outer: _Scope | None) -> _Scope:
+        raise NotImplementedError
+
+    def __enter__(self) -> None:
+        outer = SCOPE.get()
+        hit = self._seen.get(outer)
+        SCOPE.set(hit[1] if hit is not None and hit[0] is STATE.generation else self._resolve(outer))
+
+    def __exit__(self, *exc_info: object) -> None:
+        scope = SCOPE.get()
+        SCOPE.set(scope.outer if scope is not None else None)
+
+
+_BlockBase: type = _signature.BlockBase or _PyBlockBase
+
+
+class PriorityBlock(_BlockBase, contextlib.ContextDecorator):  # type: ignore[misc, valid-type]
+    """What :func:`priority` returns: a context manager (and decorator) holding no per-entry
+    state, so one object serves every entry, nested or in other threads and tasks. Leaving a
+    block makes its enclosing block's priorities current again."""
+
+    def __init__(self, request: Mapping[str, Any]) -> None:
+        self._request = request
+        self._seen: dict[_Scope | None, tuple[object, _Scope]] = {}  # enclosing scope -> scope
+        super().__init__(SCOPE, STATE, self._seen)
+
+    def _recreate_cm(self) -> PriorityBlock:
+        return self
+
+    def _resolve(self, outer: _Scope | None) -> _Scope:
+        ensure_loaded()
+        generation = STATE.generation  # validation depends on the providers known now
+        validated = validate_priority(self._request, "ircore.priority()")
+        merged = dict(outer.priorities) if outer is not None else {}
+        for op_name, names in validated.items():
+            if names is None:
+                merged.pop(op_name, None)
+            else:
+                merged[op_name] = names
+        content = (outer, tuple(sorted(merged.items())))
+        scope = _scopes.get(content)
+        if scope is None:
+            scope = _remember(_scopes, content, _Scope(merged, outer))
+        _remember(self._seen, outer, (generation, scope))
+        return scope
 
 
 def default_priority(op: IrOp) -> tuple[str, ...]:
@@ -287,12 +395,16 @@ def refresh_plan(op: IrOp) -> Plan:
 
 
 def scoped_plan(op: IrOp, scope: _Scope) -> Plan:
-    """``op``'s plan under ``scope``, cached on the scope object."""
+    """``op``'s plan under ``scope``, cached on the scope object and shared by every scope that
+    resolves ``op`` to the same list (with the choices remembered under it)."""
     plan = scope.plans.get(op.name)
     if plan is None or plan[0] is not STATE.generation:
         ensure_loaded()
         generation = STATE.generation
-        plan = (generation, _entries(op, effective_priority(op, scope)[0]), {})
+        names = effective_priority(op, scope)[0]
+        plan = _plans.get((op.name, names))
+        if plan is None or plan[0] is not generation:
+            plan = _remember(_plans, (op.name, names), (generation, _entries(op, names), {}))
         scope.plans[op.name] = plan
     return plan
 

@@ -345,3 +345,41 @@ def test_a_call_that_needs_grad_runs_native_and_is_differentiable(needs_grad, ca
         call(x, w, 1e-6)
         assert ircore.explain(rms_norm, x, w, 1e-6).chosen == "prov_a"
     assert impls.CALLS == ["a", "a"]
+
+
+def test_priority_as_a_decorator_and_entered_twice(x4096):
+    rms_norm.register_impl("prov_a", rms_norm_a)
+    rms_norm.register_impl("prov_b", rms_norm_b)
+    x, w = x4096
+
+    @ircore.priority(rms_norm=["prov_b"])
+    def decorated():
+        rms_norm(x, w, 1e-6)
+        return ircore.get_priority("rms_norm")
+
+    assert decorated() == decorated() == ["prov_b", "native"]
+    rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["b", "b", "a"]
+    assert ircore.get_priority("rms_norm") == ["prov_a", "prov_b", "native"]
+    block = ircore.priority(rms_norm=["prov_b"])
+    with block:
+        with ircore.priority(rms_norm=["native"]):
+            with block:  # the same object inside itself: each exit restores what its entry found
+                assert ircore.get_priority("rms_norm") == ["prov_b", "native"]
+            assert ircore.get_priority("rms_norm") == ["native"]
+        assert ircore.get_priority("rms_norm") == ["prov_b", "native"]
+    assert ircore.get_priority("rms_norm") == ["prov_a", "prov_b", "native"]
+
+
+def test_priority_block_with_an_unhashable_or_wrong_request_is_checked_on_entry():
+    rms_norm.register_impl("prov_a", rms_norm_a)
+    block = ircore.priority(rms_norm=[["prov_a"]])  # a list inside the list: no cache key
+    for _ in range(2):
+        with pytest.raises(ircore.PriorityError, match="unknown provider"):
+            with block:
+                pass
+    with pytest.raises(ircore.PriorityError, match="unknown op 'layer_norm'"):
+        with ircore.priority(layer_norm=["prov_a"]):
+            pass
+    assert ircore.get_priority("rms_norm") == ["prov_a", "native"]
+

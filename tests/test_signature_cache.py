@@ -205,6 +205,65 @@ def test_scopes_in_threads_keep_their_own_choices(x4096):
     assert impls.CALLS == ["b", "a"]
 
 
+def test_a_scope_entered_again_reuses_its_remembered_choices(x4096):
+    """Same contents, same outer scopes: the plans and choices of the first entry serve the next."""
+    pred = Counting()
+    rms_norm.register_impl("prov_a", rms_norm_a, supports_args=pred, cache_by_signature=True)
+    rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
+    ircore.set_priority(rms_norm=["prov_b"])
+    x, w = x4096
+    for _ in range(3):
+        with ircore.priority(rms_norm=["prov_a"]):  # a new object each time, as a per-request block
+            rms_norm(x, w, 1e-6)
+            rms_norm(x, w, 1e-6)
+    with ircore.priority({"rms_norm": ("prov_a",)}):  # the same contents, spelled differently
+        rms_norm(x, w, 1e-6)
+    assert pred.calls == 1 and impls.CALLS == ["a"] * 7
+    with ircore.priority(rms_norm=["prov_a"], silu_and_mul=["native"]):  # new contents, same list
+        rms_norm(x, w, 1e-6)
+    assert pred.calls == 1  # the plan (and its remembered choices) is shared by list
+    with ircore.priority(rms_norm=["prov_b"]):
+        with ircore.priority(rms_norm=["prov_a"]):  # the merged contents decide, not the outer block
+            rms_norm(x, w, 1e-6)
+    assert pred.calls == 1
+    rms_norm(x, w, 1e-6)
+    assert impls.CALLS[-1] == "b"  # outside: the process-wide priority
+
+
+def test_a_scope_entered_again_after_a_change_decides_again(x4096):
+    pred = Counting()
+    rms_norm.register_impl("prov_a", rms_norm_a, supports_args=pred, cache_by_signature=True)
+    x, w = x4096
+    with ircore.priority(rms_norm=["prov_a"]):
+        rms_norm(x, w, 1e-6)
+    rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)  # a provider change
+    with ircore.priority(rms_norm=["prov_a"]):
+        rms_norm(x, w, 1e-6)
+    assert pred.calls == 2
+    with ircore.priority(rms_norm=["prov_b"]):
+        rms_norm(x, w, 1e-6)
+    rms_norm.unregister_impl("prov_b")
+    with pytest.raises(ircore.PriorityError, match="unknown provider 'prov_b'"):
+        with ircore.priority(rms_norm=["prov_b"]):  # entered before, now checked again
+            pass
+    assert impls.CALLS == ["a", "a", "b"]
+
+
+def test_remembered_scopes_are_bounded(x4096, monkeypatch):
+    monkeypatch.setattr(dispatch, "SCOPE_LIMIT", 2)
+    monkeypatch.setattr(dispatch, "_scopes", {})
+    monkeypatch.setattr(dispatch, "_blocks", {})
+    monkeypatch.setattr(dispatch, "_plans", {})
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
+    x, w = x4096
+    for order in (["prov_a"], ["prov_b"], ["native"], ["prov_b", "prov_a"]) * 2:
+        with ircore.priority(rms_norm=order):
+            rms_norm(x, w, 1e-6)
+        assert max(len(dispatch._scopes), len(dispatch._blocks), len(dispatch._plans)) <= 2
+    assert impls.CALLS == ["a", "b", "b"] * 2
+
+
 def test_bad_input_is_never_remembered():
     rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
     for _ in range(2):
@@ -306,6 +365,10 @@ def test_without_the_helper_every_call_takes_the_careful_path():
         "x = torch.ones(2, 8)\n"
         "for _ in range(3):\n"
         "    assert torch.equal(ircore.ops.rms_norm(x, None, 1e-6), x * 2)\n"
+        "for _ in range(2):  # priority blocks through the pure-Python twin\n"
+        "    with ircore.priority(rms_norm=['native']):\n"
+        "        assert not torch.equal(ircore.ops.rms_norm(x, None, 1e-6), x * 2)\n"
+        "    assert ircore.get_priority('rms_norm') == ['p', 'native']\n"
         "print(_signature.signature, _signature.unavailable_reason, len(calls))\n"
     )
     env = {**os.environ, "IRCORE_NO_SIGNATURE": "1", "IRCORE_PROVIDERS": "none"}

@@ -13,6 +13,8 @@
 //   takes the careful path) when a tensor is a subclass other than Parameter or is not a plain
 //   strided tensor (sparse, nested), an argument has an unexpected type (a real number is a
 //   float or an int, not a bool), or a torch dispatch mode is active.
+#include "signature.h"
+
 #include <Python.h>
 
 #include <ATen/core/grad_mode.h>
@@ -27,26 +29,20 @@ namespace {
 constexpr Py_ssize_t kMaxArgs = 16;
 constexpr Py_ssize_t kBytesPerTensor = 13;
 
-PyObject* signature_impl(PyObject* const* args, Py_ssize_t nargs);
+PyObject* signature_of(PyObject* spec_bytes, PyObject* const* args, Py_ssize_t n);
 
-// A C++ exception must not cross into Python (it would terminate the process): any tensor this
-// code cannot describe sends the call to the careful path instead.
 PyObject* signature(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
-  try {
-    return signature_impl(args, nargs);
-  } catch (...) {
-    Py_RETURN_NONE;
-  }
-}
-
-PyObject* signature_impl(PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 1 || !PyBytes_CheckExact(args[0])) {
     PyErr_SetString(PyExc_TypeError, "signature(spec: bytes, *args)");
     return nullptr;
   }
-  const char* spec = PyBytes_AS_STRING(args[0]);
-  const Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
-  if (n != nargs - 1 || n > kMaxArgs) {
+  return ircore::call_signature(args[0], args + 1, nargs - 1);
+}
+
+PyObject* signature_of(PyObject* spec_bytes, PyObject* const* args, Py_ssize_t nargs) {
+  const char* spec = PyBytes_AS_STRING(spec_bytes);
+  const Py_ssize_t n = PyBytes_GET_SIZE(spec_bytes);
+  if (n != nargs || n > kMaxArgs) {
     PyErr_SetString(PyExc_TypeError, "signature(): spec and arguments differ in length");
     return nullptr;
   }
@@ -56,7 +52,7 @@ PyObject* signature_impl(PyObject* const* args, Py_ssize_t nargs) {
   const at::Tensor* first = nullptr;
   const bool grad_mode = at::GradMode::is_enabled();
   for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* a = args[i + 1];
+    PyObject* a = args[i];
     const char kind = spec[i];
     if (a == Py_None && (kind == 't' || kind == 'j' || kind == 'g')) {
       buf[pos++] = 0xff;
@@ -127,9 +123,25 @@ PyObject* signature_impl(PyObject* const* args, Py_ssize_t nargs) {
   return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(buf), pos);
 }
 
+}  // namespace
+
+// A C++ exception must not cross into Python (it would terminate the process): any tensor this
+// code cannot describe sends the call to the careful path instead.
+PyObject* ircore::call_signature(PyObject* spec, PyObject* const* args, Py_ssize_t nargs) {
+  try {
+    return signature_of(spec, args, nargs);
+  } catch (...) {
+    Py_RETURN_NONE;
+  }
+}
+
+namespace {
+
 PyMethodDef kMethods[] = {
     {"signature", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(signature)), METH_FASTCALL,
      "signature(spec, *args) -> bytes | None: the call signature ircore caches dispatch decisions by."},
+    {"request_key", ircore::request_key, METH_O,
+     "request_key(request) -> tuple | None: the hashable form of an ircore.priority request."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_signature_ext", "Call signatures for ircore's eager path.", -1,
@@ -137,4 +149,11 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_signature_ext", "Call signatures
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit__signature_ext(void) { return PyModule_Create(&kModule); }
+PyMODINIT_FUNC PyInit__signature_ext(void) {
+  PyObject* module = PyModule_Create(&kModule);
+  if (module != nullptr && (ircore::add_fast_call_type(module) < 0 || ircore::add_block_base_type(module) < 0)) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
+}

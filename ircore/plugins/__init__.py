@@ -5,12 +5,17 @@ The loading machinery is imported on first need, so ``import ircore`` stays chea
 
 from __future__ import annotations
 
+_ensure_loaded = None  # MANAGER.ensure_loaded, once the manager is imported
+
 
 def ensure_loaded() -> None:
     """Discover and load providers as configuration allows (idempotent; called by dispatch)."""
-    from ircore.plugins.manager import MANAGER
+    global _ensure_loaded
+    if _ensure_loaded is None:
+        from ircore.plugins.manager import MANAGER
 
-    MANAGER.ensure_loaded()
+        _ensure_loaded = MANAGER.ensure_loaded
+    _ensure_loaded()
 
 
 def discovered_names() -> set[str]:

@@ -1,0 +1,236 @@
+// ircore._signature_ext.FastCall: an op's eager call when its signature's choice is remembered.
+//
+// Why: with the choice cached, what is left of an eager call is bookkeeping: compute the
+// signature, read the priority scope, look the signature up, check that DEBUG logging is off,
+// call the implementation. From Python each of those is a call of its own (30-60 ns each); here
+// they are one. The generated __call__ (ircore/_fastpath.py) calls a FastCall first and takes its
+// Python path when the answer is the `miss` sentinel: no remembered choice, a call that needs the
+// careful path (signature None), a scope whose plan is stale, DEBUG logging on, or keywords.
+//
+// FastCall(spec, cache, scope_var, name, state, log_cache, note_failure, miss)
+//   spec          the op's signature spec (bytes)
+//   cache         op.signature_cache: {signature: entry} of the process-wide plan
+//   scope_var     ircore.dispatch.SCOPE: a ContextVar holding None or a scope with `priorities`
+//                 (a dict: op name -> providers) and `plans` (a dict: op name -> plan)
+//   name          the op's name (str)
+//   state         ircore.dispatch.STATE (its `generation` stamps plans)
+//   log_cache     the "ircore" logger's isEnabledFor cache (a dict: level -> bool), or None
+//   note_failure  note_failure(op_name, provider, exc), called when an implementation raises
+//   miss          the sentinel returned when the Python path must decide
+// An entry is (provider, functional callable, ...); a plan is (generation, entries, {signature:
+// entry}). The same structures as ircore.dispatch; the Python path fills them, this only reads.
+#include "signature.h"
+
+#include <Python.h>
+#include <structmember.h>
+
+namespace {
+
+struct FastCall {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* spec;
+  PyObject* cache;
+  PyObject* scope_var;
+  PyObject* name;
+  PyObject* state;
+  PyObject* log_cache;
+  PyObject* note_failure;
+  PyObject* miss;
+};
+
+PyObject* g_priorities = nullptr;  // interned attribute names
+PyObject* g_plans = nullptr;
+PyObject* g_generation = nullptr;
+PyObject* g_debug = nullptr;  // logging.DEBUG, the isEnabledFor cache's key
+
+PyObject* miss(FastCall* self) {
+  Py_INCREF(self->miss);
+  return self->miss;
+}
+
+// The {signature: entry} table that decides this call: the process-wide one, or the current
+// scope's plan's if the scope names this op. New reference; nullptr without an exception means
+// "let Python decide" (a stale scoped plan), with one an error.
+PyObject* decision_table(FastCall* self) {
+  PyObject* scope = nullptr;
+  if (PyContextVar_Get(self->scope_var, Py_None, &scope) < 0) return nullptr;
+  if (scope == Py_None) {
+    Py_DECREF(scope);
+    Py_INCREF(self->cache);
+    return self->cache;
+  }
+  PyObject* table = nullptr;
+  PyObject* priorities = PyObject_GetAttr(scope, g_priorities);
+  if (priorities != nullptr && PyDict_CheckExact(priorities)) {
+    const int named = PyDict_Contains(priorities, self->name);
+    if (named == 0) {
+      Py_INCREF(self->cache);
+      table = self->cache;
+    } else if (named > 0) {
+      PyObject* plans = PyObject_GetAttr(scope, g_plans);
+      PyObject* generation = PyObject_GetAttr(self->state, g_generation);
+      if (plans != nullptr && generation != nullptr && PyDict_CheckExact(plans)) {
+        PyObject* plan = PyDict_GetItemWithError(plans, self->name);  // borrowed
+        if (plan != nullptr && PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 3 &&
+            PyTuple_GET_ITEM(plan, 0) == generation && PyDict_CheckExact(PyTuple_GET_ITEM(plan, 2))) {
+          table = PyTuple_GET_ITEM(plan, 2);
+          Py_INCREF(table);
+        }
+      }
+      Py_XDECREF(plans);
+      Py_XDECREF(generation);
+    }
+  }
+  Py_XDECREF(priorities);
+  Py_DECREF(scope);
+  return table;
+}
+
+bool debug_logging_may_be_on(FastCall* self) {
+  if (self->log_cache == Py_None) return true;
+  PyObject* cached = PyDict_GetItemWithError(self->log_cache, g_debug);  // borrowed
+  if (cached == nullptr) PyErr_Clear();
+  return cached != Py_False;  // not yet cached, or True: the Python path asks isEnabledFor
+}
+
+// Tell note_failure which provider raised (it adds a note to the exception), keep the exception.
+void note_failure(FastCall* self, PyObject* provider) {
+  if (!PyErr_ExceptionMatches(PyExc_Exception)) return;
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  if (traceback != nullptr) PyException_SetTraceback(value, traceback);
+  PyObject* done = PyObject_CallFunctionObjArgs(self->note_failure, self->name, provider, value, nullptr);
+  if (done == nullptr) PyErr_Clear();  // a failing note must not replace the real error
+  Py_XDECREF(done);
+  PyErr_Restore(type, value, traceback);
+}
+
+PyObject* fast_call(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* self = reinterpret_cast<FastCall*>(callable);
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (kwnames != nullptr && PyTuple_GET_SIZE(kwnames) != 0) return miss(self);
+  PyObject* key = ircore::call_signature(self->spec, args, nargs);
+  if (key == nullptr) return nullptr;
+  if (key == Py_None) {
+    Py_DECREF(key);
+    return miss(self);
+  }
+  PyObject* table = decision_table(self);
+  if (table == nullptr) {
+    Py_DECREF(key);
+    return PyErr_Occurred() ? nullptr : miss(self);
+  }
+  PyObject* entry = PyDict_GetItemWithError(table, key);  // borrowed
+  Py_DECREF(key);
+  if (entry == nullptr) {
+    Py_DECREF(table);
+    return PyErr_Occurred() ? nullptr : miss(self);
+  }
+  Py_INCREF(entry);  // the call may clear the table (a provider changing priorities)
+  Py_DECREF(table);
+  if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < 2 || debug_logging_may_be_on(self)) {
+    Py_DECREF(entry);
+    return miss(self);
+  }
+  PyObject* result = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 1), args, nargs, nullptr);
+  if (result == nullptr) note_failure(self, PyTuple_GET_ITEM(entry, 0));
+  Py_DECREF(entry);
+  return result;
+}
+
+PyObject* fast_call_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  PyObject *spec, *cache, *scope_var, *name, *state, *log_cache, *note, *sentinel;
+  if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) {
+    PyErr_SetString(PyExc_TypeError, "FastCall() takes positional arguments only");
+    return nullptr;
+  }
+  if (!PyArg_ParseTuple(args, "O!O!O!UOOOO:FastCall", &PyBytes_Type, &spec, &PyDict_Type, &cache,
+                        &PyContextVar_Type, &scope_var, &name, &state, &log_cache, &note, &sentinel)) {
+    return nullptr;
+  }
+  if (log_cache != Py_None && !PyDict_CheckExact(log_cache)) {
+    PyErr_SetString(PyExc_TypeError, "FastCall(): log_cache must be a dict or None");
+    return nullptr;
+  }
+  auto* self = reinterpret_cast<FastCall*>(type->tp_alloc(type, 0));
+  if (self == nullptr) return nullptr;
+  self->vectorcall = fast_call;
+  PyObject* fields[] = {spec, cache, scope_var, name, state, log_cache, note, sentinel};
+  PyObject** slots[] = {&self->spec,  &self->cache,     &self->scope_var,    &self->name,
+                        &self->state, &self->log_cache, &self->note_failure, &self->miss};
+  for (int i = 0; i < 8; ++i) {
+    Py_INCREF(fields[i]);
+    *slots[i] = fields[i];
+  }
+  return reinterpret_cast<PyObject*>(self);
+}
+
+int fast_call_traverse(PyObject* obj, visitproc visit, void* arg) {
+  auto* self = reinterpret_cast<FastCall*>(obj);
+  Py_VISIT(self->cache);
+  Py_VISIT(self->scope_var);
+  Py_VISIT(self->state);
+  Py_VISIT(self->log_cache);
+  Py_VISIT(self->note_failure);
+  Py_VISIT(self->miss);
+  return 0;
+}
+
+int fast_call_clear(PyObject* obj) {
+  auto* self = reinterpret_cast<FastCall*>(obj);
+  Py_CLEAR(self->spec);
+  Py_CLEAR(self->cache);
+  Py_CLEAR(self->scope_var);
+  Py_CLEAR(self->name);
+  Py_CLEAR(self->state);
+  Py_CLEAR(self->log_cache);
+  Py_CLEAR(self->note_failure);
+  Py_CLEAR(self->miss);
+  return 0;
+}
+
+void fast_call_dealloc(PyObject* obj) {
+  PyObject_GC_UnTrack(obj);
+  fast_call_clear(obj);
+  Py_TYPE(obj)->tp_free(obj);
+}
+
+PyMemberDef kMembers[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(FastCall, vectorcall), READONLY, nullptr},
+    {"name", T_OBJECT, offsetof(FastCall, name), READONLY, "the op's name"},
+    {nullptr, 0, 0, 0, nullptr}};
+
+PyTypeObject FastCallType = [] {
+  PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
+  t.tp_name = "ircore._signature_ext.FastCall";
+  t.tp_basicsize = sizeof(FastCall);
+  t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
+  t.tp_doc = "An op's eager call when its signature's choice is remembered (see fast_call.cpp).";
+  t.tp_new = fast_call_new;
+  t.tp_dealloc = fast_call_dealloc;
+  t.tp_traverse = fast_call_traverse;
+  t.tp_clear = fast_call_clear;
+  t.tp_call = PyVectorcall_Call;
+  t.tp_vectorcall_offset = offsetof(FastCall, vectorcall);
+  t.tp_members = kMembers;
+  return t;
+}();
+
+}  // namespace
+
+int ircore::add_fast_call_type(PyObject* module) {
+  g_priorities = PyUnicode_InternFromString("priorities");
+  g_plans = PyUnicode_InternFromString("plans");
+  g_generation = PyUnicode_InternFromString("generation");
+  g_debug = PyLong_FromLong(10);
+  if (g_priorities == nullptr || g_plans == nullptr || g_generation == nullptr || g_debug == nullptr) return -1;
+  if (PyType_Ready(&FastCallType) < 0) return -1;
+  Py_INCREF(&FastCallType);
+  if (PyModule_AddObject(module, "FastCall", reinterpret_cast<PyObject*>(&FastCallType)) < 0) {
+    Py_DECREF(&FastCallType);
+    return -1;
+  }
+  return 0;
+}

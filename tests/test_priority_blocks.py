@@ -1,0 +1,176 @@
+"""``with ircore.priority(...)`` blocks: what entering one again reuses, and that the compiled
+enter/exit (ircore/csrc/scope_block.cpp) and its pure-Python twin behave the same."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+import torch
+
+import ircore
+from ircore import _signature, dispatch
+
+from . import impls
+from .impls import rms_norm_a, rms_norm_b
+
+rms_norm = ircore.ops.rms_norm
+needs_helper = pytest.mark.skipif(
+    _signature.BlockBase is None, reason=f"call-signature helper not loaded: {_signature.unavailable_reason}"
+)
+
+
+@pytest.fixture(params=["compiled", "python"])
+def blocks(request, monkeypatch):
+    """Run the test with the compiled block base, and again with the pure-Python twin."""
+    if request.param == "compiled":
+        if _signature.BlockBase is None:
+            pytest.skip(f"call-signature helper not loaded: {_signature.unavailable_reason}")
+    else:
+        monkeypatch.setattr(dispatch.PriorityBlock, "__enter__", dispatch._PyBlockBase.__enter__)
+        monkeypatch.setattr(dispatch.PriorityBlock, "__exit__", dispatch._PyBlockBase.__exit__)
+        monkeypatch.setattr(dispatch, "_request_key", dispatch._py_request_key)
+    monkeypatch.setattr(dispatch, "_blocks", {})  # blocks made under the other variant
+    impls.CALLS.clear()
+    return request.param
+
+
+@pytest.fixture
+def two_providers():
+    rms_norm.register_impl("prov_a", rms_norm_a)
+    rms_norm.register_impl("prov_b", rms_norm_b)
+
+
+def test_a_block_entered_again_finds_the_same_scope(blocks, two_providers):
+    scopes = []
+    for _ in range(3):
+        with ircore.priority(rms_norm=["prov_b"]):  # written inline: a lookup, not a new object
+            scopes.append(dispatch.SCOPE.get())
+    with ircore.priority({"rms_norm": ("prov_b",)}):
+        scopes.append(dispatch.SCOPE.get())
+    assert all(scope is scopes[0] for scope in scopes)
+    assert ircore.priority(rms_norm=["prov_b"]) is ircore.priority(rms_norm=("prov_b",))
+    assert dispatch.SCOPE.get() is None
+    ircore.set_priority(rms_norm=["prov_a"])  # a change: the next entry resolves again
+    with ircore.priority(rms_norm=["prov_b"]):
+        assert dispatch.SCOPE.get() is scopes[0]  # same contents and enclosing scope: same object
+        assert dispatch.SCOPE.get().plans.get("rms_norm", (None,))[0] is not dispatch.STATE.generation
+
+
+def test_nested_blocks_and_the_same_block_inside_itself(blocks, two_providers):
+    x, w = torch.randn(2, 64), torch.ones(64)
+    outer = ircore.priority(rms_norm=["prov_b"])
+    with outer:
+        with ircore.priority(rms_norm=None):  # removes the enclosing block's setting
+            assert ircore.get_priority("rms_norm") == ["prov_a", "prov_b", "native"]
+            with outer:
+                rms_norm(x, w, 1e-6)
+                assert ircore.get_priority("rms_norm") == ["prov_b", "native"]
+            assert ircore.get_priority("rms_norm") == ["prov_a", "prov_b", "native"]
+            rms_norm(x, w, 1e-6)
+        rms_norm(x, w, 1e-6)
+    rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["b", "a", "b", "a"]
+    assert dispatch.SCOPE.get() is None
+
+
+def test_an_exception_leaves_the_block(blocks, two_providers):
+    with pytest.raises(KeyError):
+        with ircore.priority(rms_norm=["prov_b"]):
+            raise KeyError("inside")
+    assert dispatch.SCOPE.get() is None and ircore.get_priority("rms_norm")[0] == "prov_a"
+
+
+def test_one_decorated_function_in_threads_and_tasks(blocks, two_providers):
+    @ircore.priority(rms_norm=["prov_b"])
+    def inside():
+        return ircore.get_priority("rms_norm")[0]
+
+    results: list[str] = []
+    barrier = threading.Barrier(4)
+
+    def worker():
+        barrier.wait()
+        results.extend(inside() for _ in range(200))
+        results.append(ircore.get_priority("rms_norm")[0])  # after: the thread's own priority
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count("prov_b") == 800 and results.count("prov_a") == 4
+
+    async def task(order):
+        with ircore.priority(rms_norm=order):
+            await asyncio.sleep(0)
+            return ircore.get_priority("rms_norm")[0]
+
+    async def both():
+        return await asyncio.gather(task(["prov_a"]), task(["prov_b"]), task(["native"]))
+
+    assert asyncio.run(both()) == ["prov_a", "prov_b", "native"]
+
+
+def test_bad_requests_are_refused_on_every_entry(blocks, two_providers):
+    for request in ({"rms_norm": ["nope"]}, {"rms_norm": [["prov_a"]]}, {"layer_norm": ["prov_a"]}):
+        block = ircore.priority(request)
+        for _ in range(2):
+            with pytest.raises(ircore.PriorityError, match=r"ircore.priority\(\): unknown"):
+                with block:
+                    pass
+    assert dispatch.SCOPE.get() is None
+
+
+def test_a_provider_list_the_caller_changes_later_does_not_change_the_block(blocks, two_providers):
+    names = ["prov_b"]
+    block = ircore.priority(rms_norm=names)
+    names[0] = "prov_a"
+    with block:
+        assert ircore.get_priority("rms_norm") == ["prov_b", "native"]
+
+
+@needs_helper
+def test_request_key_twins_agree():
+    cases = [
+        lambda: {"rms_norm": ["a", "b"]},
+        lambda: {"rms_norm": ("a",), "silu_and_mul": None},
+        lambda: {"rms_norm": "a,b"},
+        lambda: {"rms_norm": iter(["a"])},
+        dict,
+    ]
+    for case in cases:
+        assert _signature.request_key(case()) == dispatch._py_request_key(case()), case()
+    assert _signature.request_key({"rms_norm": iter(["a"])}) == ("rms_norm", ("a",))
+    for unhashable in ({"rms_norm": [["a"]]}, {"rms_norm": 3}, {"rms_norm": [{"a": 1}]}):
+        assert _signature.request_key(unhashable) is None
+        assert dispatch._py_request_key(unhashable) is None
+    with pytest.raises(TypeError, match="request_key"):
+        _signature.request_key(["rms_norm"])
+
+
+@needs_helper
+def test_block_base_without_its_init_raises_instead_of_crashing():
+    class Broken(_signature.BlockBase):
+        def __init__(self):
+            pass  # forgets BlockBase.__init__
+
+    with pytest.raises(RuntimeError, match=r"was not initialised \(BlockBase.__init__ not called\)"):
+        with Broken():
+            pass
+
+
+def test_a_stale_build_of_the_helper_is_not_loaded(monkeypatch):
+    import importlib
+    import types
+
+    stale = types.ModuleType("ircore._signature_ext")
+    stale.signature = lambda *a: None  # built from the sources before the fast call existed
+    monkeypatch.setattr(importlib, "import_module", lambda name: stale)
+    monkeypatch.setattr(_signature, "_META", _signature._META)
+    if not _signature._META.exists():
+        pytest.skip("the helper is not built here")
+    module, reason = _signature._load()
+    assert module is None
+    assert reason == "ircore._signature_ext lacks FastCall, BlockBase, request_key: reinstall ircore to rebuild it"
