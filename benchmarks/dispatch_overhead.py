@@ -6,6 +6,9 @@ chosen implementation's function called directly, interleaved in rounds on one t
 overhead is median(a) - median(b). The same measurement of vLLM IR runs in its own venv
 (benchmarks/setup_vllm_venv.sh) as a subprocess of this run, and the two are reported together.
 
+Also the cost of a ``with ircore.priority(...)`` block around one call, next to vLLM IR's
+``op.set_priority`` block (:func:`measure_scopes`).
+
 Run: ``.venv/bin/python benchmarks/dispatch_overhead.py [--json PATH] [--quick] [--no-vllm] [--grad-mode]
 [--stub]``; ``--stub --no-vllm --no-import`` gives ircore's own cost as an A/B figure that holds
 on a busy machine (see :func:`measure_stub`).
@@ -104,7 +107,9 @@ def measure_stub(rounds: int, calls: int, grad_mode: bool = False) -> list[dict[
     return rows
 
 
-def measure_ircore(rounds: int, calls: int, grad_mode: bool = False) -> list[dict[str, Any]]:
+def measure_ircore(
+    rounds: int, calls: int, grad_mode: bool = False, reduce: Callable[[list[float]], float] = statistics.median
+) -> list[dict[str, Any]]:
     """ircore's eager call vs its chosen implementation called directly, per provider/dtype/T.
 
     Under ``torch.inference_mode()``, as engines run; ``grad_mode`` measures with grad mode on
@@ -137,7 +142,7 @@ def measure_ircore(rounds: int, calls: int, grad_mode: bool = False) -> list[dic
                     fns["kernel"] = lambda x=x, w=w, raw=raw: raw(x, w, 1e-6, None)
                 with contextlib.nullcontext() if grad_mode else torch.inference_mode():
                     assert ircore.explain(op, x, w, 1e-6).chosen == provider
-                    med = interleaved_medians(fns, rounds, calls)
+                    med = interleaved_medians(fns, rounds, calls, reduce=reduce)
                 row = {
                     "impl": provider,
                     "dtype": str(dtype).replace("torch.", ""),
@@ -153,16 +158,112 @@ def measure_ircore(rounds: int, calls: int, grad_mode: bool = False) -> list[dic
     return rows
 
 
+def measure_scopes(rounds: int, calls: int, stub: bool = False) -> list[dict[str, Any]]:
+    """What a ``with ircore.priority(...)`` block costs around one call (issue 12).
+
+    Variants, interleaved, x 16x4096 under ``torch.inference_mode()``: the call under the
+    process-wide priority (``global``); the same call inside a block whose contents were entered
+    before (``scope``: a new ``ircore.priority`` object each time, as a per-request block); a
+    block entered and left without a call (``scope_empty``); a block never seen (the remembered
+    blocks, scopes and plans are forgotten before each), entered and left (``new_scope_empty``:
+    validation) and with one call (``new_scope``); the first call inside it (the difference)
+    against a call outside scopes whose signature is not remembered (``miss``: the op's
+    signature cache cleared before each).
+    ``stub`` times a stub implementation with the minimum over many short rounds (ircore's own
+    cost, robust on a busy machine); otherwise vllm_c with medians.
+    """
+    import torch
+
+    import ircore
+    from ircore import dispatch
+
+    torch.set_num_threads(1)
+    op = ircore.ops.rms_norm
+    ircore.get_priority("rms_norm")
+    if stub:
+        provider, reduce, rounds, calls = "bench_stub", min, rounds * 10, max(calls // 25, 20)
+
+        def impl(x, weight, epsilon, variance_size=None):  # type: ignore[no-untyped-def]
+            return x
+
+        def accept(x, weight, epsilon, variance_size):  # type: ignore[no-untyped-def]
+            return True
+
+        impl.__annotations__ = dict(op.native.__annotations__)
+        op.register_impl(provider, impl, supports_args=accept, cache_by_signature=True)
+    elif "vllm_c" in op.impls:
+        provider, reduce = "vllm_c", statistics.median
+    else:
+        _log("no vllm_c provider: skipping the scope rows")
+        return []
+    ircore.set_priority(rms_norm=[provider])
+    cache = op.signature_cache
+
+    def forget_scopes() -> None:  # (getattr: also runs against a checkout from before these tables)
+        for name in ("_blocks", "_scopes", "_plans"):
+            getattr(dispatch, name, {}).clear()
+
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        x, w = torch.randn(16, 4096, dtype=dtype), torch.randn(4096, dtype=dtype)
+
+        def in_scope(x=x, w=w):  # type: ignore[no-untyped-def]
+            with ircore.priority(rms_norm=[provider]):
+                return op(x, w, 1e-6)
+
+        def empty_scope():  # type: ignore[no-untyped-def]
+            with ircore.priority(rms_norm=[provider]):
+                pass
+
+        fns = {
+            "global": lambda x=x, w=w: op(x, w, 1e-6),
+            "scope": in_scope,
+            "scope_empty": empty_scope,
+            "new_scope": lambda: (forget_scopes(), in_scope()),
+            "new_scope_empty": lambda: (forget_scopes(), empty_scope()),
+            "miss": lambda x=x, w=w: (cache.clear(), op(x, w, 1e-6)),
+            "forget_scopes": forget_scopes,  # what new_scope pays for forgetting: subtracted
+            "forget_choice": cache.clear,  # likewise for miss
+        }
+        with torch.inference_mode():
+            assert ircore.explain(op, x, w, 1e-6).chosen == provider
+            t = interleaved_medians(fns, rounds, calls, reduce=reduce)
+        row = {
+            "impl": provider,
+            "reduce": reduce.__name__,
+            "dtype": str(dtype).replace("torch.", ""),
+            "T": 16,
+            "global_us": t["global"] / 1e3,
+            "scope_us": t["scope"] / 1e3,
+            "scope_empty_us": t["scope_empty"] / 1e3,
+            "new_scope_enter_us": (t["new_scope_empty"] - t["forget_scopes"]) / 1e3,
+            "new_scope_first_call_us": (t["new_scope"] - t["new_scope_empty"]) / 1e3,
+            "miss_us": (t["miss"] - t["forget_choice"]) / 1e3,
+        }
+        row["scope_over_global_us"] = row["scope_us"] - row["global_us"]
+        row["new_scope_over_miss_us"] = row["new_scope_first_call_us"] - row["miss_us"]
+        _log(
+            f"ircore priority block {provider} {row['dtype']}: +{row['scope_over_global_us']:.3f} us over the "
+            f"global call; first call in a new block +{row['new_scope_over_miss_us']:.3f} us over a miss"
+        )
+        rows.append(row)
+    ircore.set_priority(rms_norm=None)
+    if stub:
+        op.unregister_impl(provider)
+    return rows
+
+
 def measure_without_signature_helper(
-    quick: bool, grad_mode: bool = False, stub: bool = False
+    quick: bool, grad_mode: bool = False, stub: bool = False, minimum: bool = False
 ) -> list[dict[str, Any]]:
     """The same rows in a subprocess with IRCORE_NO_SIGNATURE=1: the pure-Python eager path."""
     _log("measuring ircore without the call-signature helper (IRCORE_NO_SIGNATURE=1) ...")
     env = {**os.environ, "IRCORE_NO_SIGNATURE": "1"}
-    flags = [flag for flag, on in (("--quick", quick), ("--grad-mode", grad_mode), ("--stub", stub)) if on]
+    options = (("--quick", quick), ("--grad-mode", grad_mode), ("--stub", stub), ("--min", minimum))
+    flags = [flag for flag, on in options if on]
     cmd = [sys.executable, __file__, "--ircore-only", *flags]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["ircore"]
+    return json.loads(out)["ircore"]  # the scope rows of that run are not reported
 
 
 def measure_vllm(quick: bool) -> dict[str, Any] | None:
@@ -235,7 +336,8 @@ def _vllm_kernel_us(vllm: dict[str, Any], dtype: str, tokens: int) -> float:
 
 def markdown(result: dict[str, Any]) -> str:
     lines = [
-        "ircore (overhead = eager call - the chosen implementation's function called directly):",
+        "ircore (overhead = eager call - the chosen implementation's function called directly; "
+        f"{result.get('reduce', 'median')} over rounds):",
         "",
         "| impl | dtype | T | eager us | impl fn us | raw kernel us | overhead us |",
         "|---|---|---|---|---|---|---|",
@@ -246,6 +348,25 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {r['kernel_us']:.2f} | **{r['overhead_us']:.3f}** |"
         )
     lines += ["", f"call-signature helper: {result.get('signature_helper')}"]
+    scopes = result.get("scopes")
+    if scopes:
+        lines += [
+            "",
+            "ircore priority blocks (x 16x4096; block = `with ircore.priority(...)` seen before, written",
+            "inline around one call; new = never seen: entering it validates, its first call resolves the",
+            "op's plan under it; miss = a call outside blocks whose signature is not remembered):",
+            "",
+            "| impl | reduce | dtype | global call us | block + call us | block, no call us | block - global us "
+            "| new block: enter + exit us | new block: first call us | miss us | first call - miss us |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in scopes:
+            lines.append(
+                f"| {r['impl']} | {r['reduce']} | {r['dtype']} | {r['global_us']:.2f} | {r['scope_us']:.2f} "
+                f"| {r['scope_empty_us']:.2f} | **{r['scope_over_global_us']:.3f}** "
+                f"| {r['new_scope_enter_us']:.2f} | {r['new_scope_first_call_us']:.2f} "
+                f"| {r['miss_us']:.2f} | **{r['new_scope_over_miss_us']:.3f}** |"
+            )
     slow = result.get("ircore_no_signature")
     if slow:
         lines += [
@@ -278,6 +399,20 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {r['b_direct_ns'] / 1e3:.2f} | {kern:.2f} | {r['overhead_wrap_ns'] / 1e3:.2f} / "
                 f"{r['overhead_nowrap_ns'] / 1e3:.2f} | {r['a_wrap_ns'] / 1e3 - kern:.2f} |"
             )
+        scoped = [r for r in vllm.get("overhead", []) if "a_scope_ns" in r]
+        if scoped:
+            lines += [
+                "",
+                "vLLM IR scopes (`with op.set_priority([...])` around one call, inside the outer priority):",
+                "",
+                "| dtype | T | call us | scope + call us | scope - call us |",
+                "|---|---|---|---|---|",
+            ]
+            for r in scoped:
+                lines.append(
+                    f"| {r['dtype']} | {r['tokens']} | {r['a_wrap_ns'] / 1e3:.2f} | {r['a_scope_ns'] / 1e3:.2f} "
+                    f"| **{(r['a_scope_ns'] - r['a_wrap_ns']) / 1e3:.3f}** |"
+                )
     imp = result.get("import")
     if imp:
         lines += ["", f"import ircore after torch: {imp['import_ircore_over_torch_ms']:.1f} ms; discovery "
@@ -302,22 +437,39 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only a stub implementation's rows, minimum over rounds (ircore's own cost; A/B on a busy machine)",
     )
+    parser.add_argument(
+        "--min",
+        action="store_true",
+        help="the provider rows' minimum over rounds instead of the median (A/B on a busy machine)",
+    )
     parser.add_argument("--ircore-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     rounds, calls = (5, 2000) if args.quick else (21, 5000)
     from ircore import _signature
 
-    measure = measure_stub if args.stub else measure_ircore
+    if args.stub:
+        measure = measure_stub
+    else:
+        reduce = min if args.min else statistics.median
+
+        def measure(rounds: int, calls: int, grad_mode: bool) -> list[dict[str, Any]]:
+            return measure_ircore(rounds, calls, grad_mode, reduce)
+
     result: dict[str, Any] = {
         "signature_helper": "loaded" if _signature.signature is not None else _signature.unavailable_reason,
         "grad_mode": args.grad_mode,
+        "reduce": "min" if args.min or args.stub else "median",
         "ircore": measure(rounds, calls, args.grad_mode),
     }
+    if not args.grad_mode:
+        result["scopes"] = measure_scopes(rounds, calls, stub=args.stub)
     if args.ircore_only:
         print(json.dumps(result))
         return 0
     if _signature.signature is not None:
-        result["ircore_no_signature"] = measure_without_signature_helper(args.quick, args.grad_mode, args.stub)
+        result["ircore_no_signature"] = measure_without_signature_helper(
+            args.quick, args.grad_mode, args.stub, args.min
+        )
     if not args.no_vllm:
         result["vllm"] = measure_vllm(args.quick)
     if not args.no_import:

@@ -175,6 +175,7 @@ def measure_overhead(
     Variants (interleaved per round):
       a_wrap   ir.ops.rms_norm(x, w, eps)              default: via torch.ops.vllm_ir
       a_nowrap same, inside ir.enable_torch_wrap(False): straight to dispatch()
+      a_scope  ``with op.set_priority(prio): op(x, w, eps)``: a priority block around one call
       b        impl.impl_fn(x, w, eps)                 the provider function itself
     Times are medians over rounds, in ns.  A case is re-run (up to ``retries``)
     when other processes used more than ``max_other`` cores meanwhile.
@@ -183,6 +184,7 @@ def measure_overhead(
     op = ir.ops.rms_norm
     torch.set_num_threads(threads)
     rows = []
+    prio = [provider] if provider == "native" else [provider, "native"]
     with (
         selected_provider(op, provider) as (impl, natively),
         _maybe_inference_mode(inference_mode),
@@ -200,9 +202,14 @@ def measure_overhead(
             def call(x=x, w=w):
                 return op(x, w, EPS)
 
+            def scoped(x=x, w=w):
+                with op.set_priority(prio):
+                    return op(x, w, EPS)
+
             fns = {
                 "a_wrap": call,
                 "a_nowrap": call,
+                "a_scope": scoped,
                 "b_direct": lambda x=x, w=w, f=impl.impl_fn: f(x, w, EPS),
             }
             scopes = {"a_nowrap": lambda: ir.enable_torch_wrap(False)}
@@ -225,6 +232,7 @@ def measure_overhead(
                 "inference_mode": inference_mode,
                 "a_wrap_ns": med["a_wrap"],
                 "a_nowrap_ns": med["a_nowrap"],
+                "a_scope_ns": med["a_scope"],
                 "b_direct_ns": med["b_direct"],
                 "overhead_wrap_ns": med["a_wrap"] - med["b_direct"],
                 "overhead_nowrap_ns": med["a_nowrap"] - med["b_direct"],

@@ -28,14 +28,16 @@ def discover() -> tuple[Candidate, ...]:
     """
     found: list[Candidate] = []
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        dist = ep.dist
+        # One read of the METADATA file per distribution: its `version` and `requires` properties
+        # would each parse it again (~0.2 ms a time, the bulk of discovery).
+        meta = ep.dist.metadata if ep.dist is not None else None
         found.append(
             Candidate(
                 name=ep.name,
                 module=ep.value,
-                distribution=dist.metadata["Name"] if dist is not None else "?",
-                version=dist.version if dist is not None else "?",
-                requires=tuple(dist.requires or ()) if dist is not None else (),
+                distribution=meta["Name"] if meta is not None else "?",
+                version=meta["Version"] if meta is not None else "?",
+                requires=tuple(meta.get_all("Requires-Dist") or ()) if meta is not None else (),
             )
         )
     return tuple(found)
