@@ -660,6 +660,51 @@ def _fmt_us(c: Cell | None, key: str = "graph_us") -> str:
     )
 
 
+SMALL_T = 1024  # decode sizes: where the summary also reports on its own
+
+
+def row_ratios(cells: list[Cell]) -> list[tuple[str, str, int, int, float, str, str]]:
+    """Per row (op, dtype, T, H): ircore's best provider over the best anchor, graph replay.
+
+    Rows where no provider or no anchor measured are left out. Returns (op, dtype, T, H, ratio,
+    our column, anchor column) with ratio < 1 meaning ours is faster.
+    """
+    best: dict[tuple[str, str, int, int], dict[str, Cell]] = {}
+    for c in cells:
+        if c.status != "ok" or c.graph_us is None:
+            continue
+        kind = "ours" if c.impl in PROVIDERS else "anchor" if c.impl in ANCHORS else None
+        if kind is None:
+            continue
+        slot = best.setdefault((c.op, c.dtype, c.tokens, c.hidden), {})
+        if kind not in slot or c.graph_us < slot[kind].graph_us:
+            slot[kind] = c
+    out = []
+    for (op, dt, t, h), slot in sorted(best.items()):
+        if "ours" in slot and "anchor" in slot:
+            ratio = slot["ours"].graph_us / slot["anchor"].graph_us
+            out.append((op, dt, t, h, ratio, slot["ours"].impl, slot["anchor"].impl))
+    return out
+
+
+def summary(cells: list[Cell]) -> list[str]:
+    """The summary lines: geometric mean and worst row of ours/best anchor, all rows and T <= 1024."""
+    rows = row_ratios(cells)
+    lines = []
+    for label, subset in (("all rows", rows), (f"T <= {SMALL_T}", [r for r in rows if r[2] <= SMALL_T])):
+        if not subset:
+            continue
+        geo = math.exp(sum(math.log(r[4]) for r in subset) / len(subset))
+        worst = max(subset, key=lambda r: r[4])
+        slower = sum(r[4] > 1.02 for r in subset)
+        lines.append(
+            f"Summary, {label} ({len(subset)}): ours/best anchor geomean {geo:.3f}x, worst {worst[4]:.2f}x "
+            f"({worst[0]} {worst[1]} {worst[2]}x{worst[3]}: {worst[5]} vs {col_label(worst[6], worst[0])}), "
+            f"{slower} rows more than 2% slower."
+        )
+    return lines
+
+
 def tables(cells: list[Cell], args: argparse.Namespace, meta: dict[str, Any]) -> str:
     by = {(c.op, c.dtype, c.tokens, c.hidden, c.impl): c for c in cells}
     chosen = set(columns(args))
@@ -677,6 +722,10 @@ def tables(cells: list[Cell], args: argparse.Namespace, meta: dict[str, Any]) ->
         f"(rel. err >= {REL_TOL:g}), ERR = error, n/a = column unavailable, skip = time budget. "
         "ours/best < 1 means faster than the best anchor; %BW = effective bandwidth / copy bandwidth."
     )
+    summary_lines = summary(cells)
+    if summary_lines:
+        out.append("")
+        out += summary_lines
     notes = []
     for dt in args.dtypes:
         for op in args.ops:
@@ -772,7 +821,11 @@ def write_outputs(cells: list[Cell], args: argparse.Namespace, meta: dict[str, A
             args.json.parent.mkdir(parents=True, exist_ok=True)
         try:
             args.json.write_text(
-                json.dumps({"meta": meta, "results": [asdict(c) for c in cells]}, indent=1, default=str)
+                json.dumps(
+                    {"meta": meta, "summary": summary(cells), "results": [asdict(c) for c in cells]},
+                    indent=1,
+                    default=str,
+                )
             )
         except Exception as exc:
             log(f"could not write {args.json}: {exc}")
