@@ -59,6 +59,22 @@ def interleaved_medians(
     return {k: reduce(v) for k, v in samples.items()}
 
 
+def register_stub(op: Any) -> Callable[..., Any]:
+    """Register provider ``bench_stub`` for ``op`` (rms_norm): returns x, with an accepting
+    ``supports_args``, both declared ``cache_by_signature``. Returns the stub."""
+
+    def stub(x, weight, epsilon, variance_size=None):  # type: ignore[no-untyped-def]
+        return x
+
+    stub.__annotations__ = dict(op.native.__annotations__)  # the native schema, as every impl's
+
+    def accept(x, weight, epsilon, variance_size):  # type: ignore[no-untyped-def]
+        return True
+
+    op.register_impl("bench_stub", stub, supports_args=accept, cache_by_signature=True)
+    return stub
+
+
 def measure_stub(rounds: int, calls: int, grad_mode: bool = False) -> list[dict[str, Any]]:
     """ircore's own cost, with a stub implementation (returns x) that a provider registered with
     ``cache_by_signature=True`` and a predicate: eager call minus the stub called directly,
@@ -72,16 +88,7 @@ def measure_stub(rounds: int, calls: int, grad_mode: bool = False) -> list[dict[
 
     torch.set_num_threads(1)
     op = ircore.ops.rms_norm
-
-    def stub(x, weight, epsilon, variance_size=None):  # type: ignore[no-untyped-def]
-        return x
-
-    stub.__annotations__ = dict(op.native.__annotations__)  # the native schema, as every impl's
-
-    def accept(x, weight, epsilon, variance_size):  # type: ignore[no-untyped-def]
-        return True
-
-    op.register_impl("bench_stub", stub, supports_args=accept, cache_by_signature=True)
+    stub = register_stub(op)
     ircore.set_priority(rms_norm=["bench_stub"])
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
@@ -182,15 +189,7 @@ def measure_scopes(rounds: int, calls: int, stub: bool = False) -> list[dict[str
     ircore.get_priority("rms_norm")
     if stub:
         provider, reduce, rounds, calls = "bench_stub", min, rounds * 10, max(calls // 25, 20)
-
-        def impl(x, weight, epsilon, variance_size=None):  # type: ignore[no-untyped-def]
-            return x
-
-        def accept(x, weight, epsilon, variance_size):  # type: ignore[no-untyped-def]
-            return True
-
-        impl.__annotations__ = dict(op.native.__annotations__)
-        op.register_impl(provider, impl, supports_args=accept, cache_by_signature=True)
+        register_stub(op)
     elif "vllm_c" in op.impls:
         provider, reduce = "vllm_c", statistics.median
     else:
