@@ -17,7 +17,7 @@ import re
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -57,8 +57,7 @@ _grad_enabled = torch.is_grad_enabled
 _is_alias_of = torch._C._is_alias_of  # same storage (conservative: also disjoint parts of one)
 
 
-@dataclass(frozen=True)
-class Tolerance:
+class Tolerance(NamedTuple):
     """How far an implementation may be from the fp64 reference: ``|a-b| <= atol + rtol*|b|``."""
 
     atol: float
@@ -75,8 +74,7 @@ DEFAULT_TOLERANCES = {
 }
 
 
-@dataclass(frozen=True)
-class Sample:
+class Sample(NamedTuple):
     """One set of arguments for an op, with a label that says what it exercises."""
 
     args: tuple[Any, ...]
