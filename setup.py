@@ -49,7 +49,7 @@ def _build() -> dict:
         built = False
 
         def build_extension(self, ext):
-            _warn("building the call-signature helper (ircore/csrc/: signature.cpp, fast_call.cpp, scope_block.cpp) ...")
+            _warn("building the call-signature helper (ircore/csrc/*.cpp) ...")
             try:
                 super().build_extension(ext)
             except Exception as exc:
