@@ -8,12 +8,16 @@
 # to $OUT. (session) is the short GPU pass of 2026-12-03's issues in one call (~9 min): every
 # provider's `ircore list` reason here, the DTensor tests on nccl, e2e_transformers, the
 # CUDA-graph path of `ircore bench`, the fp32-overflow and bad-input tests on torch 2.11.
+# (followup) is what the 2026-12-03 sessions left for the GPU (~6 min): the core tests on
+# Python 3.12 / torch 2.11 (the C fast call and priority blocks are new), the bad-input tests
+# with their failure text, the DTensor tests on nccl; then run (bench) as its own call for the
+# kernel baseline with its summary lines (issue 12).
 # A failing step does not stop the next one; the exit status is the first failure's.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 WHAT=${1:-all}
-case "$WHAT" in all|tests|bench|compile|transformers|session) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|bench|compile|transformers|session]" >&2; exit 2 ;; esac
+case "$WHAT" in all|tests|bench|compile|transformers|session|followup) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|bench|compile|transformers|session|followup]" >&2; exit 2 ;; esac
 OUT=${OUT:-$ROOT/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -139,6 +143,15 @@ if [ "$WHAT" = session ]; then
   run_step overflow_vllm_c 40 python3 -m pytest -q -p no:cacheprovider providers/vllm_c/tests -k leave_fp32
   run_step overflow_triton 40 python3 -m pytest -q -p no:cacheprovider providers/triton/tests -k leave_fp32
   run_step tests_bad_input 60 python3 -m pytest -q -p no:cacheprovider tests/test_bad_input.py tests/test_signature_cache.py
+fi
+if [ "$WHAT" = followup ]; then
+  install_editable
+  run_step tests_fastpath 60 python3 -m pytest -q -p no:cacheprovider tests/test_priority_blocks.py \
+    tests/test_signature_cache.py tests/test_dispatch.py
+  run_step tests_bad_input 120 python3 -m pytest -q -x -p no:cacheprovider -rA --tb=short --durations=5 \
+    tests/test_bad_input.py
+  run_step tests_distributed 150 python3 -m pytest -q -p no:cacheprovider -rA --tb=short tests/test_distributed.py
+  wait $BUILD_PID; note "$(tail -1 "$OUT/vllm_c_build.log")"
 fi
 note "done: status $STATUS; outputs in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit $STATUS
