@@ -148,10 +148,10 @@ if [ "$WHAT" = followup ]; then
   install_editable
   run_step tests_fastpath 60 python3 -m pytest -q -p no:cacheprovider tests/test_priority_blocks.py \
     tests/test_signature_cache.py tests/test_dispatch.py
+  wait $BUILD_PID; note "$(tail -1 "$OUT/vllm_c_build.log")"  # the matrix loads vllm_c: not during its build
   run_step tests_bad_input 120 python3 -m pytest -q -x -p no:cacheprovider -rA --tb=short --durations=5 \
     tests/test_bad_input.py
   run_step tests_distributed 150 python3 -m pytest -q -p no:cacheprovider -rA --tb=short tests/test_distributed.py
-  wait $BUILD_PID; note "$(tail -1 "$OUT/vllm_c_build.log")"
 fi
 note "done: status $STATUS; outputs in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit $STATUS
