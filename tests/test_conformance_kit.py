@@ -40,3 +40,18 @@ def test_mutating_functional_impl_is_caught():
     ircore.ops.silu_and_mul.register_impl("kit_mut", mutating)
     with pytest.raises(AssertionError, match="the functional call changed argument 'x'"):
         check_provider("kit_mut", dtypes=(torch.float32,), seeds=(0,))
+
+
+@pytest.mark.parametrize("hidden", [64, 300, 4096])
+def test_beyond_fp32_rows_exercise_the_overflow_rule(hidden):
+    x = ircore.testing.beyond_fp32_rows(hidden, torch.float32, "cpu")
+    assert x.shape == (5, hidden) and x.dtype == torch.float32
+    sum_sq = x.double().pow(2).sum(-1)
+    fp32_max = torch.finfo(torch.float32).max
+    assert (x[0].abs() > fp32_max**0.5).all()  # squares overflow
+    assert (x[1].abs() < fp32_max**0.5).all() and sum_sq[1] > fp32_max  # only the sum does
+    assert fp32_max / 16 <= sum_sq[2] < fp32_max / 4  # large, and fits (magnitudes [0.25, 0.5) x limit)
+    assert torch.isinf(x[4]).sum() == 1
+    ref = ircore.ops.rms_norm.reference(x, None, 1e-6, None)
+    assert (ref[:2] == 0).all() and (ref[2:4] != 0).all() and ref[4].isnan().any()
+    assert torch.equal(x, ircore.testing.beyond_fp32_rows(hidden, torch.float32, "cpu"))

@@ -4,7 +4,8 @@
 is the conformance kit: every implementation of a provider, on every sample input it accepts.
 ``iter_cases``/``run_case`` expose the kit one case at a time (``ircore verify`` and the pytest
 plugin, ``pytest --ircore-provider NAME``, are built on them); ``simulated_platform(kind=...)``
-runs providers as if on another platform (stand-in tests).
+runs providers as if on another platform (stand-in tests); ``beyond_fp32_rows(hidden, ...)``
+gives inputs for the norms' fp32-overflow rule at any width, for a kernel's own tests.
 """
 
 from ircore.testing._compare import Comparison, assert_close_to_reference, compare_to_reference
@@ -16,6 +17,7 @@ from ircore.testing._conformance import (
     iter_cases,
     run_case,
 )
+from ircore.testing._inputs import beyond_fp32_rows
 from ircore.testing._platform import simulated_platform
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "Comparison",
     "ConformanceReport",
     "assert_close_to_reference",
+    "beyond_fp32_rows",
     "check_provider",
     "compare_to_reference",
     "iter_cases",

@@ -4,6 +4,9 @@ import os
 
 import torch
 
+import ircore
+from ircore.testing import beyond_fp32_rows  # noqa: F401  (the tests import it from here)
+
 TOL = {
     torch.float32: (1e-5, 1e-5),
     torch.float16: (2e-3, 2e-3),
@@ -11,34 +14,11 @@ TOL = {
 }
 
 
-FP32_MAX = torch.finfo(torch.float32).max
-
-
 def rms_norm_ref(
     x: torch.Tensor, weight: torch.Tensor | None, eps: float, variance_size: int | None = None
 ) -> torch.Tensor:
-    """The op sums squares in fp32: a row whose sum passes fp32's largest value has 1/rms = 0."""
-    xd = x.double()
-    n = x.shape[-1] if variance_size is None else variance_size
-    sum_sq = xd[..., :n].pow(2).sum(-1, keepdim=True)
-    y = xd * torch.rsqrt(sum_sq / n + eps).masked_fill(sum_sq > FP32_MAX, 0.0)
-    if weight is not None:
-        y = y * weight.double()
-    return y
-
-
-def beyond_fp32_rows(hidden: int, dtype: torch.dtype, device: str) -> torch.Tensor:
-    """Rows by magnitude: elements past sqrt(fp32 max); a sum of squares past fp32 max from
-    elements within it; large with a sum that fits (a quarter of the limit at most); ordinary;
-    ordinary with one infinite element. Magnitudes in [0.5, 1) x the row's scale."""
-    gen = torch.Generator().manual_seed(hidden)
-    limit = (FP32_MAX / hidden) ** 0.5
-    scale = torch.tensor([[1e20], [2.5 * limit], [0.5 * limit], [1.0], [1.0]], dtype=torch.float64)
-    magnitude = torch.rand((5, hidden), generator=gen, dtype=torch.float64) * 0.5 + 0.5
-    sign = torch.where(torch.rand((5, hidden), generator=gen) < 0.5, -1.0, 1.0).double()
-    x = magnitude * sign * scale
-    x[4, hidden // 2] = float("inf")
-    return x.to(dtype).to(device)
+    """The op's own fp64 reference (with its fp32-overflow rule)."""
+    return ircore.ops.rms_norm.reference(x, weight, eps, variance_size)
 
 
 def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
