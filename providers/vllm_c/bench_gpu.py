@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from ircore.tools.timing import graph_runner
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -46,29 +48,11 @@ EPS = 1e-6
 
 
 def graph_time_us(fn: Callable[[], object], calls: int = 50, replays: int = 20) -> float:
-    """Median per-call time of ``fn`` inside a CUDA graph of ``calls`` back-to-back calls."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    times.sort()
-    return times[len(times) // 2]
+    """Median per-call time of ``fn`` inside a CUDA graph of ``calls`` back-to-back calls, one
+    replay per sample (the graph is ircore's, ``ircore.tools.timing.graph_runner``)."""
+    run = graph_runner(fn, calls)
+    run(1)  # the first replay pays for lazy set-up
+    return sorted(run(1) for _ in range(replays))[replays // 2] * 1e6
 
 
 def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
