@@ -10,8 +10,9 @@ Also the cost of a ``with ircore.priority(...)`` block around one call, next to 
 ``op.set_priority`` block (:func:`measure_scopes`).
 
 Run: ``.venv/bin/python benchmarks/dispatch_overhead.py [--json PATH] [--quick] [--no-vllm] [--grad-mode]
-[--stub]``; ``--stub --no-vllm --no-import`` gives ircore's own cost as an A/B figure that holds
-on a busy machine (see :func:`measure_stub`).
+[--stub] [--import-against CHECKOUT]``; ``--stub --no-vllm --no-import`` gives ircore's own cost
+as an A/B figure that holds on a busy machine (see :func:`measure_stub`); ``--import-against``
+times the import of another checkout alternately with this one (see :func:`measure_import`).
 """
 
 from __future__ import annotations
@@ -290,14 +291,18 @@ print(json.dumps({"import_ms": (t1 - t0) * 1e3, "discover_ms": (t2 - t1) * 1e3, 
 """
 
 
-def measure_import(runs: int) -> dict[str, Any]:
+def measure_import(runs: int, against: Path | None = None) -> dict[str, Any]:
     """``import ircore`` after ``import torch``, then discovery of 5 installed providers (none imported).
 
     Timed inside fresh interpreters (median of ``runs``), with bytecode caching on as in a normal
-    installation; the first run, which writes the bytecode, is discarded.
+    installation; the first run, which writes the bytecode, is discarded. With ``against`` (another
+    checkout, its helper built in place), each run is followed by one of that checkout, in
+    alternating order, and the paired differences (this - that) are reported too: a figure that
+    holds when the machine's speed drifts between runs.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("IRCORE_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    checkouts = [REPO] if against is None else [REPO, against.resolve()]
     with tempfile.TemporaryDirectory() as site:
         fixtures = REPO / "tests" / "fixtures"
         five = ["good", "boom_import", "boom_hook", "unknown_op", "unavailable"]
@@ -306,24 +311,33 @@ def measure_import(runs: int) -> dict[str, Any]:
              "--no-compile", "--target", site, *[str(fixtures / f) for f in five]],
             check=True,
         )
-        env["PYTHONPATH"] = os.pathsep.join([site, str(REPO)])
-        samples = []
+        samples: dict[Path, list[dict[str, Any]]] = {c: [] for c in checkouts}
         for i in range(runs + 1):
-            out = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], env=env, check=True,
-                                 capture_output=True, text=True).stdout
-            if i:
-                samples.append(json.loads(out))
-    found = samples[0]["found"]
+            for checkout in checkouts if i % 2 == 0 else checkouts[::-1]:
+                env["PYTHONPATH"] = os.pathsep.join([site, str(checkout)])
+                out = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], env=env, check=True,
+                                     capture_output=True, text=True).stdout
+                if i:
+                    samples[checkout].append(json.loads(out))
+    mine = samples[REPO]
+    found = mine[0]["found"]
     assert set(five) <= set(found), found
-    imp = statistics.median(s["import_ms"] for s in samples)
-    disc = statistics.median(s["discover_ms"] for s in samples)
-    return {
+    imp = statistics.median(s["import_ms"] for s in mine)
+    disc = statistics.median(s["discover_ms"] for s in mine)
+    result: dict[str, Any] = {
         "import_ircore_over_torch_ms": imp,
         "discover_5_providers_ms": disc,
         "import_and_discover_5_over_torch_ms": imp + disc,
         "providers_found": found,
         "runs": runs,
     }
+    if against is not None:
+        theirs = samples[checkouts[1]]
+        for key in ("import_ms", "discover_ms"):
+            result[f"against_{key}"] = statistics.median(s[key] for s in theirs)
+            result[f"paired_diff_{key}"] = statistics.median(a[key] - b[key] for a, b in zip(mine, theirs))
+        result["against"] = str(checkouts[1])
+    return result
 
 
 def _vllm_kernel_us(vllm: dict[str, Any], dtype: str, tokens: int) -> float:
@@ -417,6 +431,11 @@ def markdown(result: dict[str, Any]) -> str:
         lines += ["", f"import ircore after torch: {imp['import_ircore_over_torch_ms']:.1f} ms; discovery "
                   f"of 5 installed providers (none imported): {imp['discover_5_providers_ms']:.1f} ms; "
                   f"together: {imp['import_and_discover_5_over_torch_ms']:.1f} ms (median of {imp['runs']})"]
+        if "against" in imp:
+            lines += [f"the same for {imp['against']}, alternating with this checkout: import "
+                      f"{imp['against_import_ms']:.1f} ms, discovery {imp['against_discover_ms']:.1f} ms; "
+                      f"paired median difference (this - that): import {imp['paired_diff_import_ms']:+.2f} ms, "
+                      f"discovery {imp['paired_diff_discover_ms']:+.2f} ms"]
     return "\n".join(lines)
 
 
@@ -440,6 +459,11 @@ def main(argv: list[str] | None = None) -> int:
         "--min",
         action="store_true",
         help="the provider rows' minimum over rounds instead of the median (A/B on a busy machine)",
+    )
+    parser.add_argument(
+        "--import-against",
+        metavar="CHECKOUT",
+        help="also time the import of another checkout (helper built in place), alternating: paired A/B",
     )
     parser.add_argument("--ircore-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -473,7 +497,8 @@ def main(argv: list[str] | None = None) -> int:
         result["vllm"] = measure_vllm(args.quick)
     if not args.no_import:
         _log("measuring import cost ...")
-        result["import"] = measure_import(3 if args.quick else 11)
+        against = Path(args.import_against) if args.import_against else None
+        result["import"] = measure_import(3 if args.quick else 11, against)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     print(markdown(result))

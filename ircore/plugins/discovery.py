@@ -29,7 +29,7 @@ def discover() -> tuple[Candidate, ...]:
     found: list[Candidate] = []
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         # One read of the METADATA file per distribution: its `version` and `requires` properties
-        # would each parse it again (~0.2 ms a time, the bulk of discovery).
+        # would each parse it again (~0.1 ms a time, more than the entry-point scan for 10).
         meta = ep.dist.metadata if ep.dist is not None else None
         found.append(
             Candidate(
