@@ -2,7 +2,7 @@
 # The one command to run on the GPU machine, from the repo root, with $OUT set:
 #   bash benchmarks/gpu_run.sh [all|tests|bench|compile|transformers]      (default: all)
 # Installs the carried wheels (.whl/) into /tmp/site, then (a) the GPU tests (vllm_c, triton,
-# core; ~4 min cap), (b) benchmarks/kernels_gpu.py (~6 min cap), (compile) the compile-path
+# core; ~4 min cap), (b) benchmarks/kernels_gpu.py with the no-PDL columns (~8 min cap), (compile) the compile-path
 # tests and benchmarks/e2e_decoder.py (~9 min), or (transformers) the Hugging Face tests and
 # benchmarks/e2e_transformers.py (~6 min; Liger-Kernel from .whl/). Logs, JSON and markdown go
 # to $OUT. (session) is the short GPU pass of 2026-12-03's issues in one call (~9 min): every
@@ -11,13 +11,17 @@
 # (followup) is what the 2026-12-03 sessions left for the GPU (~6 min): the core tests on
 # Python 3.12 / torch 2.11 (the C fast call and priority blocks are new), the bad-input tests
 # with their failure text, the DTensor tests on nccl; then run (bench) as its own call for the
-# kernel baseline with its summary lines (issue 12).
+# kernel baseline with its summary lines (issue 12). (pdl) is the first GPU call for
+# programmatic dependent launch (~8 min): the core fast-path tests, both providers' GPU tests
+# (PDL on), the bad-input and DTensor tests, and vllm_c's launch sweep at T <= 1024 with PDL
+# on and off. (checks, ~8 min) the bad-input matrix on CPU and CUDA tensors and the DTensor
+# tests on nccl, with room for the compiled variant's Inductor build.
 # A failing step does not stop the next one; the exit status is the first failure's.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 WHAT=${1:-all}
-case "$WHAT" in all|tests|bench|compile|transformers|session|followup) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|bench|compile|transformers|session|followup]" >&2; exit 2 ;; esac
+case "$WHAT" in all|tests|bench|compile|transformers|session|followup|pdl|checks) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|bench|compile|transformers|session|followup|pdl|checks]" >&2; exit 2 ;; esac
 OUT=${OUT:-$ROOT/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -92,7 +96,9 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
   run_step tests_core 120 python3 -m pytest -q -p no:cacheprovider tests -k "not plugins"
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
-  run_step kernels_gpu 360 python3 benchmarks/kernels_gpu.py --json "$OUT/kernels_gpu.json" --markdown "$OUT/kernels_gpu.md"
+  # --pdl-ab: the providers also without programmatic dependent launch, side by side (issue 12)
+  run_step kernels_gpu 500 python3 benchmarks/kernels_gpu.py --pdl-ab --budget-s 430 \
+    --json "$OUT/kernels_gpu.json" --markdown "$OUT/kernels_gpu.md"
 fi
 # The backend is found through the core's torch_dynamo_backends entry point and providers through
 # theirs: install the core and both providers editable, as `make setup` does (vllm_c without its
@@ -152,6 +158,27 @@ if [ "$WHAT" = followup ]; then
   run_step tests_bad_input 120 python3 -m pytest -q -x -p no:cacheprovider -rA --tb=short --durations=5 \
     tests/test_bad_input.py
   run_step tests_distributed 150 python3 -m pytest -q -p no:cacheprovider -rA --tb=short tests/test_distributed.py
+fi
+if [ "$WHAT" = pdl ]; then
+  install_editable
+  run_step tests_fastpath 50 python3 -m pytest -q -p no:cacheprovider tests/test_priority_blocks.py \
+    tests/test_signature_cache.py
+  run_step tests_triton 170 python3 -m pytest -q -p no:cacheprovider -rf --tb=short providers/triton/tests
+  wait $BUILD_PID; note "$(tail -1 "$OUT/vllm_c_build.log")"
+  run_step sweep_small 100 python3 providers/vllm_c/bench_gpu.py --sweep --pdl both --top 5 \
+    --shapes 1x4096 16x4096 128x4096 1024x4096 1x8192 16x8192 128x8192 1024x8192
+  run_step tests_vllm_c 150 python3 -m pytest -q -p no:cacheprovider -rf --tb=short providers/vllm_c/tests \
+    -k "not compiles_for_sm90"  # nvcc without a GPU: CI runs it
+  run_step tests_bad_input 60 python3 -m pytest -q -x -p no:cacheprovider -rA --tb=short tests/test_bad_input.py
+  run_step tests_distributed 90 python3 -m pytest -q -p no:cacheprovider -rA --tb=short tests/test_distributed.py
+fi
+if [ "$WHAT" = checks ]; then  # issue 13's matrix on CPU and CUDA tensors, issue 14's nccl run
+  install_editable
+  wait $BUILD_PID; note "$(tail -1 "$OUT/vllm_c_build.log")"
+  run_step tests_bad_input 200 python3 -m pytest -q -p no:cacheprovider -rA --tb=short --durations=5 \
+    tests/test_bad_input.py tests/test_ptx_checks.py
+  run_step tests_distributed 280 python3 -m pytest -q -p no:cacheprovider -rA --tb=short --durations=5 \
+    tests/test_distributed.py
 fi
 note "done: status $STATUS; outputs in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit $STATUS

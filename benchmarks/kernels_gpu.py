@@ -13,7 +13,9 @@ Columns: ``eager`` (``F.rms_norm``; fused: eager add then ``F.rms_norm``; silu: 
 ``compile`` (the ircore op's native composite under ``torch.compile``, fullgraph, static shapes),
 ``liger`` (Liger-Kernel 0.8.5), ``flashinfer`` (FlashInfer's CUDA JIT norm kernels), and ours:
 ``vllm_c`` (``torch.ops.ircore_vllm_c.*``) and ``triton`` (``ircore_triton.impls``). Liger and
-FlashInfer have norms only. Effective bandwidth = bytes the op must read + write (rms_norm
+FlashInfer have norms only. ``--pdl-ab`` adds ``vllm_c_nopdl`` and ``triton_nopdl``: the same
+kernels launched without programmatic dependent launch (both providers use it on sm_90+), to show
+what it is worth at each size; they are not counted as ours in the summary. Effective bandwidth = bytes the op must read + write (rms_norm
 ``2*T*H + H`` elements, fused ``4*T*H + H``, silu ``3*T*H``, H = output width) / time, shown as %
 of the device-to-device copy bandwidth measured in the same run.
 
@@ -66,6 +68,7 @@ HIDDENS = (4096, 8192)
 DTYPES = ("bf16", "fp16")
 ANCHORS = ("eager", "compile", "liger", "flashinfer")
 PROVIDERS = ("vllm_c", "triton")
+NO_PDL = {"vllm_c_nopdl": "vllm_c", "triton_nopdl": "triton"}  # --pdl-ab columns -> provider
 QUICK = {"tokens": (1, 128, 8192), "hidden": (4096,), "dtypes": ("bf16",)}
 EPS = 1e-6
 REL_TOL = 1e-2
@@ -83,11 +86,13 @@ APPLIES = {
     "flashinfer": {"rms_norm", "fused_add_rms_norm"},
     "vllm_c": set(OPS),
     "triton": set(OPS),
+    "vllm_c_nopdl": set(OPS),
+    "triton_nopdl": set(OPS),
 }
 # Measuring order: columns needing a background build go last, so their builds overlap the rest.
-ORDER = ("eager", "triton", "liger", "compile", "vllm_c", "flashinfer")
+ORDER = ("eager", "triton", "triton_nopdl", "liger", "compile", "vllm_c", "vllm_c_nopdl", "flashinfer")
 # Display order in the tables: anchors, then ours.
-DISPLAY = ("eager", "compile", "liger", "flashinfer", "vllm_c", "triton")
+DISPLAY = ("eager", "compile", "liger", "flashinfer", "vllm_c", "triton", "vllm_c_nopdl", "triton_nopdl")
 EAGER_LABEL = {"rms_norm": "F.rms_norm", "fused_add_rms_norm": "add+F.rms_norm", "silu_and_mul": "F.silu*b"}
 LABEL = {
     "compile": "torch.compile",
@@ -95,12 +100,16 @@ LABEL = {
     "flashinfer": "FlashInfer",
     "vllm_c": "vllm_c",
     "triton": "triton",
+    "vllm_c_nopdl": "vllm_c no PDL",
+    "triton_nopdl": "triton no PDL",
 }
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 INPLACE = {
     ("fused_add_rms_norm", "flashinfer"),
     ("fused_add_rms_norm", "vllm_c"),
     ("fused_add_rms_norm", "triton"),
+    ("fused_add_rms_norm", "vllm_c_nopdl"),
+    ("fused_add_rms_norm", "triton_nopdl"),
 }
 
 
@@ -165,6 +174,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fake", action="store_true", help="with --dry-run: fill fake numbers, print tables")
     p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="skip what is left after this")
     p.add_argument("--no-do-bench", action="store_true", help="graph replay only (faster)")
+    p.add_argument("--pdl-ab", action="store_true", help="add vllm_c and triton columns without PDL")
     p.add_argument("--build-timeout-s", type=float, default=240.0, help="max wait for a background build")
     args = p.parse_args(argv)
 
@@ -203,6 +213,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def columns(args: argparse.Namespace) -> list[str]:
     chosen = set(args.anchors) | set(args.providers)
+    if getattr(args, "pdl_ab", False):
+        chosen |= {c for c, p in NO_PDL.items() if p in args.providers}
     return [c for c in ORDER if c in chosen]
 
 
@@ -384,6 +396,30 @@ class Impls:
         self.why: dict[str, str] = {}
         self.compiled: dict[str, Any] = {}
 
+    @contextlib.contextmanager
+    def pdl_off(self, impl: str):
+        """Inside: a ``*_nopdl`` column's provider launches without PDL (no-op for the others)."""
+        provider = NO_PDL.get(impl)
+        if provider is None:
+            yield
+            return
+        import torch
+
+        if provider == "vllm_c":
+            self.load("vllm_c")
+            torch.ops.ircore_vllm_c._cuda_set_pdl(0, torch.cuda.current_device())
+        else:
+            from ircore_triton import kernels
+
+            kernels.set_pdl(False)
+        try:
+            yield
+        finally:
+            if provider == "vllm_c":
+                torch.ops.ircore_vllm_c._cuda_set_pdl(-1, torch.cuda.current_device())
+            else:
+                kernels.set_pdl(None)
+
     def load(self, impl: str) -> Any:
         if impl in self.loaded:
             return self.loaded[impl]
@@ -458,6 +494,7 @@ class Impls:
         import torch
         import torch.nn.functional as F
 
+        impl = NO_PDL.get(impl, impl)
         mod = self.load(impl)
         if impl == "eager":
             if op == "rms_norm":
@@ -733,14 +770,14 @@ def tables(cells: list[Cell], args: argparse.Namespace, meta: dict[str, Any]) ->
             if not op_cols:
                 continue
             anchors = [c for c in op_cols if c in ANCHORS]
-            ours = [c for c in op_cols if c in PROVIDERS]
+            ours = [c for c in op_cols if c in PROVIDERS or c in NO_PDL]
             head = ["T x H", *(col_label(c, op) for c in op_cols)]
             if anchors:
                 head.append("best anchor")
             for o in ours:
                 if anchors:
-                    head.append(f"{o}/best")
-                head.append(f"{o} %BW")
+                    head.append(f"{col_label(o, op)}/best")
+                head.append(f"{col_label(o, op)} %BW")
             out.append("")
             out.append(f"### {op} {dt} (graph replay, us per call)")
             out.append("")
@@ -966,7 +1003,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"[{i}/{n}] {cell.op} {cell.dtype} {cell.tokens}x{cell.hidden} {cell.impl} ...")
             t0 = time.monotonic()
             try:
-                measure(cell, impls, copy_bw, not args.no_do_bench)
+                with impls.pdl_off(cell.impl):
+                    measure(cell, impls, copy_bw, not args.no_do_bench)
             except Exception as exc:
                 cell.status = "error"
                 cell.error = f"{type(exc).__name__}: {str(exc).strip()[:300]}"

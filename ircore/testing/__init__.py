@@ -5,7 +5,8 @@ is the conformance kit: every implementation of a provider, on every sample inpu
 ``iter_cases``/``run_case`` expose the kit one case at a time (``ircore verify`` and the pytest
 plugin, ``pytest --ircore-provider NAME``, are built on them); ``simulated_platform(kind=...)``
 runs providers as if on another platform (stand-in tests); ``beyond_fp32_rows(hidden, ...)``
-gives inputs for the norms' fp32-overflow rule at any width, for a kernel's own tests.
+gives inputs for the norms' fp32-overflow rule at any width, for a kernel's own tests;
+``pdl_problems(ptx)`` finds kernels that would race under programmatic dependent launch.
 """
 
 from ircore.testing._compare import Comparison, assert_close_to_reference, compare_to_reference
@@ -19,6 +20,7 @@ from ircore.testing._conformance import (
 )
 from ircore.testing._inputs import beyond_fp32_rows
 from ircore.testing._platform import simulated_platform
+from ircore.testing._ptx import pdl_problems
 
 __all__ = [
     "Case",
@@ -30,6 +32,7 @@ __all__ = [
     "check_provider",
     "compare_to_reference",
     "iter_cases",
+    "pdl_problems",
     "run_case",
     "simulated_platform",
 ]

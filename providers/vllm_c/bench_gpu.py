@@ -10,6 +10,7 @@ Run:  python providers/vllm_c/bench_gpu.py                 (default sizes, bf16)
       python providers/vllm_c/bench_gpu.py --sweep         (+ best forced configs per shape)
       python providers/vllm_c/bench_gpu.py --sweep --ops rms_norm fused_add_rms_norm \
           --shapes 1024x4096 8192x4096 32768x4096 8192x8192   (the quick check, ~1 min)
+      python providers/vllm_c/bench_gpu.py --pdl both --shapes 1x4096 128x4096   (PDL on vs off)
       python providers/vllm_c/bench_gpu.py --json > out.json
 
 A configuration is ``nv tpr block rows minb`` (see _cuda_set_norm_config in csrc/cuda_ops.cu):
@@ -145,7 +146,9 @@ def _last_cfg() -> tuple[int, ...]:
     return tuple(torch.ops.ircore_vllm_c._cuda_last_norm_config()[:5])
 
 
-def run(ops: list[str], shapes: list[tuple[int, int]], dtype_name: str, sweep: bool, top: int = 3) -> dict:
+def run(
+    ops: list[str], shapes: list[tuple[int, int]], dtype_name: str, sweep: bool, top: int = 3, pdl: str = "on"
+) -> dict:
     from ircore_vllm_c import kernels
 
     reason = kernels.load_kernels(cuda=True)
@@ -159,6 +162,10 @@ def run(ops: list[str], shapes: list[tuple[int, int]], dtype_name: str, sweep: b
     )
     rows = []
     set_cfg = torch.ops.ircore_vllm_c._cuda_set_norm_config
+    set_pdl = torch.ops.ircore_vllm_c._cuda_set_pdl
+    device = torch.cuda.current_device()
+    pdl_on = set_pdl(0 if pdl == "off" else 1, device)
+    print(f"# PDL {'on' if pdl_on else 'off'} (--pdl {pdl})", file=sys.stderr)
     for op, (t, h) in itertools.product(ops, shapes):
         fn, nbytes, check = _case(op, t, h, dtype)
         set_cfg(0, 0, 0, 0, 0)
@@ -168,10 +175,16 @@ def run(ops: list[str], shapes: list[tuple[int, int]], dtype_name: str, sweep: b
         us = graph_time_us(fn)
         row = {"op": op, "tokens": t, "hidden": h, "dtype": dtype_name, "us": us, "gbs": nbytes / (us * 1e3)}
         row["pct_copy_bw"] = 100 * row["gbs"] / bw
+        row["pdl"] = pdl_on
         line = f"{op:19} {t:>6}x{h:<6} {us:9.2f} us {row['gbs']:7.0f} GB/s {row['pct_copy_bw']:5.1f}%"
         if norm:
             row["auto_cfg"] = dict(zip(("nv", "tpr", "block", "rows", "minb"), auto))
             line += f"   auto {_fmt_cfg(auto)}"
+        if pdl == "both":  # the same launch without PDL, measured next to it
+            set_pdl(0, device)
+            row["us_no_pdl"] = graph_time_us(fn)
+            set_pdl(1, device)
+            line += f"   no PDL {row['us_no_pdl']:.2f} us ({row['us_no_pdl'] / us:.2f}x)"
         print(line, file=sys.stderr, flush=True)
         if sweep and norm:
             configs = list(sweep_configs(h, dtype))
@@ -198,7 +211,8 @@ def run(ops: list[str], shapes: list[tuple[int, int]], dtype_name: str, sweep: b
                 rank = [c for c, _ in ranked].index(auto) + 1
                 print(f"#   auto is #{rank} of {len(ranked)}", file=sys.stderr, flush=True)
         rows.append(row)
-    return {"device": torch.cuda.get_device_name(), "copy_gbs": bw, "rows": rows}
+    set_pdl(-1, device)
+    return {"device": torch.cuda.get_device_name(), "copy_gbs": bw, "pdl": pdl, "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,10 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", nargs="+", default=None, help="TxH, e.g. 8192x4096")
     p.add_argument("--sweep", action="store_true", help="also try every compiled launch configuration")
     p.add_argument("--top", type=int, default=3, help="with --sweep: configurations shown per shape")
+    p.add_argument(
+        "--pdl", default="on", choices=("on", "off", "both"),
+        help="programmatic dependent launch (sm_90+): on (default), off, or both (each row also without)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else SHAPES
-    result = run(args.ops, shapes, args.dtype, args.sweep, args.top)
+    result = run(args.ops, shapes, args.dtype, args.sweep, args.top, args.pdl)
     if args.json:
         print(json.dumps(result, indent=1))
     return 0

@@ -7,6 +7,11 @@ Why it looks like this:
   :data:`MAX_ROW_BLOCK` take a two-pass kernel that streams the row in chunks instead.
 - Every norm kernel walks its row blocks with a grid-stride loop, so one compiled kernel serves
   both the plain launch (one block per program) and a persistent launch (a few programs per SM).
+- On Hopper and later GPUs every kernel is launched with programmatic dependent launch (PDL):
+  its programs may start while the previous kernel in the stream finishes, wait for it
+  (``gdc_wait``) before touching memory, and let the next kernel start launching once their
+  loads are issued. ``IRCORE_TRITON_PDL=0`` turns it off. Small calls are latency-bound, and the
+  overlap is most of what is left to gain there.
 - The launch config is chosen per (op, hidden size, dtype, row-count bucket) by a small autotune
   that runs on the first call of a key, times the candidates by CUDA-graph replay of back-to-back
   launches (the figure that matters for decode), and caches the winner in a dict. A steady-state
@@ -33,8 +38,10 @@ __all__ = [
     "fused_add_rms_norm",
     "fused_add_rms_norm_",
     "interpreting",
+    "pdl_enabled",
     "rms_norm",
     "set_config",
+    "set_pdl",
     "silu_and_mul",
     "tuned_configs",
 ]
@@ -69,6 +76,38 @@ def interpreting() -> bool:
 
 _INTERPRET = interpreting()
 _AUTOTUNE = os.environ.get("IRCORE_TRITON_AUTOTUNE", "1") not in ("", "0") and not _INTERPRET
+_PDL = os.environ.get("IRCORE_TRITON_PDL", "1") not in ("", "0") and not _INTERPRET
+
+# Extra launch options per device: {"USE_PDL": True, "launch_pdl": True} where PDL is on.
+_LAUNCH_OPTS: dict[tuple[str, int], dict[str, bool]] = {}
+_NO_OPTS: dict[str, bool] = {}
+
+
+def _launch_opts(device: torch.device) -> dict[str, bool]:
+    key = (device.type, device.index or 0)
+    opts = _LAUNCH_OPTS.get(key)
+    if opts is None:
+        opts = _NO_OPTS
+        if _PDL and device.type == "cuda" and torch.version.hip is None:
+            if torch.cuda.get_device_capability(key[1])[0] >= 9:
+                opts = {"USE_PDL": True, "launch_pdl": True}
+        _LAUNCH_OPTS[key] = opts
+    return opts
+
+
+def pdl_enabled(device: torch.device) -> bool:
+    """Whether this provider's launches on ``device`` use programmatic dependent launch."""
+    return bool(_launch_opts(device))
+
+
+def set_pdl(enabled: bool | None) -> None:
+    """Turn PDL off (``False``) or back on where the GPU has it (``True``); ``None``: as
+    ``IRCORE_TRITON_PDL`` says. For A/B measurements; tuned configs are kept."""
+    global _PDL
+    if enabled is None:
+        enabled = os.environ.get("IRCORE_TRITON_PDL", "1") not in ("", "0")
+    _PDL = bool(enabled) and not _INTERPRET
+    _LAUNCH_OPTS.clear()
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,6 +135,7 @@ def _rms_norm_kernel(
     HAS_W: tl.constexpr,
     HAS_RES: tl.constexpr,
     PARTIAL: tl.constexpr,
+    USE_PDL: tl.constexpr = False,
 ):
     """Single pass: BLOCK_M rows x the whole row (BLOCK_N >= N) in registers.
 
@@ -106,6 +146,8 @@ def _rms_norm_kernel(
     nprog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
     if HAS_W:
         w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     num_blocks = tl.cdiv(n_rows, BLOCK_M)
@@ -115,9 +157,13 @@ def _rms_norm_kernel(
         x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         if HAS_RES:
             r = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
+            if USE_PDL:
+                tl.extra.cuda.gdc_launch_dependents()
             s = (x + r.to(tl.float32)).to(RO.dtype.element_ty)
             tl.store(RO + rows[:, None] * stride_ro + cols[None, :], s, mask=mask)
             x = s.to(tl.float32)
+        elif USE_PDL:
+            tl.extra.cuda.gdc_launch_dependents()
         sq = x * x
         if PARTIAL:
             sq = tl.where(cols[None, :] < var_n, sq, 0.0)
@@ -147,6 +193,7 @@ def _rms_norm_chunked_kernel(
     HAS_W: tl.constexpr,
     HAS_RES: tl.constexpr,
     PARTIAL: tl.constexpr,
+    USE_PDL: tl.constexpr = False,
 ):
     """Two passes over chunks of BLOCK_N for rows too wide for registers; one row per program.
 
@@ -156,6 +203,8 @@ def _rms_norm_chunked_kernel(
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     offs = tl.arange(0, BLOCK_N)
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
     for row in tl.range(pid, n_rows, nprog):
         row64 = tl.cast(row, tl.int64)  # the loop variable is a plain int under the interpreter
         x_row = X + row64 * stride_x
@@ -174,6 +223,8 @@ def _rms_norm_chunked_kernel(
             if PARTIAL:
                 sq = tl.where(cols < var_n, sq, 0.0)
             acc += sq
+        if USE_PDL:
+            tl.extra.cuda.gdc_launch_dependents()
         rstd = tl.rsqrt(tl.sum(acc, axis=0) / var_n + eps)
         for start in tl.range(0, N, BLOCK_N):
             cols = start + offs
@@ -198,14 +249,19 @@ def _silu_and_mul_kernel(
     stride_y,
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    USE_PDL: tl.constexpr = False,
 ):
     """y = silu(x[:, :D]) * x[:, D:] in fp32; a 2-D grid of (row blocks, column blocks)."""
     rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     mask = (rows < n_rows)[:, None] & (cols < D)[None, :]
     x_ptr = X + rows[:, None] * stride_x + cols[None, :]
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
     a = tl.load(x_ptr, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(x_ptr + D, mask=mask, other=0.0).to(tl.float32)
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     y = a * tl.sigmoid(a) * b
     tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
@@ -491,6 +547,7 @@ def _launch_norm(
             x.stride(0), r_.stride(0), y.stride(0), ro_.stride(0), eps,
             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_W=w is not None, HAS_RES=has_res,
             PARTIAL=var_n != n, num_warps=cfg.num_warps, grid=(grid_n,), warmup=False,
+            **_launch_opts(x.device),
         )  # fmt: skip
     else:
         grid_n = min(rows, cfg.max_programs) if cfg.max_programs else rows
@@ -499,6 +556,7 @@ def _launch_norm(
             x.stride(0), r_.stride(0), y.stride(0), ro_.stride(0), eps,
             BLOCK_N=cfg.block_n, HAS_W=w is not None, HAS_RES=has_res,
             PARTIAL=var_n != n, num_warps=cfg.num_warps, grid=(grid_n,), warmup=False,
+            **_launch_opts(x.device),
         )  # fmt: skip
 
 
@@ -645,6 +703,7 @@ def _launch_silu(cfg: SiluConfig, x: torch.Tensor, y: torch.Tensor, rows: int, d
     _silu_and_mul_kernel.run(
         x, y, rows, d, x.stride(0), y.stride(0),
         BLOCK_M=cfg.block_m, BLOCK_D=cfg.block_d, num_warps=cfg.num_warps, grid=grid, warmup=False,
+        **_launch_opts(x.device),
     )  # fmt: skip
 
 

@@ -2,13 +2,15 @@
 
 Why: the CPU tests run the kernels in Triton's interpreter, which never compiles them. This
 compiles them with Triton's real backend (ptxas ships in the triton wheel) for ``sm_90`` (H200)
-by default and reports, per kernel variant, registers, spills (local memory) and whether the
-global loads/stores are 128-bit vectors, so a config that would spill or fail to compile shows up
-before anyone reaches the GPU. Run without ``TRITON_INTERPRET``::
+by default and reports, per kernel variant, registers, spills (local memory), whether the
+global loads/stores are 128-bit vectors and, from sm_90 on (where the provider launches with
+programmatic dependent launch), whether ``griddepcontrol.wait`` comes before every global access,
+so a config that would spill, race or fail to compile shows up before anyone reaches the GPU.
+Run without ``TRITON_INTERPRET``::
 
     python providers/triton/tools/compile_check.py [--arch 90] [--hidden 4096 8192] [--quick]
 
-Exit status 1 if any variant fails to compile or spills.
+Exit status 1 if any variant fails to compile, spills, or touches memory before the PDL wait.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import triton
 from ircore_triton import kernels as K
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+
+from ircore.testing import pdl_problems
 
 _TY = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 _ROWS = (1, 16, 128, 1024, 8192, 32768)
@@ -62,7 +66,8 @@ def _attrs(fn, names: list[str]) -> dict:
 
 
 def _compile(src: ASTSource, arch: int, num_warps: int) -> dict:
-    k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+    options = {"num_warps": num_warps, **({"launch_pdl": True} if arch >= 90 else {})}
+    k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.asm["cubin"])
         f.flush()
@@ -80,6 +85,7 @@ def _compile(src: ASTSource, arch: int, num_warps: int) -> dict:
         "st_v4": len(re.findall(r"st\.global[^\n]*\.v4", ptx)),
         "st": len(re.findall(r"st\.global", ptx)),
         "smem": k.metadata.shared,
+        "pdl": "; ".join(pdl_problems(ptx).values()) or "ok" if arch >= 90 else "n/a",
     }
 
 
@@ -94,7 +100,7 @@ def check_norm(hidden: int, dtype: torch.dtype, has_res: bool, arch: int) -> lis
         sig.update({n: "i32" for n in ("n_rows", "N", "var_n")})
         sig.update({n: "i32" for n in ("stride_x", "stride_r", "stride_y", "stride_ro")})
         sig["eps"] = "fp32"
-        cons = {"BLOCK_N": bn, "HAS_W": True, "HAS_RES": has_res, "PARTIAL": False}
+        cons = {"BLOCK_N": bn, "HAS_W": True, "HAS_RES": has_res, "PARTIAL": False, "USE_PDL": arch >= 90}
         if not chunked:
             cons["BLOCK_M"] = bm
         sig.update(dict.fromkeys(cons, "constexpr"))
@@ -118,7 +124,7 @@ def check_silu(d: int, dtype: torch.dtype, arch: int) -> list[tuple]:
     for bm, bd, w in sorted(_silu_variants(d, dtype)):
         sig = {"X": f"*{ty}", "Y": f"*{ty}", "n_rows": "i32", "D": "i32"}
         sig.update({"stride_x": "i32", "stride_y": "i32"})
-        cons = {"BLOCK_M": bm, "BLOCK_D": bd}
+        cons = {"BLOCK_M": bm, "BLOCK_D": bd, "USE_PDL": arch >= 90}
         sig.update(dict.fromkeys(cons, "constexpr"))
         aligned = ["X", "Y"] + (["D", "stride_x", "stride_y"] if d % 16 == 0 else [])
         label = f"silu_and_mul {ty} d={d} m{bm} d{bd} w{w}"
@@ -152,18 +158,18 @@ def main(argv: list[str] | None = None) -> int:
 
     bad = 0
     print(f"sm_{args.arch}, triton {triton.__version__}")
-    print(f"{'variant':60s} {'regs':>4s} {'spill':>5s} {'ld.v4/ld':>8s} {'st.v4/st':>8s} smem")
+    print(f"{'variant':60s} {'regs':>4s} {'spill':>5s} {'ld.v4/ld':>8s} {'st.v4/st':>8s} {'smem':>6s} pdl")
     for label, r in results:
         if "error" in r:
             bad += 1
             print(f"{label:60s} FAILED {r['error']}")
             continue
-        bad += r["local"] > 0
+        bad += r["local"] > 0 or r["pdl"] not in ("ok", "n/a")
         print(
             f"{label:60s} {r['regs']:4d} {r['local']:5d} {r['ld_v4']:>3d}/{r['ld']:<4d} "
-            f"{r['st_v4']:>3d}/{r['st']:<4d} {r['smem']}"
+            f"{r['st_v4']:>3d}/{r['st']:<4d} {r['smem']:>6} {r['pdl']}"
         )
-    print(f"{len(results)} variants, {bad} failed or spilling")
+    print(f"{len(results)} variants, {bad} failed, spilling or unordered")
     return 1 if bad else 0
 
 

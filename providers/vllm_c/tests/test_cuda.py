@@ -100,11 +100,14 @@ def test_rows_per_group_on_the_elementwise_path(forced_config, dtype):
 
 
 # The automatic choice (nv, tpr, block, rows, minb, elements per vector), bf16, on the H200's 132
-# SMs: chosen from the H200 sweep of 2026-12-02 (see pick_norm_config and benchmarks/RESULTS.md).
+# SMs: chosen from the H200 sweeps of 2026-12-02 and -03 (see pick_norm_config and
+# benchmarks/RESULTS.md).
 AUTO = [
-    ("rms_norm", 16, 4096, "x", [1, 512, 512, 1, 1, 8]),  # one wave
-    ("rms_norm", 1024, 4096, "x", [4, 128, 256, 1, 1, 8]),  # mid size: four loads per thread
-    ("rms_norm", 1024, 8192, "x", [4, 256, 256, 1, 1, 8]),
+    ("rms_norm", 16, 4096, "x", [2, 256, 256, 1, 1, 8]),  # one wave: two loads per thread
+    ("rms_norm", 1, 8192, "x", [2, 512, 512, 1, 1, 8]),
+    ("fused_add_rms_norm", 128, 4096, "x", [2, 256, 256, 1, 1, 8]),
+    ("rms_norm", 1024, 4096, "x", [2, 256, 256, 2, 1, 8]),  # mid size: two rows of two loads
+    ("rms_norm", 1024, 8192, "x", [4, 256, 256, 1, 1, 8]),  # mid size: four loads per thread
     ("fused_add_rms_norm", 1024, 4096, "x", [4, 128, 512, 1, 1, 8]),
     ("rms_norm", 8192, 4096, "x", [2, 256, 512, 1, 1, 8]),  # bandwidth: two loads per thread
     ("rms_norm", 8192, 4096, "fp32", [2, 256, 512, 1, 1, 8]),
@@ -235,3 +238,57 @@ def test_compiled_graph_calls_the_cuda_kernels():
     w = _randn((4096,), torch.bfloat16, 2)
     f = torch.compile(lambda x, w: ops.rms_norm(x, w, 1e-6, None) + 1, fullgraph=True)
     _ref.assert_close(f(x, w), _ref.rms_norm(x, w, 1e-6) + 1, torch.bfloat16)
+
+
+def _dependent_chain(x, r, w, steps=40):
+    """Each call reads what the previous one wrote (norm -> fused in place -> silu -> ...), so a
+    kernel that touched memory before its predecessor finished would change the result."""
+    out = torch.empty_like(x)
+    silu = torch.empty(x.shape[0], x.shape[1] // 2, dtype=x.dtype, device=x.device)
+    for _ in range(steps):
+        ops.rms_norm_out(out, x, w, 1e-6, None)
+        ops.fused_add_rms_norm(out, r, w, 1e-6, None)
+        ops.silu_and_mul_out(silu, out)
+        x[:, : x.shape[1] // 2].copy_(silu)  # a copy kernel in between, as in a model
+        ops.fused_add_rms_norm(x, out, w, 1e-6, None)
+    return x, r, out
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 1024])
+def test_pdl_dependent_calls_match_plain_launches(tokens):
+    """With programmatic dependent launch (sm_90+) every kernel waits for its predecessor before
+    touching memory: a chain of dependent calls, eager and in a CUDA graph, gives bit for bit what
+    plain launches give."""
+    dev = torch.cuda.current_device()
+    on = ops._cuda_set_pdl(1, dev)
+    assert on == (torch.cuda.get_device_capability()[0] >= 9)
+    x0 = _randn((tokens, 4096), torch.bfloat16, 1)
+    r0 = _randn((tokens, 4096), torch.bfloat16, 2)
+    w = _randn((4096,), torch.bfloat16, 3, scale=0.1) + 1
+    try:
+        results = {}
+        for mode in (0, 1):
+            ops._cuda_set_pdl(mode, dev)
+            x, r = x0.clone(), r0.clone()
+            eager = [t.clone() for t in _dependent_chain(x, r, w)]
+            x.copy_(x0)
+            r.copy_(r0)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outs = _dependent_chain(x, r, w)
+            x.copy_(x0)
+            r.copy_(r0)
+            graph.replay()
+            torch.cuda.synchronize()
+            results[mode] = (eager, [t.clone() for t in outs])
+        for a, b in zip([*results[0][0], *results[0][1]], [*results[1][0], *results[1][1]]):
+            assert torch.equal(a, b)
+        for a, b in zip(results[1][0], results[1][1]):  # the graph equals the eager chain
+            assert torch.equal(a, b)
+    finally:
+        ops._cuda_set_pdl(-1, dev)
+
+
+def test_set_pdl_checks():
+    with pytest.raises(RuntimeError, match="mode must be -1, 0 or 1"):
+        ops._cuda_set_pdl(2, 0)

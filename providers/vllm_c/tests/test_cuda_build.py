@@ -1,4 +1,5 @@
-"""The CUDA source compiles (nvcc, sm_90) even on a machine without a GPU or CUDA torch."""
+"""The CUDA source compiles (nvcc, sm_90) even on a machine without a GPU or CUDA torch, and
+every kernel is safe under programmatic dependent launch (its PTX waits before touching memory)."""
 
 import sys
 from pathlib import Path
@@ -10,9 +11,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from check_cuda_compile import compile_cuda_object
 from ircore_vllm_c import kernels
 
+from ircore.testing import pdl_problems
+
 
 @pytest.mark.skipif(kernels.resolve_cuda_home() is None, reason="no CUDA toolkit (nvcc) on this machine")
 def test_cuda_source_compiles_for_sm90(tmp_path):
-    ok, log = compile_cuda_object(tmp_path, archs=("9.0",))
+    ok, log = compile_cuda_object(tmp_path, archs=("9.0",), keep_ptx=True)
     assert ok, log[-4000:]
     assert (tmp_path / "cuda_ops.o").stat().st_size > 0
+    ptx = (tmp_path / "cuda_ops.ptx").read_text()
+    assert ptx.count(".entry") > 100  # every kernel variant, checked below
+    assert pdl_problems(ptx) == {}

@@ -30,9 +30,10 @@ TORCH_NVCC_FLAGS = [
 
 
 def compile_cuda_object(
-    out_dir: Path, archs: tuple[str, ...] = ("9.0",), ptxas_verbose: bool = False
+    out_dir: Path, archs: tuple[str, ...] = ("9.0",), ptxas_verbose: bool = False, keep_ptx: bool = False
 ) -> tuple[bool, str]:
-    """Compile every CUDA source to ``out_dir``; returns (ok, compiler output)."""
+    """Compile every CUDA source to ``out_dir``; returns (ok, compiler output). ``keep_ptx``
+    also leaves nvcc's intermediate PTX there (``*.ptx``), for checks such as the PDL order."""
     cuda_home = kernels.resolve_cuda_home()
     if cuda_home is None:
         return False, "no CUDA toolkit found"
@@ -58,6 +59,8 @@ def compile_cuda_object(
         ]  # fmt: skip
         if ptxas_verbose:
             cmd += ["-Xptxas", "-v"]
+        if keep_ptx:
+            cmd += ["-keep", "-keep-dir", str(out_dir)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         log.append(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
         ok = ok and proc.returncode == 0

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -154,6 +155,26 @@ __device__ __forceinline__ Pk<T, N> ppack(const float (&f)[N]) {
 }
 
 // ------------------------------------------------------------------------------------------
+// Programmatic dependent launch (PDL, sm_90+). Every kernel here is launched with the stream
+// serialization attribute where the GPU has it (see launch_kernel), so its blocks may start
+// while the previous kernel in the stream is finishing. Each kernel therefore waits for that
+// kernel's completion and memory (griddepcontrol.wait) before its first global read or write,
+// and lets the next kernel start launching once its own loads are issued. Both instructions
+// are no-ops in a plain launch; before sm_90 they are compiled out.
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// ------------------------------------------------------------------------------------------
 // Norm kernels.
 
 template <class T, class WT>
@@ -245,6 +266,7 @@ __global__ void __launch_bounds__(norm_max_threads(NV, ROWS), norm_min_blocks(NV
   const int lane = threadIdx.x % tpr;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * rpb * ROWS + threadIdx.x / tpr;
   const int nvec = p.hidden / VEC;
+  pdl_wait();
   bool active[ROWS];  // a prefix: the tail block may lack the group's later rows
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) active[r] = row0 + static_cast<int64_t>(r) * rpb < p.rows;
@@ -273,6 +295,7 @@ __global__ void __launch_bounds__(norm_max_threads(NV, ROWS), norm_min_blocks(NV
         }
       }
     }
+    pdl_launch_dependents();
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       if (!active[r]) continue;
@@ -332,6 +355,7 @@ __global__ void __launch_bounds__(1024) norm_loop_kernel(const NormParams<T, WT>
   const int nvec = p.hidden / VEC;
   const T* xrow = p.in + row * p.in_stride;
   T* rrow = FUSED ? p.res + row * p.res_stride : nullptr;
+  pdl_wait();
   float acc = 0.0f;
   for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
     V x = vload<T, VEC>(xrow + vi * VEC);
@@ -347,6 +371,7 @@ __global__ void __launch_bounds__(1024) norm_loop_kernel(const NormParams<T, WT>
       acc += (vi * VEC + i < p.var_size) ? f * f : 0.0f;
     }
   }
+  pdl_launch_dependents();
   const float ss = row_sum(acc, blockDim.x);
   const float inv = rsqrtf(ss / static_cast<float>(p.var_size) + p.eps);
   const T* src = FUSED ? rrow : xrow;
@@ -447,6 +472,63 @@ int sm_count(int device) {
   return v;
 }
 
+// PDL for this process's launches: -1 = not read yet (IRCORE_VLLM_C_PDL; on unless "0"), 0 = off,
+// 1 = on where the GPU has it (compute capability 9.0 and later). _cuda_set_pdl changes it.
+std::atomic<int> g_pdl{-1};
+
+int pdl_mode() {
+  int mode = g_pdl.load(std::memory_order_relaxed);
+  if (mode < 0) {
+    const char* env = std::getenv("IRCORE_VLLM_C_PDL");
+    int read = (env != nullptr && std::strcmp(env, "0") == 0) ? 0 : 1;
+    g_pdl.compare_exchange_strong(mode, read, std::memory_order_relaxed);
+    mode = g_pdl.load(std::memory_order_relaxed);
+  }
+  return mode;
+}
+
+// Whether launches on `device` carry the PDL attribute.
+bool use_pdl(int device) {
+  if (pdl_mode() == 0) return false;
+  static std::atomic<int> major[64];
+  if (device < 0 || device >= 64) device = 0;
+  int v = major[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, device));
+    major[device].store(v, std::memory_order_relaxed);
+  }
+  return v >= 9;
+}
+
+// Where and how a binding's kernels are launched.
+struct Launch {
+  cudaStream_t stream;
+  int sms;   // multiprocessors of the device
+  bool pdl;  // programmatic dependent launch (see pdl_wait)
+};
+
+Launch launch_on(const at::Tensor& x) {
+  const int device = x.device().index();
+  return {c10::cuda::getCurrentCUDAStream(device).stream(), sm_count(device), use_pdl(device)};
+}
+
+// One launch path for every kernel: cudaLaunchKernelEx, with the PDL attribute when enabled.
+template <class... KArgs, class... Args>
+void launch_kernel(void (*kernel)(KArgs...), unsigned grid, int block, const Launch& l,
+                   Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(static_cast<unsigned>(block));
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = l.stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = l.pdl ? 1 : 0;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
 // The compiled variant for nv vectors per thread nearest to `rows` and `minb` from below (rows
 // drop to 1 where tpr exceeds the kernel's thread bound). minb 0: automatic, 4 for rms_norm with
 // two rows of one vector and a weight of x's dtype or none (the bound that does not spill there:
@@ -500,8 +582,19 @@ NormConfig pick_norm_config(int64_t rows, int nvec, int sms, bool fused, bool wi
       // with one; one load of x in flight per thread left HBM latency uncovered, 64-76% of copy
       // bandwidth), while fused_add_rms_norm (x and the residual: two streams) keeps one.
       const bool mid = rows * static_cast<int64_t>(nvec) <= static_cast<int64_t>(sms) * 2048 * 8;
-      if (!one_wave && wide && frows == 0 && nv == 1) {
-        if (mid && nvec >= 256) {
+      if (one_wave && wide && frows == 0 && nv == 1 && nvec >= 512) {
+        // Latency regime (decode), from the H200 sweep with PDL (bench_gpu.py --sweep --pdl
+        // both, 2026-12-03, bf16, H 4096 / 8192, T 1-128): two vectors per thread, half the
+        // threads (a shorter cross-warp reduction) beat one per thread at every size, by
+        // 0.01-0.07 us at 4096 and 0.15-0.20 us at 8192 (rms_norm 128x8192: 2.43 vs 2.61 us).
+        c.nv = nv = 2;
+      } else if (!one_wave && wide && frows == 0 && nv == 1) {
+        if (mid && nvec >= 256 && !fused && nvec <= 512) {
+          // Same sweep: rms_norm 1024x4096 4.00 us with two vectors of two rows per thread
+          // against 4.26 us with four vectors of one row (fused: 6.18 vs 6.20, kept at four).
+          c.nv = nv = 2;
+          want_rows = 2;
+        } else if (mid && nvec >= 256) {
           c.nv = nv = 4;
         } else if (!fused) {
           c.nv = nv = 2;
@@ -540,26 +633,26 @@ NormConfig pick_norm_config(int64_t rows, int nvec, int sms, bool fused, bool wi
 
 template <class T, class WT, int VEC, bool FUSED, int I = 0>
 void launch_norm_variant(int variant, const NormParams<T, WT>& p, unsigned grid, int block,
-                         cudaStream_t stream) {
+                         const Launch& l) {
   if constexpr (I < kNumNormVariants) {
     constexpr NormVariant v = kNormVariants[I];
     if constexpr (VEC * sizeof(T) == 16 || (v.rows == 1 && v.minb == 1)) {
       if (variant == I) {
-        norm_reg_kernel<T, WT, VEC, v.nv, v.rows, v.minb, FUSED><<<grid, block, 0, stream>>>(p);
+        launch_kernel(norm_reg_kernel<T, WT, VEC, v.nv, v.rows, v.minb, FUSED>, grid, block, l, p);
         return;
       }
     }
-    launch_norm_variant<T, WT, VEC, FUSED, I + 1>(variant, p, grid, block, stream);
+    launch_norm_variant<T, WT, VEC, FUSED, I + 1>(variant, p, grid, block, l);
   } else {
     TORCH_CHECK(false, "ircore_vllm_c: no norm kernel variant ", variant);
   }
 }
 
 template <class T, class WT, int VEC, bool FUSED>
-void launch_norm_vec(NormParams<T, WT> p, cudaStream_t stream, int sms) {
+void launch_norm_vec(NormParams<T, WT> p, const Launch& l) {
   constexpr bool kWide = VEC * sizeof(T) == 16;
   const int nvec = p.hidden / VEC;
-  const NormConfig c = pick_norm_config(p.rows, nvec, sms, FUSED, kWide, sizeof(WT) > sizeof(T));
+  const NormConfig c = pick_norm_config(p.rows, nvec, l.sms, FUSED, kWide, sizeof(WT) > sizeof(T));
   using U = uint64_t;
   g_last_config.store(U(c.nv) | U(c.tpr) << 8 | U(c.block) << 20 | U(c.rows) << 32 |
                           U(c.minb) << 40 | U(VEC) << 48,
@@ -567,21 +660,20 @@ void launch_norm_vec(NormParams<T, WT> p, cudaStream_t stream, int sms) {
   p.tpr = c.tpr;
   if (c.nv == 0) {
     p.rows_per_block = 1;
-    norm_loop_kernel<T, WT, VEC, FUSED><<<static_cast<unsigned>(p.rows), c.block, 0, stream>>>(p);
+    launch_kernel(norm_loop_kernel<T, WT, VEC, FUSED>, static_cast<unsigned>(p.rows), c.block, l, p);
   } else {
     p.rows_per_block = c.block / c.tpr;
     const int64_t per_block = static_cast<int64_t>(p.rows_per_block) * c.rows;
     const unsigned grid = static_cast<unsigned>((p.rows + per_block - 1) / per_block);
-    launch_norm_variant<T, WT, VEC, FUSED>(c.variant, p, grid, c.block, stream);
+    launch_norm_variant<T, WT, VEC, FUSED>(c.variant, p, grid, c.block, l);
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 inline bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) % n) == 0; }
 
 template <class T, class WT, bool FUSED>
-void launch_norm(const NormParams<T, WT>& p, cudaStream_t stream, int sms) {
+void launch_norm(const NormParams<T, WT>& p, const Launch& l) {
   constexpr int kVec = 16 / sizeof(T);
   // An fp32 weight with 16-bit x is read as 32-byte vectors: it needs 32-byte alignment.
   const bool vec_ok = p.hidden % kVec == 0 && aligned16(p.out) && aligned16(p.in) &&
@@ -591,9 +683,9 @@ void launch_norm(const NormParams<T, WT>& p, cudaStream_t stream, int sms) {
                       (!FUSED || (aligned16(p.res) &&
                                   (p.res_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0));
   if (vec_ok) {
-    launch_norm_vec<T, WT, kVec, FUSED>(p, stream, sms);
+    launch_norm_vec<T, WT, kVec, FUSED>(p, l);
   } else {
-    launch_norm_vec<T, WT, 1, FUSED>(p, stream, sms);
+    launch_norm_vec<T, WT, 1, FUSED>(p, l);
   }
 }
 
@@ -616,12 +708,14 @@ __global__ void __launch_bounds__(256)
   using C = Cvt<T>;
   using V = Vec<T, VEC>;
   const I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + threadIdx.x;
+  pdl_wait();
   if (i >= rows * dv) return;
   const I r = i / dv;
   const I c = i - r * dv;
   const T* a = in + static_cast<int64_t>(r) * in_stride + static_cast<int64_t>(c) * VEC;
   const V va = vload<T, VEC>(a);
   const V vb = vload<T, VEC>(a + d);
+  pdl_launch_dependents();
   V o;
 #pragma unroll
   for (int k = 0; k < VEC; ++k) o.v[k] = C::of(silu<T>(C::f32(va.v[k])) * C::f32(vb.v[k]));
@@ -630,20 +724,20 @@ __global__ void __launch_bounds__(256)
 
 template <class T, int VEC>
 void launch_silu_vec(T* out, const T* in, int64_t in_stride, int64_t rows, int64_t d,
-                     cudaStream_t stream) {
+                     const Launch& l) {
   const int64_t dv = d / VEC;
   const int64_t total = rows * dv;
   constexpr int kBlock = 256;
   const int64_t grid = (total + kBlock - 1) / kBlock;
   TORCH_CHECK(grid < (int64_t{1} << 31), "ircore_vllm_c.silu_and_mul: input too large");
+  const auto g = static_cast<unsigned>(grid);
   if (total + kBlock < (int64_t{1} << 31)) {
-    silu_and_mul_kernel<T, VEC, uint32_t><<<static_cast<unsigned>(grid), kBlock, 0, stream>>>(
-        out, in, in_stride, static_cast<uint32_t>(rows), static_cast<uint32_t>(dv), d);
+    launch_kernel(silu_and_mul_kernel<T, VEC, uint32_t>, g, kBlock, l, out, in, in_stride,
+                  static_cast<uint32_t>(rows), static_cast<uint32_t>(dv), d);
   } else {
-    silu_and_mul_kernel<T, VEC, int64_t><<<static_cast<unsigned>(grid), kBlock, 0, stream>>>(
-        out, in, in_stride, rows, dv, d);
+    launch_kernel(silu_and_mul_kernel<T, VEC, int64_t>, g, kBlock, l, out, in, in_stride, rows,
+                  dv, d);
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // ------------------------------------------------------------------------------------------
@@ -685,8 +779,7 @@ void rms_norm_out_cuda(at::Tensor& out, const at::Tensor& x,
   }
   const int64_t hidden = x.size(-1);
   check_sizes("rms_norm", hidden, rows->rows);
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  const int sms = sm_count(x.device().index());
+  const Launch l = launch_on(x);
   const bool fp32_weight = w.defined() && w.scalar_type() != x.scalar_type();
   IRC_CUDA_DISPATCH(x.scalar_type(), {
     auto run = [&](auto* wtag) {
@@ -701,7 +794,7 @@ void rms_norm_out_cuda(at::Tensor& out, const at::Tensor& x,
       p.var_size = static_cast<int>(vs);
       p.eps = static_cast<float>(epsilon);
       p.rows = rows->rows;
-      launch_norm<T, WT, false>(p, stream, sms);
+      launch_norm<T, WT, false>(p, l);
     };
     if (fp32_weight) {
       run(static_cast<float*>(nullptr));
@@ -742,8 +835,7 @@ void fused_add_rms_norm_cuda(at::Tensor& x, at::Tensor& residual,
   }
   const int64_t hidden = x.size(-1);
   check_sizes("fused_add_rms_norm", hidden, xr->rows);
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  const int sms = sm_count(x.device().index());
+  const Launch l = launch_on(x);
   const bool fp32_weight = w.defined() && w.scalar_type() != x.scalar_type();
   IRC_CUDA_DISPATCH(x.scalar_type(), {
     auto run = [&](auto* wtag) {
@@ -760,7 +852,7 @@ void fused_add_rms_norm_cuda(at::Tensor& x, at::Tensor& residual,
       p.var_size = static_cast<int>(vs);
       p.eps = static_cast<float>(epsilon);
       p.rows = xr->rows;
-      launch_norm<T, WT, true>(p, stream, sms);
+      launch_norm<T, WT, true>(p, l);
     };
     if (fp32_weight) {
       run(static_cast<float*>(nullptr));
@@ -785,7 +877,7 @@ void silu_and_mul_out_cuda(at::Tensor& out, const at::Tensor& x) {
     xin = x.contiguous();
     rows = as_rows(xin);
   }
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  const Launch l = launch_on(x);
   IRC_CUDA_DISPATCH(x.scalar_type(), {
     constexpr int kVec = 16 / sizeof(T);
     T* o = static_cast<T*>(out.data_ptr());
@@ -793,9 +885,9 @@ void silu_and_mul_out_cuda(at::Tensor& out, const at::Tensor& x) {
     const bool vec_ok = d % kVec == 0 && aligned16(o) && aligned16(i) &&
                         (rows->stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
     if (vec_ok) {
-      launch_silu_vec<T, kVec>(o, i, rows->stride, rows->rows, d, stream);
+      launch_silu_vec<T, kVec>(o, i, rows->stride, rows->rows, d, l);
     } else {
-      launch_silu_vec<T, 1>(o, i, rows->stride, rows->rows, d, stream);
+      launch_silu_vec<T, 1>(o, i, rows->stride, rows->rows, d, l);
     }
   })
 }
@@ -825,6 +917,14 @@ void set_norm_config(int64_t nv, int64_t tpr, int64_t block, int64_t rows, int64
   g_force_minb.store(static_cast<int>(minb));
 }
 
+// PDL for this process's launches (A/B runs): 0 = off, 1 = on where the GPU has it, -1 = as
+// IRCORE_VLLM_C_PDL says. Returns whether launches on `device` now use it.
+bool set_pdl(int64_t mode, int64_t device) {
+  TORCH_CHECK(mode >= -1 && mode <= 1, "ircore_vllm_c._cuda_set_pdl: mode must be -1, 0 or 1");
+  g_pdl.store(static_cast<int>(mode));
+  return use_pdl(static_cast<int>(device));
+}
+
 // [nv (0: loop kernel), tpr, block, rows, minb, elements per vector] of the latest norm launch
 // in this process (all 0 before the first).
 std::vector<int64_t> last_norm_config() {
@@ -841,6 +941,7 @@ TORCH_LIBRARY_FRAGMENT(ircore_vllm_c, m) {
   m.def("_cuda_set_norm_config(int nv, int tpr, int block, int rows=0, int minb=0) -> ()",
         &ircore_vllm_c::cuda::set_norm_config);
   m.def("_cuda_last_norm_config() -> int[]", &ircore_vllm_c::cuda::last_norm_config);
+  m.def("_cuda_set_pdl(int mode, int device=0) -> bool", &ircore_vllm_c::cuda::set_pdl);
 }
 
 TORCH_LIBRARY_IMPL(ircore_vllm_c, CUDA, m) {
