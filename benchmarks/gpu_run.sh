@@ -178,7 +178,7 @@ if [ "$WHAT" = checks ]; then  # issue 13's matrix on CPU and CUDA tensors, issu
   run_step tests_auto_config 60 python3 -m pytest -q -p no:cacheprovider -rf --tb=short \
     providers/vllm_c/tests/test_cuda.py -k "automatic_config or pdl"
   run_step tests_bad_input 200 python3 -m pytest -q -p no:cacheprovider -rA --tb=short --durations=5 \
-    tests/test_bad_input.py tests/test_ptx_checks.py
+    tests/test_bad_input.py tests/test_pdl_checks.py
   run_step tests_distributed 280 python3 -m pytest -q -p no:cacheprovider -rA --tb=short --durations=5 \
     tests/test_distributed.py
 fi

@@ -6,7 +6,8 @@ is the conformance kit: every implementation of a provider, on every sample inpu
 plugin, ``pytest --ircore-provider NAME``, are built on them); ``simulated_platform(kind=...)``
 runs providers as if on another platform (stand-in tests); ``beyond_fp32_rows(hidden, ...)``
 gives inputs for the norms' fp32-overflow rule at any width, for a kernel's own tests;
-``pdl_problems(ptx)`` finds kernels that would race under programmatic dependent launch.
+``pdl_problems(ptx)`` finds kernels that would race under programmatic dependent launch, and
+``assert_pdl_chain_matches(chain, inputs, set_pdl)`` checks dependent calls on the GPU.
 """
 
 from ircore.testing._compare import Comparison, assert_close_to_reference, compare_to_reference
@@ -19,8 +20,8 @@ from ircore.testing._conformance import (
     run_case,
 )
 from ircore.testing._inputs import beyond_fp32_rows
+from ircore.testing._pdl import assert_pdl_chain_matches, pdl_problems
 from ircore.testing._platform import simulated_platform
-from ircore.testing._ptx import pdl_problems
 
 __all__ = [
     "Case",
@@ -28,6 +29,7 @@ __all__ = [
     "Comparison",
     "ConformanceReport",
     "assert_close_to_reference",
+    "assert_pdl_chain_matches",
     "beyond_fp32_rows",
     "check_provider",
     "compare_to_reference",

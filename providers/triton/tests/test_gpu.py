@@ -9,6 +9,8 @@ import torch
 from _ref import assert_close, assert_residual, rms_norm_ref, silu_and_mul_ref
 from ircore_triton import impls, kernels
 
+from ircore.testing import assert_pdl_chain_matches
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (torch.cuda)")
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -203,26 +205,6 @@ def test_pdl_dependent_calls_match_plain_launches(t: int) -> None:
     eagerly and replayed from a CUDA graph."""
     dev = torch.device("cuda", torch.cuda.current_device())
     assert kernels.pdl_enabled(dev) == (torch.cuda.get_device_capability()[0] >= 9)
-    x0, r0, w = _randn(t, 4096, dtype=torch.bfloat16), _randn(t, 4096, dtype=torch.bfloat16), _weight(4096, torch.bfloat16)
-    results = {}
-    try:
-        for pdl in (False, True):
-            kernels.set_pdl(pdl)
-            x, r = x0.clone(), r0.clone()
-            eager = [a.clone() for a in _dependent_chain(x, r, w)]
-            x.copy_(x0)
-            r.copy_(r0)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                outs = _dependent_chain(x, r, w)
-            x.copy_(x0)
-            r.copy_(r0)
-            g.replay()
-            torch.cuda.synchronize()
-            results[pdl] = eager + [a.clone() for a in outs]
-    finally:
-        kernels.set_pdl(None)
-    for a, b in zip(results[False], results[True]):
-        assert torch.equal(a, b)
-    for a, b in zip(results[True][:2], results[True][2:]):
-        assert torch.equal(a, b)
+    w = _weight(4096, torch.bfloat16)
+    inputs = (_randn(t, 4096, dtype=torch.bfloat16), _randn(t, 4096, dtype=torch.bfloat16))
+    assert_pdl_chain_matches(lambda x, r: _dependent_chain(x, r, w), inputs, kernels.set_pdl)

@@ -7,6 +7,8 @@ import torch
 from bench_gpu import NORM_VARIANTS
 from conftest import requires_cuda
 
+from ircore.testing import assert_pdl_chain_matches
+
 pytestmark = requires_cuda
 ops = torch.ops.ircore_vllm_c
 
@@ -260,33 +262,14 @@ def test_pdl_dependent_calls_match_plain_launches(tokens):
     touching memory: a chain of dependent calls, eager and in a CUDA graph, gives bit for bit what
     plain launches give."""
     dev = torch.cuda.current_device()
-    on = ops._cuda_set_pdl(1, dev)
-    assert on == (torch.cuda.get_device_capability()[0] >= 9)
-    x0 = _randn((tokens, 4096), torch.bfloat16, 1)
-    r0 = _randn((tokens, 4096), torch.bfloat16, 2)
+    assert ops._cuda_set_pdl(-1, dev) == (torch.cuda.get_device_capability()[0] >= 9)
     w = _randn((4096,), torch.bfloat16, 3, scale=0.1) + 1
-    try:
-        results = {}
-        for mode in (0, 1):
-            ops._cuda_set_pdl(mode, dev)
-            x, r = x0.clone(), r0.clone()
-            eager = [t.clone() for t in _dependent_chain(x, r, w)]
-            x.copy_(x0)
-            r.copy_(r0)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                outs = _dependent_chain(x, r, w)
-            x.copy_(x0)
-            r.copy_(r0)
-            graph.replay()
-            torch.cuda.synchronize()
-            results[mode] = (eager, [t.clone() for t in outs])
-        for a, b in zip([*results[0][0], *results[0][1]], [*results[1][0], *results[1][1]]):
-            assert torch.equal(a, b)
-        for a, b in zip(results[1][0], results[1][1]):  # the graph equals the eager chain
-            assert torch.equal(a, b)
-    finally:
-        ops._cuda_set_pdl(-1, dev)
+    inputs = (_randn((tokens, 4096), torch.bfloat16, 1), _randn((tokens, 4096), torch.bfloat16, 2))
+    assert_pdl_chain_matches(
+        lambda x, r: _dependent_chain(x, r, w),
+        inputs,
+        lambda on: ops._cuda_set_pdl(-1 if on is None else int(on), dev),
+    )
 
 
 def test_set_pdl_checks():

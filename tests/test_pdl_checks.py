@@ -1,4 +1,5 @@
-"""ircore.testing.pdl_problems: the PTX check providers run on kernels launched with PDL."""
+"""ircore.testing.pdl_problems: the PTX check providers run on kernels launched with PDL
+(assert_pdl_chain_matches, its GPU half, runs in the providers' GPU tests)."""
 
 import pytest
 
