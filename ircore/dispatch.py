@@ -170,13 +170,24 @@ def known_providers() -> frozenset[str]:
 
 
 # ---------------------------------------------------------------------- priority sources
+_OPS: dict[str, IrOp] | None = None
+
+
+def _op_registry() -> dict[str, IrOp]:
+    """ircore.op's registry of declared ops, by name (not a copy: read only)."""
+    global _OPS
+    if _OPS is None:
+        from ircore import op
+
+        _OPS = op._OPS
+    return _OPS
+
+
 def validate_priority(
     priorities: Mapping[str, Sequence[str] | str | None], source: str
 ) -> dict[str, tuple[str, ...] | None]:
     """Check op and provider names of a priority mapping; raise naming ``source`` and the key."""
-    from ircore.op import all_ops
-
-    ops = all_ops()
+    ops = _op_registry()
     known = known_providers()
     out: dict[str, tuple[str, ...] | None] = {}
     for op_name, providers in priorities.items():
@@ -331,6 +342,12 @@ class PriorityBlock(_BlockBase, contextlib.ContextDecorator):  # type: ignore[mi
         scope = _scopes.get(content)
         if scope is None:
             scope = _remember(_scopes, content, _Scope(merged, outer))
+            # Resolve the plans of the ops this scope names now, once per distinct scope, so the
+            # first call inside it costs what a signature miss costs outside any block.
+            ops = _op_registry()
+            for op_name, names in merged.items():
+                full = names if NATIVE in names else (*names, NATIVE)  # as effective_priority
+                scope.plans[op_name] = _shared_plan(ops[op_name], full, generation)
         _remember(self._seen, outer, (generation, scope))
         return scope
 
@@ -392,17 +409,22 @@ def refresh_plan(op: IrOp) -> Plan:
     return plan
 
 
+def _shared_plan(op: IrOp, names: tuple[str, ...], generation: object) -> Plan:
+    """The plan of ``op`` for the list ``names`` (``native`` last), one per (op, list) and
+    generation, shared by every scope that resolves ``op`` to that list."""
+    plan = _plans.get((op.name, names))
+    if plan is None or plan[0] is not generation:
+        plan = _remember(_plans, (op.name, names), (generation, _entries(op, names), {}))
+    return plan
+
+
 def scoped_plan(op: IrOp, scope: _Scope) -> Plan:
     """``op``'s plan under ``scope``, cached on the scope object and shared by every scope that
     resolves ``op`` to the same list (with the choices remembered under it)."""
     plan = scope.plans.get(op.name)
     if plan is None or plan[0] is not STATE.generation:
         ensure_loaded()
-        generation = STATE.generation
-        names = effective_priority(op, scope)[0]
-        plan = _plans.get((op.name, names))
-        if plan is None or plan[0] is not generation:
-            plan = _remember(_plans, (op.name, names), (generation, _entries(op, names), {}))
+        plan = _shared_plan(op, effective_priority(op, scope)[0], STATE.generation)
         scope.plans[op.name] = plan
     return plan
 
@@ -471,7 +493,7 @@ def call_first_supported(op_name: str, entries: tuple[Entry, ...], args: tuple[A
     return _run_entry(op_name, first_supported(op_name, entries, args)[0], args)
 
 
-def choose_and_cache(op: IrOp, key: bytes, args: tuple[Any, ...]) -> Any:
+def choose_and_cache(op: IrOp, key: bytes, args: tuple[Any, ...], scoped: Plan | None = None) -> Any:
     """An eager call whose signature ``key`` has no remembered choice: validate, choose, run.
 
     The choice is remembered for ``key`` when it cannot depend on more than the signature: the
@@ -479,15 +501,20 @@ def choose_and_cache(op: IrOp, key: bytes, args: tuple[Any, ...]) -> Any:
     ``cache_by_signature`` (and none raised). Outside priority scopes it goes to
     ``op.signature_cache``, which :func:`bump_generation` clears; inside a scope, to the scope's
     plan, which is replaced when the generation changes. Either way a remembered choice never
-    outlives the priorities and providers it was made under.
+    outlives the priorities and providers it was made under. ``scoped``: the plan of the scope
+    the caller found (:func:`call_scoped`), else it is looked up here.
     """
-    scope = SCOPE.get()
-    scoped = scope is not None and op.name in scope.priorities
-    plan = scoped_plan(op, scope) if scoped else current_plan(op)
+    plan = scoped
+    if plan is None:
+        scope = SCOPE.get()
+        if scope is not None and op.name in scope.priorities:
+            plan = scoped = scoped_plan(op, scope)
+        else:
+            plan = current_plan(op)
     op.check_args(*args)
     entry, cacheable = first_supported(op.name, plan[1], args, op.wants_grad(args))
     if cacheable:
-        cache = plan[2] if scoped else op.signature_cache
+        cache = plan[2] if scoped is not None else op.signature_cache
         with STATE.lock:  # not after a bump_generation that this plan predates
             if plan[0] is STATE.generation:
                 if len(cache) >= SIGNATURE_CACHE_LIMIT:
@@ -498,9 +525,10 @@ def choose_and_cache(op: IrOp, key: bytes, args: tuple[Any, ...]) -> Any:
 
 def call_scoped(op: IrOp, scope: _Scope, key: bytes, args: tuple[Any, ...]) -> Any:
     """The eager call with a signature ``key`` inside a priority scope that names ``op``."""
-    entry = scoped_plan(op, scope)[2].get(key)
+    plan = scoped_plan(op, scope)
+    entry = plan[2].get(key)
     if entry is None:
-        return choose_and_cache(op, key, args)
+        return choose_and_cache(op, key, args, plan)
     return _run_entry(op.name, entry, args)
 
 

@@ -58,6 +58,23 @@ def test_a_block_entered_again_finds_the_same_scope(blocks, two_providers):
         assert dispatch.SCOPE.get().plans.get("rms_norm", (None,))[0] is not dispatch.STATE.generation
 
 
+def test_a_new_scope_resolves_its_plans_on_entry(blocks, two_providers, monkeypatch):
+    """The plans of the ops a never-seen block names are made when it is entered, so its first
+    call finds them (a signature miss, as outside any block) and makes none."""
+    monkeypatch.setattr(dispatch, "_scopes", {})  # never seen: also not by the other variant
+    x, w = torch.randn(2, 64), torch.ones(64)
+    with ircore.priority(rms_norm=["prov_b"], silu_and_mul=["native"]):
+        scope = dispatch.SCOPE.get()
+        assert set(scope.plans) == {"rms_norm", "silu_and_mul"}
+        plan = scope.plans["rms_norm"]
+        assert plan[0] is dispatch.STATE.generation
+        assert [entry[0] for entry in plan[1]] == ["prov_b", "native"]
+        assert plan[2] == {}
+        rms_norm(x, w, 1e-6)
+        assert scope.plans["rms_norm"] is plan and len(plan[2]) == 1  # the choice, remembered
+    assert impls.CALLS == ["b"]
+
+
 def test_nested_blocks_and_the_same_block_inside_itself(blocks, two_providers):
     x, w = torch.randn(2, 64), torch.ones(64)
     outer = ircore.priority(rms_norm=["prov_b"])
