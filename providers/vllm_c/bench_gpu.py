@@ -122,7 +122,10 @@ def sweep_configs(hidden: int, dtype: torch.dtype):
     """Forced (nv, tpr, block, rows, minb) configurations worth trying for this hidden size.
 
     Every compiled variant whose row fits its thread bound (1024 threads for one vector of one
-    row, else 512), with as many threads per row as it needs, in blocks of 256 to 1024 threads.
+    row, else 512), with as many threads per row as it needs, in blocks of 256 to 1024 threads;
+    and, for rows of 512+ vectors, the two-pass loop kernel (a forced config whose threads do not
+    cover the row runs it; it reports as ``nv0``): fewer registers, more resident warps, the row
+    re-read from L1/L2 (what Inductor's kernel does at mid sizes, RESULTS.md section 3 run 4).
     """
     vec = 16 // torch.empty((), dtype=dtype).element_size()
     nvec = -(-hidden // vec)
@@ -134,6 +137,8 @@ def sweep_configs(hidden: int, dtype: torch.dtype):
         blocks = [b for b in SWEEP_BLOCKS if tpr <= b <= bound] or [bound]
         for block in blocks:
             yield nv, tpr, block, rows, minb
+    if nvec >= 512:
+        yield 1, _round_tpr(nvec // 2), 256, 1, 1  # does not cover the row: the loop kernel
 
 
 def _fmt_cfg(cfg) -> str:

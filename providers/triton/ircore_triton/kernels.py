@@ -381,6 +381,15 @@ def _norm_candidates(n: int, rows: int, elem_bytes: int, sm_count: int) -> list[
             resident = sm_count * max(1, min(32, 64 // w))  # programs resident at once (by threads)
             if blocks > 2 * resident:
                 out.append(NormConfig(bm, bn, w, resident))
+    if bn >= 8192 and rows >= sm_count:
+        # Wide rows over a wave or more: also the two-pass kernel in chunks of one 16-byte vector
+        # per thread (a row re-read from L1/L2), which needs about half the registers of a row
+        # held whole, so twice the warps stay resident. Nsight Compute on the H200, rms_norm bf16
+        # 1024x8192: Inductor's kernel of that shape ran 10.2 us at 100% theoretical occupancy,
+        # ours with the row in registers 11.3 us at 50% (benchmarks/RESULTS.md section 3, run 4).
+        vec = max(1, 16 // elem_bytes)
+        for chunk in (2048, 4096):
+            out.append(NormConfig(1, chunk, max(1, min(16, chunk // (32 * vec)))))
     return out
 
 

@@ -106,3 +106,14 @@ def test_bucket_table() -> None:
     assert [b(t) for t in (1, 2, 16, 17, 128, 129, 1024, 1025, 8192, 8193, 1 << 40)] == [
         0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5,
     ]  # fmt: skip
+
+
+def test_wide_rows_over_a_wave_also_try_the_two_pass_kernel() -> None:
+    """Rows of 8192+ elements over a wave or more: the chunked kernel (fewer registers, more
+    resident warps) is a candidate too; the autotune's timing decides."""
+    chunked = [c for c in kernels._norm_candidates(8192, 1024, 2, 132) if c.block_n < 8192]
+    assert chunked == [kernels.NormConfig(1, 2048, 8), kernels.NormConfig(1, 4096, 16)]
+    fp32 = [c for c in kernels._norm_candidates(8192, 1024, 4, 132) if c.block_n < 8192]
+    assert fp32 == [kernels.NormConfig(1, 2048, 16), kernels.NormConfig(1, 4096, 16)]
+    assert all(c.block_n == 8192 for c in kernels._norm_candidates(8192, 16, 2, 132))  # under a wave
+    assert all(c.block_n == 4096 for c in kernels._norm_candidates(4096, 1024, 2, 132))  # narrower
