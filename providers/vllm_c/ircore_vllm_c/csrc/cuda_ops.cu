@@ -461,18 +461,22 @@ int round_tpr(int t) {  // power of two up to 32, multiple of 32 above
   return std::min(1024, (t + 31) / 32 * 32);
 }
 
-int sm_count(int device) {
+// A device attribute, read once per device.
+template <cudaDeviceAttr kAttr>
+int device_attribute(int device) {
   static std::atomic<int> cache[64];
   if (device < 0 || device >= 64) device = 0;
   int v = cache[device].load(std::memory_order_relaxed);
   if (v == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&v, kAttr, device));
     cache[device].store(v, std::memory_order_relaxed);
   }
   return v;
 }
 
-// PDL for this process's launches: -1 = not read yet (IRCORE_VLLM_C_PDL; on unless "0"), 0 = off,
+int sm_count(int device) { return device_attribute<cudaDevAttrMultiProcessorCount>(device); }
+
+// PDL for this process's launches: -1 = not read yet (IRCORE_VLLM_C_PDL; "0" or "" = off), 0 = off,
 // 1 = on where the GPU has it (compute capability 9.0 and later). _cuda_set_pdl changes it.
 std::atomic<int> g_pdl{-1};
 
@@ -480,7 +484,7 @@ int pdl_mode() {
   int mode = g_pdl.load(std::memory_order_relaxed);
   if (mode < 0) {
     const char* env = std::getenv("IRCORE_VLLM_C_PDL");
-    int read = (env != nullptr && std::strcmp(env, "0") == 0) ? 0 : 1;
+    int read = (env != nullptr && (env[0] == '\0' || std::strcmp(env, "0") == 0)) ? 0 : 1;
     g_pdl.compare_exchange_strong(mode, read, std::memory_order_relaxed);
     mode = g_pdl.load(std::memory_order_relaxed);
   }
@@ -489,15 +493,7 @@ int pdl_mode() {
 
 // Whether launches on `device` carry the PDL attribute.
 bool use_pdl(int device) {
-  if (pdl_mode() == 0) return false;
-  static std::atomic<int> major[64];
-  if (device < 0 || device >= 64) device = 0;
-  int v = major[device].load(std::memory_order_relaxed);
-  if (v == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, device));
-    major[device].store(v, std::memory_order_relaxed);
-  }
-  return v >= 9;
+  return pdl_mode() != 0 && device_attribute<cudaDevAttrComputeCapabilityMajor>(device) >= 9;
 }
 
 // Where and how a binding's kernels are launched.
