@@ -54,10 +54,16 @@ _SIGNATURE_BLOCK = """
         if _ir_key is not None:
             _ir_scope = _ir_SCOPE.get()
             if _ir_scope is not None and _ir_name in _ir_scope.priorities:
-                return _ir_call_scoped(_ir_self, _ir_scope, _ir_key, ({args},))
-            _ir_entry = _ir_cache_get(_ir_key)
-            if _ir_entry is None:
-                return _ir_choose_and_cache(_ir_self, _ir_key, ({args},))
+                _ir_plan = _ir_scope.plans.get(_ir_name)
+                if _ir_plan is None or _ir_plan[0] is not _ir_STATE.generation:
+                    _ir_plan = _ir_scoped_plan(_ir_self, _ir_scope)
+                _ir_entry = _ir_plan[2].get(_ir_key)
+                if _ir_entry is None:
+                    return _ir_choose_and_cache(_ir_self, _ir_key, ({args},), _ir_plan)
+            else:
+                _ir_entry = _ir_cache_get(_ir_key)
+                if _ir_entry is None:
+                    return _ir_choose_and_cache(_ir_self, _ir_key, ({args},))
             if _ir_log_enabled(10):
                 _ir_log.debug("%s: running %s", _ir_name, _ir_entry[0])
             try:
@@ -174,7 +180,6 @@ def build_eager_call(op: IrOp) -> Callable[..., Any]:
         "_ir_signature": _signature.signature,
         "_ir_spec": op.signature_spec,
         "_ir_choose_and_cache": dispatch.choose_and_cache,
-        "_ir_call_scoped": dispatch.call_scoped,
         "_ir_cache_get": op.signature_cache.get,
         "_ir_dispatch_stack_len": torch._C._len_torch_dispatch_stack,
         "_ir_Tensor": torch.Tensor,

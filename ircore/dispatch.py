@@ -502,7 +502,7 @@ def choose_and_cache(op: IrOp, key: bytes, args: tuple[Any, ...], scoped: Plan |
     ``op.signature_cache``, which :func:`bump_generation` clears; inside a scope, to the scope's
     plan, which is replaced when the generation changes. Either way a remembered choice never
     outlives the priorities and providers it was made under. ``scoped``: the plan of the scope
-    the caller found (:func:`call_scoped`), else it is looked up here.
+    the caller found (the eager call's scoped path, ircore/_fastpath.py), else it is looked up here.
     """
     plan = scoped
     if plan is None:
@@ -520,15 +520,6 @@ def choose_and_cache(op: IrOp, key: bytes, args: tuple[Any, ...], scoped: Plan |
                 if len(cache) >= SIGNATURE_CACHE_LIMIT:
                     cache.clear()
                 cache[key] = entry
-    return _run_entry(op.name, entry, args)
-
-
-def call_scoped(op: IrOp, scope: _Scope, key: bytes, args: tuple[Any, ...]) -> Any:
-    """The eager call with a signature ``key`` inside a priority scope that names ``op``."""
-    plan = scoped_plan(op, scope)
-    entry = plan[2].get(key)
-    if entry is None:
-        return choose_and_cache(op, key, args, plan)
     return _run_entry(op.name, entry, args)
 
 
