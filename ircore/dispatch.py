@@ -346,8 +346,7 @@ class PriorityBlock(_BlockBase, contextlib.ContextDecorator):  # type: ignore[mi
             # first call inside it costs what a signature miss costs outside any block.
             ops = _op_registry()
             for op_name, names in merged.items():
-                full = names if NATIVE in names else (*names, NATIVE)  # as effective_priority
-                scope.plans[op_name] = _shared_plan(ops[op_name], full, generation)
+                scope.plans[op_name] = _shared_plan(ops[op_name], _with_native(names), generation)
         _remember(self._seen, outer, (generation, scope))
         return scope
 
@@ -372,9 +371,12 @@ def effective_priority(op: IrOp, scope: _Scope | None) -> tuple[tuple[str, ...],
                 break
         else:
             names, source = default_priority(op), "provider defaults"
-    if NATIVE not in names:
-        names = (*names, NATIVE)
-    return names, source
+    return _with_native(names), source
+
+
+def _with_native(names: tuple[str, ...]) -> tuple[str, ...]:
+    """A priority list as dispatch runs it: ``native`` last unless the list names it."""
+    return names if NATIVE in names else (*names, NATIVE)
 
 
 def get_priority(op_name: str) -> list[str]:

@@ -76,7 +76,14 @@ def interpreting() -> bool:
 
 _INTERPRET = interpreting()
 _AUTOTUNE = os.environ.get("IRCORE_TRITON_AUTOTUNE", "1") not in ("", "0") and not _INTERPRET
-_PDL = os.environ.get("IRCORE_TRITON_PDL", "1") not in ("", "0") and not _INTERPRET
+
+
+def _pdl_from_env() -> bool:
+    """``IRCORE_TRITON_PDL`` ("0" or empty: off); never under the interpreter."""
+    return os.environ.get("IRCORE_TRITON_PDL", "1") not in ("", "0") and not _INTERPRET
+
+
+_PDL = _pdl_from_env()
 
 # Extra launch options per device: {"USE_PDL": True, "launch_pdl": True} where PDL is on.
 _LAUNCH_OPTS: dict[tuple[str, int], dict[str, bool]] = {}
@@ -104,9 +111,7 @@ def set_pdl(enabled: bool | None) -> None:
     """Turn PDL off (``False``) or back on where the GPU has it (``True``); ``None``: as
     ``IRCORE_TRITON_PDL`` says. For A/B measurements; tuned configs are kept."""
     global _PDL
-    if enabled is None:
-        enabled = os.environ.get("IRCORE_TRITON_PDL", "1") not in ("", "0")
-    _PDL = bool(enabled) and not _INTERPRET
+    _PDL = _pdl_from_env() if enabled is None else bool(enabled) and not _INTERPRET
     _LAUNCH_OPTS.clear()
 
 
