@@ -8,20 +8,16 @@
 # to $OUT. (session) is the short GPU pass of 2026-12-03's issues in one call (~9 min): every
 # provider's `ircore list` reason here, the DTensor tests on nccl, e2e_transformers, the
 # CUDA-graph path of `ircore bench`, the fp32-overflow and bad-input tests on torch 2.11.
-# (followup) is what the 2026-12-03 sessions left for the GPU (~6 min): the core tests on
-# Python 3.12 / torch 2.11 (the C fast call and priority blocks are new), the bad-input tests
-# with their failure text, the DTensor tests on nccl; then run (bench) as its own call for the
-# kernel baseline with its summary lines (issue 12). (pdl) is the first GPU call for
-# programmatic dependent launch (~8 min): the core fast-path tests, both providers' GPU tests
-# (PDL on), the bad-input and DTensor tests, and vllm_c's launch sweep at T <= 1024 with PDL
-# on and off. (checks, ~8 min) the bad-input matrix on CPU and CUDA tensors and the DTensor
+# (pdl, ~7 min) the core fast-path tests on Python 3.12 / torch 2.11, both providers' GPU tests
+# (PDL on), and vllm_c's launch sweep at T <= 1024 with PDL on and off. (checks, ~5 min) the
+# automatic-config and PDL tests, the bad-input matrix on CPU and CUDA tensors and the DTensor
 # tests on nccl, with room for the compiled variant's Inductor build.
 # A failing step does not stop the next one; the exit status is the first failure's.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 WHAT=${1:-all}
-case "$WHAT" in all|tests|bench|compile|transformers|session|followup|pdl|checks) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|bench|compile|transformers|session|followup|pdl|checks]" >&2; exit 2 ;; esac
+case "$WHAT" in all|tests|bench|compile|transformers|session|pdl|checks) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|bench|compile|transformers|session|pdl|checks]" >&2; exit 2 ;; esac
 OUT=${OUT:-$ROOT/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -150,15 +146,6 @@ if [ "$WHAT" = session ]; then
   run_step overflow_triton 40 python3 -m pytest -q -p no:cacheprovider providers/triton/tests -k leave_fp32
   run_step tests_bad_input 60 python3 -m pytest -q -p no:cacheprovider tests/test_bad_input.py tests/test_signature_cache.py
 fi
-if [ "$WHAT" = followup ]; then
-  install_editable
-  run_step tests_fastpath 60 python3 -m pytest -q -p no:cacheprovider tests/test_priority_blocks.py \
-    tests/test_signature_cache.py tests/test_dispatch.py
-  wait $BUILD_PID; note "$(tail -1 "$OUT/vllm_c_build.log")"  # the matrix loads vllm_c: not during its build
-  run_step tests_bad_input 120 python3 -m pytest -q -x -p no:cacheprovider -rA --tb=short --durations=5 \
-    tests/test_bad_input.py
-  run_step tests_distributed 150 python3 -m pytest -q -p no:cacheprovider -rA --tb=short tests/test_distributed.py
-fi
 if [ "$WHAT" = pdl ]; then
   install_editable
   run_step tests_fastpath 50 python3 -m pytest -q -p no:cacheprovider tests/test_priority_blocks.py \
@@ -169,8 +156,6 @@ if [ "$WHAT" = pdl ]; then
     --shapes 1x4096 16x4096 128x4096 1024x4096 1x8192 16x8192 128x8192 1024x8192
   run_step tests_vllm_c 150 python3 -m pytest -q -p no:cacheprovider -rf --tb=short providers/vllm_c/tests \
     -k "not compiles_for_sm90"  # nvcc without a GPU: CI runs it
-  run_step tests_bad_input 60 python3 -m pytest -q -x -p no:cacheprovider -rA --tb=short tests/test_bad_input.py
-  run_step tests_distributed 90 python3 -m pytest -q -p no:cacheprovider -rA --tb=short tests/test_distributed.py
 fi
 if [ "$WHAT" = checks ]; then  # issue 13's matrix on CPU and CUDA tensors, issue 14's nccl run
   install_editable
