@@ -137,8 +137,10 @@ def sweep_configs(hidden: int, dtype: torch.dtype):
         blocks = [b for b in SWEEP_BLOCKS if tpr <= b <= bound] or [bound]
         for block in blocks:
             yield nv, tpr, block, rows, minb
-    if nvec >= 512:
-        yield 1, _round_tpr(nvec // 2), 256, 1, 1  # does not cover the row: the loop kernel
+    if nvec >= 512:  # threads that do not cover the row: the loop kernel, one row per block
+        for tpr in (128, 256, 512):
+            if tpr < nvec:
+                yield 1, tpr, tpr, 1, 1
 
 
 def _fmt_cfg(cfg) -> str:

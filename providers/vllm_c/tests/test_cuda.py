@@ -81,6 +81,27 @@ def test_rows_per_group_variants(forced_config, hidden, weight, dtype):
 
 
 @pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
+def test_forced_loop_kernel_keeps_its_threads(forced_config, dtype):
+    """Threads per row that do not cover the row run the two-pass loop kernel with exactly
+    those threads (bench_gpu.py --sweep's loop configs), for both norms and variance_size."""
+    hidden = 8192 + 24  # a last partial round of vectors
+    vec = 16 // torch.empty((), dtype=dtype).element_size()
+    x = _randn((37, hidden), dtype, 1)
+    r = _randn((37, hidden), dtype, 2)
+    w = _randn((hidden,), dtype, 3, scale=0.1) + 1
+    exp_out, exp_res = _ref.fused_add_rms_norm(x, r, w, 1e-6, 5000)
+    for tpr in (128, 256, 512):
+        forced_config(1, tpr, 0, 1, 1)
+        _ref.assert_close(ops.rms_norm(x, w, 1e-6, None), _ref.rms_norm(x, w, 1e-6), dtype)
+        assert list(ops._cuda_last_norm_config())[:3] == [0, tpr, tpr]
+        xb, rb = x.clone(), r.clone()
+        ops.fused_add_rms_norm(xb, rb, w, 1e-6, 5000)
+        torch.testing.assert_close(rb, exp_res, atol=0, rtol=0)
+        _ref.assert_close(xb, exp_out, dtype)
+        assert list(ops._cuda_last_norm_config()) == [0, tpr, tpr, 1, 1, vec]
+
+
+@pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
 def test_rows_per_group_on_the_elementwise_path(forced_config, dtype):
     """Misaligned rows (1-element vectors) have one row per group: a forced rows falls back."""
     base = _randn((37, 1001), dtype, 1)

@@ -154,6 +154,56 @@ __device__ __forceinline__ Pk<T, N> ppack(const float (&f)[N]) {
   return r;
 }
 
+// a + b rounded to T, element-wise, in T's own arithmetic: packed fp16 / bf16 adds (two
+// elements an instruction) for the fused residual sum. The same result as adding in fp32 and
+// rounding once: fp32 carries p >= 2q + 2 bits for a q-bit 16-bit type, which makes the
+// second rounding innocuous (Figueroa, "When is double rounding innocuous?", 1995). At decode
+// sizes a few rows' instruction latency, not bandwidth, sets the time.
+template <class T, int N>
+__device__ __forceinline__ Pk<T, N> padd(const Pk<T, N>& a, const Pk<T, N>& b) {
+  Pk<T, N> r;
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) r.w[i] = __float_as_uint(__uint_as_float(a.w[i]) + __uint_as_float(b.w[i]));
+  } else if constexpr (sizeof(T) * N >= 4) {
+    using T2 = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
+#pragma unroll
+    for (int i = 0; i < Pk<T, N>::kWords; ++i) {
+      T2 x, y;
+      memcpy(&x, &a.w[i], 4);
+      memcpy(&y, &b.w[i], 4);
+      const T2 z = __hadd2(x, y);
+      memcpy(&r.w[i], &z, 4);
+    }
+  } else {
+    float f[1] = {pget(a, 0) + pget(b, 0)};
+    r = ppack<T, N>(f);
+  }
+  return r;
+}
+
+// Sum of squares of the elements of v (elements first .. first + N - 1 of its row) that lie
+// before var_size: the range test once per vector, per element only in the one vector that
+// straddles var_size (variance_size < hidden).
+template <class T, int N>
+__device__ __forceinline__ float psum_sq(const Pk<T, N>& v, int first, int var_size) {
+  float a = 0.0f;
+  if (first + N <= var_size) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const float f = pget(v, i);
+      a += f * f;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const float f = pget(v, i);
+      a += first + i < var_size ? f * f : 0.0f;
+    }
+  }
+  return a;
+}
+
 // ------------------------------------------------------------------------------------------
 // Programmatic dependent launch (PDL, sm_90+). Every kernel here is launched with the stream
 // serialization attribute where the GPU has it (see launch_kernel), so its blocks may start
@@ -305,17 +355,10 @@ __global__ void __launch_bounds__(norm_max_threads(NV, ROWS), norm_min_blocks(NV
         const int vi = lane + k * tpr;
         if (vi < nvec) {
           if constexpr (FUSED) {
-            float s[VEC];
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) s[i] = pget(xv[r][k], i) + pget(rv[r][k], i);
-            xv[r][k] = ppack<T, VEC>(s);
+            xv[r][k] = padd(xv[r][k], rv[r][k]);
             pstore<T, VEC>(p.res + row * p.res_stride + vi * VEC, xv[r][k]);
           }
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) {
-            const float f = pget(xv[r][k], i);
-            acc[r] += (vi * VEC + i < p.var_size) ? f * f : 0.0f;
-          }
+          acc[r] += psum_sq(xv[r][k], vi * VEC, p.var_size);
         }
       }
     }
@@ -348,9 +391,8 @@ __global__ void __launch_bounds__(norm_max_threads(NV, ROWS), norm_min_blocks(NV
 // Any row length: one row per block, two passes (the second re-reads the row, from L2).
 template <class T, class WT, int VEC, bool FUSED>
 __global__ void __launch_bounds__(1024) norm_loop_kernel(const NormParams<T, WT> p) {
-  using C = Cvt<T>;
-  using CW = Cvt<WT>;
-  using V = Vec<T, VEC>;
+  using P = Pk<T, VEC>;
+  using PW = Pk<WT, VEC>;
   const int64_t row = blockIdx.x;
   const int nvec = p.hidden / VEC;
   const T* xrow = p.in + row * p.in_stride;
@@ -358,18 +400,12 @@ __global__ void __launch_bounds__(1024) norm_loop_kernel(const NormParams<T, WT>
   pdl_wait();
   float acc = 0.0f;
   for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
-    V x = vload<T, VEC>(xrow + vi * VEC);
+    P x = pload<T, VEC>(xrow + vi * VEC);
     if constexpr (FUSED) {
-      const V r = vload<T, VEC>(rrow + vi * VEC);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) x.v[i] = C::of(C::f32(x.v[i]) + C::f32(r.v[i]));
-      vstore<T, VEC>(rrow + vi * VEC, x);
+      x = padd(x, pload<T, VEC>(rrow + vi * VEC));
+      pstore<T, VEC>(rrow + vi * VEC, x);
     }
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      const float f = C::f32(x.v[i]);
-      acc += (vi * VEC + i < p.var_size) ? f * f : 0.0f;
-    }
+    acc += psum_sq(x, vi * VEC, p.var_size);
   }
   pdl_launch_dependents();
   const float ss = row_sum(acc, blockDim.x);
@@ -377,17 +413,17 @@ __global__ void __launch_bounds__(1024) norm_loop_kernel(const NormParams<T, WT>
   const T* src = FUSED ? rrow : xrow;
   T* orow = p.out + row * p.out_stride;
   for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
-    const V x = vload<T, VEC>(src + vi * VEC);
-    V o;
+    const P x = pload<T, VEC>(src + vi * VEC);
+    float o[VEC];
     if (p.w != nullptr) {
-      const Vec<WT, VEC> w = vload<WT, VEC>(p.w + vi * VEC);
+      const PW w = pload<WT, VEC>(p.w + vi * VEC);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) o.v[i] = C::of(C::f32(x.v[i]) * inv * CW::f32(w.v[i]));
+      for (int i = 0; i < VEC; ++i) o[i] = pget(x, i) * inv * pget(w, i);
     } else {
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) o.v[i] = C::of(C::f32(x.v[i]) * inv);
+      for (int i = 0; i < VEC; ++i) o[i] = pget(x, i) * inv;
     }
-    vstore<T, VEC>(orow + vi * VEC, o);
+    pstore<T, VEC>(orow + vi * VEC, ppack<T, VEC>(o));
   }
 }
 
@@ -398,7 +434,7 @@ __global__ void __launch_bounds__(1024) norm_loop_kernel(const NormParams<T, WT>
 // path (misaligned rows) has those with rows 1 and minb 1. Registers from ptxas -v (sm_90,
 // nvcc 13.0; tools/check_cuda_compile.py -v), rms_norm / fused_add_rms_norm, bf16 x and weight;
 // resident threads per SM in brackets (512-thread blocks). None spills except where noted.
-// Bounds that changed nothing, or only spilled, are left out: nv1 rows1 minb4 (same 29 / 31),
+// Bounds that changed nothing, or only spilled, are left out: nv1 rows1 minb4 (no fewer registers),
 // nv2 rows1 minb4 (fused spills), nv1 rows4 minb3 and nv2 rows2 minb3 (spill).
 struct NormVariant {
   int nv;
@@ -406,11 +442,11 @@ struct NormVariant {
   int minb;
 };
 constexpr NormVariant kNormVariants[] = {
-    {1, 1, 1},  // 29 / 31 [2048]
-    {1, 2, 1},  // 39 / 39 [1536]
-    {1, 2, 4},  // 32 / 32 [2048]; fused spills (28 B), so does an fp32 weight (4 B)
-    {1, 4, 1},  // 55 / 56 [1024]
-    {2, 1, 1},  // 32 / 43 [2048 / 1024]
+    {1, 1, 1},  // 30 / 30 [2048]
+    {1, 2, 1},  // 39 / 40 [1536]
+    {1, 2, 4},  // 32 / 32 [2048]; fused spills (32 B), so does an fp32 weight (8 B)
+    {1, 4, 1},  // 56 / 56 [1024]
+    {2, 1, 1},  // 32 / 40 [2048 / 1536]
     {2, 1, 3},  // 40 / 40 [1536]; fused with an fp32 weight spills (40 B)
     {2, 2, 1},  // 54 / 56 [1024]
     {4, 1, 1},  // 56 / 64 [1024]
@@ -599,8 +635,9 @@ NormConfig pick_norm_config(int64_t rows, int nvec, int sms, bool fused, bool wi
       c.tpr = round_tpr((nvec + nv - 1) / nv);
     }
   }
-  if (c.nv == 0) {
-    c.tpr = std::min(1024, round_tpr(std::max(32, nvec / 4)));
+  if (c.nv == 0) {  // one row per block; a forced tpr (the sweep's loop configs) is kept
+    const int ftpr = g_force_tpr.load(std::memory_order_relaxed);
+    c.tpr = std::min(1024, round_tpr(std::max(32, ftpr > 0 ? ftpr : nvec / 4)));
     c.block = c.tpr;
     return c;
   }
