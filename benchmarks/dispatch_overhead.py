@@ -176,7 +176,10 @@ def measure_scopes(rounds: int, calls: int, stub: bool = False) -> list[dict[str
     blocks, scopes and plans are forgotten before each), entered and left (``new_scope_empty``:
     validation) and with one call (``new_scope``); the first call inside it (the difference)
     against a call outside scopes whose signature is not remembered (``miss``: the op's
-    signature cache cleared before each).
+    signature cache cleared before each), and against the same miss made right after entering
+    and leaving a never-seen block (``miss_after_new_scope``): a control with the same work
+    before the call, whose caches and branch history it leaves colder than a miss repeated in a
+    tight loop finds them.
     ``stub`` times a stub implementation with the minimum over many short rounds (ircore's own
     cost, robust on a busy machine); otherwise vllm_c with medians.
     """
@@ -215,6 +218,17 @@ def measure_scopes(rounds: int, calls: int, stub: bool = False) -> list[dict[str
             with ircore.priority(rms_norm=[provider]):
                 pass
 
+        def new_scope_then_miss(x=x, w=w):  # type: ignore[no-untyped-def]
+            forget_scopes()
+            empty_scope()
+            cache.clear()
+            return op(x, w, 1e-6)
+
+        def new_scope_then_clear():  # type: ignore[no-untyped-def]
+            forget_scopes()
+            empty_scope()
+            cache.clear()
+
         fns = {
             "global": lambda x=x, w=w: op(x, w, 1e-6),
             "scope": in_scope,
@@ -224,6 +238,8 @@ def measure_scopes(rounds: int, calls: int, stub: bool = False) -> list[dict[str
             "miss": lambda x=x, w=w: (cache.clear(), op(x, w, 1e-6)),
             "forget_scopes": forget_scopes,  # what new_scope pays for forgetting: subtracted
             "forget_choice": cache.clear,  # likewise for miss
+            "miss_after_new_scope": new_scope_then_miss,
+            "new_scope_then_clear": new_scope_then_clear,  # likewise for miss_after_new_scope
         }
         with torch.inference_mode():
             assert ircore.explain(op, x, w, 1e-6).chosen == provider
@@ -239,12 +255,15 @@ def measure_scopes(rounds: int, calls: int, stub: bool = False) -> list[dict[str
             "new_scope_enter_us": (t["new_scope_empty"] - t["forget_scopes"]) / 1e3,
             "new_scope_first_call_us": (t["new_scope"] - t["new_scope_empty"]) / 1e3,
             "miss_us": (t["miss"] - t["forget_choice"]) / 1e3,
+            "miss_after_new_scope_us": (t["miss_after_new_scope"] - t["new_scope_then_clear"]) / 1e3,
         }
         row["scope_over_global_us"] = row["scope_us"] - row["global_us"]
         row["new_scope_over_miss_us"] = row["new_scope_first_call_us"] - row["miss_us"]
+        row["new_scope_over_cold_miss_us"] = row["new_scope_first_call_us"] - row["miss_after_new_scope_us"]
         _log(
             f"ircore priority block {provider} {row['dtype']}: +{row['scope_over_global_us']:.3f} us over the "
-            f"global call; first call in a new block +{row['new_scope_over_miss_us']:.3f} us over a miss"
+            f"global call; first call in a new block +{row['new_scope_over_miss_us']:.3f} us over a miss, "
+            f"+{row['new_scope_over_cold_miss_us']:.3f} us over a miss after the same block entry"
         )
         rows.append(row)
     ircore.set_priority(rms_norm=None)
@@ -367,18 +386,21 @@ def markdown(result: dict[str, Any]) -> str:
             "",
             "ircore priority blocks (x 16x4096; block = `with ircore.priority(...)` seen before, written",
             "inline around one call; new = never seen: entering it validates, its first call resolves the",
-            "op's plan under it; miss = a call outside blocks whose signature is not remembered):",
+            "op's plan under it; miss = a call outside blocks whose signature is not remembered; miss after",
+            "entry = the same miss right after a never-seen block is entered and left, the same work before it):",
             "",
             "| impl | reduce | dtype | global call us | block + call us | block, no call us | block - global us "
-            "| new block: enter + exit us | new block: first call us | miss us | first call - miss us |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "| new block: enter + exit us | new block: first call us | miss us | first call - miss us "
+            "| miss after entry us | first call - miss after entry us |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in scopes:
             lines.append(
                 f"| {r['impl']} | {r['reduce']} | {r['dtype']} | {r['global_us']:.2f} | {r['scope_us']:.2f} "
                 f"| {r['scope_empty_us']:.2f} | **{r['scope_over_global_us']:.3f}** "
                 f"| {r['new_scope_enter_us']:.2f} | {r['new_scope_first_call_us']:.2f} "
-                f"| {r['miss_us']:.2f} | **{r['new_scope_over_miss_us']:.3f}** |"
+                f"| {r['miss_us']:.2f} | **{r['new_scope_over_miss_us']:.3f}** "
+                f"| {r['miss_after_new_scope_us']:.2f} | {r['new_scope_over_cold_miss_us']:.3f} |"
             )
     slow = result.get("ircore_no_signature")
     if slow:

@@ -25,9 +25,13 @@ Signature cache: for ops declared ``cache_by_signature`` (and when the compiled 
 ``op.signature_cache`` (or in the plan of the priority scope that names the op) and calls the
 remembered implementation directly: no Python-level argument check and no predicate, which is
 most of the cost above (RESULTS.md section 1). The hit is one C call (``FastCall``,
-ircore/csrc/fast_call.cpp); anything it leaves to Python (a miss, DEBUG logging, a stale scoped
-plan) runs the same steps in Python, and a call the helper declines (dispatch modes,
-subclasses) goes on to the path above; ``dispatch.choose_and_cache`` fills the cache.
+ircore/csrc/fast_call.cpp), and so is the start of a miss: having computed the signature and
+found the table, the fast call calls ``dispatch.choose_and_cache`` (which validates, chooses,
+remembers the choice and runs it) with the plan that decides the call, instead of returning for
+Python to find both again. Anything it leaves to Python (DEBUG logging on a remembered call, a
+stale scoped plan, a fast call built without a miss handler) runs the same steps in Python,
+and a call the helper declines (dispatch modes, subclasses, signature None) goes on to the
+path above.
 """
 
 from __future__ import annotations
@@ -140,6 +144,30 @@ _import_hook.call_after_import(
 )
 
 
+def make_fast_call(
+    op: IrOp, choose: Callable[..., Any] | None = dispatch.choose_and_cache
+) -> Callable[..., Any]:
+    """``op``'s ``FastCall`` (ircore/csrc/fast_call.cpp), which the eager call tries first.
+
+    ``choose`` is what it calls on a signature miss; None makes it return ``_MISS`` instead, so
+    the eager call's Python path handles the miss (as when the helper declines): tests build one
+    to exercise that fallback. Needs the helper (``_signature.FastCall``) and a signature spec.
+    """
+    assert _signature.FastCall is not None and op.signature_spec is not None
+    return _signature.FastCall(
+        op.signature_spec,
+        op.signature_cache,
+        dispatch.SCOPE,
+        op.name,
+        dispatch.STATE,
+        _log_cache,
+        dispatch.note_failure,
+        _MISS,
+        op,
+        choose,
+    )
+
+
 def build_eager_call(op: IrOp) -> Callable[..., Any]:
     """``__call__`` for ``op``'s class: the native signature, the dispatch described above."""
     params = list(op.signature.parameters.values())
@@ -159,20 +187,8 @@ def build_eager_call(op: IrOp) -> Callable[..., Any]:
         requires_grad=requires_grad or "False",
         signature_block=_SIGNATURE_BLOCK.format(args=args).rstrip("\n") if use_signature else "",
     )
-    fast = None
-    if use_signature:
-        fast = _signature.FastCall(
-            op.signature_spec,
-            op.signature_cache,
-            dispatch.SCOPE,
-            op.name,
-            dispatch.STATE,
-            _log_cache,
-            dispatch.note_failure,
-            _MISS,
-        )
     namespace: dict[str, Any] = {
-        "_ir_fast": fast,
+        "_ir_fast": make_fast_call(op) if use_signature else None,
         "_ir_MISS": _MISS,
         "_ir_is_compiling": torch.compiler.is_compiling,
         "_ir_is_dynamo_compiling": _is_dynamo_compiling,

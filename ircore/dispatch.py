@@ -403,10 +403,12 @@ def _entries(op: IrOp, names: Sequence[str]) -> tuple[Entry, ...]:
 
 
 def refresh_plan(op: IrOp) -> Plan:
-    """Resolve and cache ``op``'s plan outside any priority scope."""
+    """Resolve and cache ``op``'s plan outside any priority scope. Its table is
+    ``op.signature_cache`` (cleared by :func:`bump_generation`, which any change that makes a
+    new plan goes through), the one the fast call looks in outside scopes."""
     ensure_loaded()
     generation = STATE.generation
-    plan = (generation, _entries(op, effective_priority(op, None)[0]), {})
+    plan = (generation, _entries(op, effective_priority(op, None)[0]), op.signature_cache)
     op._plan = plan
     return plan
 
@@ -495,28 +497,24 @@ def call_first_supported(op_name: str, entries: tuple[Entry, ...], args: tuple[A
     return _run_entry(op_name, first_supported(op_name, entries, args)[0], args)
 
 
-def choose_and_cache(op: IrOp, key: bytes, args: tuple[Any, ...], scoped: Plan | None = None) -> Any:
+def choose_and_cache(op: IrOp, key: bytes, args: tuple[Any, ...], plan: Plan | None = None) -> Any:
     """An eager call whose signature ``key`` has no remembered choice: validate, choose, run.
 
     The choice is remembered for ``key`` when it cannot depend on more than the signature: the
     op's check and every ``supports_args`` consulted up to the chosen entry are declared
-    ``cache_by_signature`` (and none raised). Outside priority scopes it goes to
-    ``op.signature_cache``, which :func:`bump_generation` clears; inside a scope, to the scope's
-    plan, which is replaced when the generation changes. Either way a remembered choice never
-    outlives the priorities and providers it was made under. ``scoped``: the plan of the scope
-    the caller found (the eager call's scoped path, ircore/_fastpath.py), else it is looked up here.
+    ``cache_by_signature`` (and none raised). It goes to ``plan[2]``: outside priority scopes
+    that is ``op.signature_cache``, which :func:`bump_generation` clears; inside a scope, the
+    scope's plan's table, which is replaced when the generation changes. Either way a remembered
+    choice never outlives the priorities and providers it was made under. ``plan``: the plan
+    that decides the call, when the caller has it (the fast call, ircore/csrc/fast_call.cpp, and
+    the eager call's scoped Python path, which have just looked it up), else looked up here.
     """
-    plan = scoped
     if plan is None:
-        scope = SCOPE.get()
-        if scope is not None and op.name in scope.priorities:
-            plan = scoped = scoped_plan(op, scope)
-        else:
-            plan = current_plan(op)
+        plan = current_plan(op)
     op.check_args(*args)
     entry, cacheable = first_supported(op.name, plan[1], args, op.wants_grad(args))
     if cacheable:
-        cache = plan[2] if scoped is not None else op.signature_cache
+        cache = plan[2]
         with STATE.lock:  # not after a bump_generation that this plan predates
             if plan[0] is STATE.generation:
                 if len(cache) >= SIGNATURE_CACHE_LIMIT:

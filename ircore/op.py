@@ -201,12 +201,12 @@ class IrOp:
         self.impls: dict[str, Impl] = {}
         # provider -> how its implementation was removed (unregister_impl), for list/explain/doctor
         self.removed: dict[str, str] = {}
-        # (generation, entries, signature cache): see ircore.dispatch
-        self._plan: _dispatch.Plan = (None, (), {})
         self.signature_spec = _signature_spec(self) if self.cache_by_signature else None
         # call signature -> the plan entry that runs it, outside priority scopes; cleared by
         # dispatch.bump_generation (see ircore._fastpath)
         self.signature_cache: dict[bytes, _dispatch.Entry] = {}
+        # (generation, entries, signature cache): see ircore.dispatch (refresh_plan)
+        self._plan: _dispatch.Plan = (None, (), self.signature_cache)
         self.__doc__ = self.doc or self.native.__doc__
         self.torch_op: Any = None
         # torch.ops.ircore.<name>.maybe_inplace: writes the outputs into ``inplace_args`` (see

@@ -55,3 +55,19 @@ def unique_name():
 def x4096():
     torch.manual_seed(0)
     return torch.randn(16, 4096), torch.randn(4096) * 0.1 + 1.0
+
+
+@pytest.fixture(params=["fast call", "python"])
+def miss_path(request, monkeypatch):
+    """Run the test with signature misses decided by the fast call (ircore/csrc/fast_call.cpp
+    calls dispatch.choose_and_cache itself), and again by the eager call's Python path, which
+    takes over when the fast call returns its sentinel (here: fast calls built without a miss
+    handler, as ``_fastpath.make_fast_call(op, None)`` makes them)."""
+    from ircore import _fastpath
+
+    if request.param == "python":
+        for op in all_ops().values():
+            namespace = type(op).__call__.__globals__
+            if namespace.get("_ir_fast") is not None:
+                monkeypatch.setitem(namespace, "_ir_fast", _fastpath.make_fast_call(op, None))
+    return request.param

@@ -7,6 +7,8 @@ as the Makefile does); without it the pure-Python path runs and these tests skip
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import os
 import subprocess
@@ -19,7 +21,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ircore
-from ircore import _signature, dispatch
+from ircore import _fastpath, _signature, dispatch
 from ircore.errors import InvalidArgumentError, OpDeclarationError
 
 from . import impls
@@ -114,6 +116,7 @@ def test_make_fx_and_fake_mode_still_record_the_op():
 
 
 # ---------------------------------------------------------------------- when a choice is remembered
+@pytest.mark.usefixtures("miss_path")
 def test_declared_predicate_is_asked_once_per_signature(x4096):
     pred = Counting()
     rms_norm.register_impl("prov_a", rms_norm_a, supports_args=pred, cache_by_signature=True)
@@ -128,6 +131,7 @@ def test_declared_predicate_is_asked_once_per_signature(x4096):
     assert pred.calls == 2 and impls.CALLS[6:] == ["b"] * 3
 
 
+@pytest.mark.usefixtures("miss_path")
 def test_undeclared_predicate_is_asked_every_call(x4096):
     pred = Counting()
     rms_norm.register_impl("prov_a", rms_norm_a, supports_args=pred)
@@ -137,6 +141,7 @@ def test_undeclared_predicate_is_asked_every_call(x4096):
     assert pred.calls == 4 and impls.CALLS == ["a"] * 4
 
 
+@pytest.mark.usefixtures("miss_path")
 def test_undeclared_predicate_ahead_stops_caching_behind_it(x4096):
     first, second = Counting(), Counting()
     rms_norm.register_impl("prov_a", rms_norm_a, supports_args=first)  # undeclared, declines fp16
@@ -147,6 +152,7 @@ def test_undeclared_predicate_ahead_stops_caching_behind_it(x4096):
     assert first.calls == 3 and second.calls == 3  # the choice depended on an undeclared answer
 
 
+@pytest.mark.usefixtures("miss_path")
 def test_priority_changes_forget_remembered_choices(x4096):
     rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
     rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
@@ -163,6 +169,7 @@ def test_priority_changes_forget_remembered_choices(x4096):
     assert impls.CALLS == ["a", "b", "a", "a", "b"]
 
 
+@pytest.mark.usefixtures("miss_path")
 def test_unregistering_forgets_remembered_choices(x4096):
     rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
     x, w = x4096
@@ -205,6 +212,7 @@ def test_scopes_in_threads_keep_their_own_choices(x4096):
     assert impls.CALLS == ["b", "a"]
 
 
+@pytest.mark.usefixtures("miss_path")
 def test_a_scope_entered_again_reuses_its_remembered_choices(x4096):
     """Same contents, same outer scopes: the plans and choices of the first entry serve the next."""
     pred = Counting()
@@ -230,6 +238,7 @@ def test_a_scope_entered_again_reuses_its_remembered_choices(x4096):
     assert impls.CALLS[-1] == "b"  # outside: the process-wide priority
 
 
+@pytest.mark.usefixtures("miss_path")
 def test_a_scope_entered_again_after_a_change_decides_again(x4096):
     pred = Counting()
     rms_norm.register_impl("prov_a", rms_norm_a, supports_args=pred, cache_by_signature=True)
@@ -264,6 +273,7 @@ def test_remembered_scopes_are_bounded(x4096, monkeypatch):
     assert impls.CALLS == ["a", "b", "b"] * 2
 
 
+@pytest.mark.usefixtures("miss_path")
 def test_bad_input_is_never_remembered():
     rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
     for _ in range(2):
@@ -274,6 +284,7 @@ def test_bad_input_is_never_remembered():
     assert rms_norm.signature_cache == {}
 
 
+@pytest.mark.usefixtures("miss_path")
 def test_raising_predicate_is_not_remembered(x4096, caplog):
     def boom(x, weight, epsilon, variance_size):
         raise RuntimeError("probe failed")
@@ -287,6 +298,7 @@ def test_raising_predicate_is_not_remembered(x4096, caplog):
     assert impls.CALLS == ["b", "b"] and rms_norm.signature_cache == {}
 
 
+@pytest.mark.usefixtures("miss_path")
 def test_functional_call_of_inplace_impl_still_clones():
     fused = ircore.ops.fused_add_rms_norm
     fused.register_impl("prov_a", fused_inplace, inplace=True, cache_by_signature=True)
@@ -299,6 +311,7 @@ def test_functional_call_of_inplace_impl_still_clones():
     assert impls.CALLS == ["inplace"] * 3
 
 
+@pytest.mark.usefixtures("miss_path")
 def test_debug_log_on_remembered_calls(x4096, caplog):
     rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
     x, w = x4096
@@ -309,6 +322,7 @@ def test_debug_log_on_remembered_calls(x4096, caplog):
     assert [r.getMessage() for r in caplog.records] == ["rms_norm: running prov_a"] * 2
 
 
+@pytest.mark.usefixtures("miss_path")
 def test_failure_in_remembered_impl_names_the_provider(x4096):
     def broken(
         x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None = None
@@ -323,12 +337,178 @@ def test_failure_in_remembered_impl_names_the_provider(x4096):
         assert any("provider 'prov_a'" in note for note in info.value.__notes__)
 
 
+@pytest.mark.usefixtures("miss_path")
 def test_cache_is_bounded(x4096, monkeypatch):
     monkeypatch.setattr(dispatch, "SIGNATURE_CACHE_LIMIT", 2)
     rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
     for hidden in (8, 16, 32, 64, 128):
         rms_norm(torch.randn(2, hidden), None, 1e-6)
         assert 1 <= len(rms_norm.signature_cache) <= 2
+
+
+# ---------------------------------------------------------------------- where a miss is decided
+def _broken(
+    x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None = None
+) -> torch.Tensor:
+    raise ValueError("kernel exploded")
+
+
+def _count_python_miss_path(monkeypatch, handler=dispatch.choose_and_cache):
+    """Make rms_norm's eager call record what its Python miss path does (it computes the signature
+    again, then calls choose_and_cache), and its fast call record what it hands to ``handler``
+    (None: keep the fast call that register_op made)."""
+    namespace = type(rms_norm).__call__.__globals__
+    python_path, handled = [], []
+    for name, what in (("_ir_signature", "signature"), ("_ir_choose_and_cache", "choose")):
+        real = namespace[name]
+
+        def counting(*args, real=real, what=what):
+            python_path.append(what)
+            return real(*args)
+
+        monkeypatch.setitem(namespace, name, counting)
+
+    def choose(op, key, args, plan):
+        handled.append((op, key, args, plan))
+        return handler(op, key, args, plan)
+
+    if handler is not None:
+        monkeypatch.setitem(namespace, "_ir_fast", _fastpath.make_fast_call(rms_norm, choose))
+    return python_path, handled
+
+
+def test_the_eager_call_leaves_misses_to_its_fast_call(x4096, monkeypatch):
+    monkeypatch.setattr(dispatch, "_scopes", {})
+    monkeypatch.setattr(dispatch, "_blocks", {})
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
+    python_path, _ = _count_python_miss_path(monkeypatch, None)
+    x, w = x4096
+    for _ in range(2):
+        rms_norm(x, w, 1e-6)
+        with ircore.priority(rms_norm=["prov_b"]):
+            rms_norm(x, w, 1e-6)
+            plan = dispatch.SCOPE.get().plans["rms_norm"]
+    assert python_path == [] and impls.CALLS == ["a", "b"] * 2
+    assert list(rms_norm.signature_cache) == list(plan[2]) == [sig(x, w, 1e-6, None)]
+    assert rms_norm.signature_cache[sig(x, w, 1e-6, None)][0] == "prov_a" and plan[1][0][0] == "prov_b"
+
+
+def test_miss_path_fixture_picks_the_path(x4096, monkeypatch, miss_path):
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    python_path, _ = _count_python_miss_path(monkeypatch, None)
+    rms_norm(*x4096, 1e-6)
+    assert python_path == ([] if miss_path == "fast call" else ["signature", "choose"])
+
+
+def test_the_fast_call_decides_a_miss_outside_scopes(x4096, monkeypatch):
+    """Once per signature, with the signature it computed and the process-wide plan when that is
+    current (else None: choose_and_cache looks it up); the Python path never runs."""
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    python_path, handled = _count_python_miss_path(monkeypatch)
+    x, w = x4096
+    for _ in range(3):
+        rms_norm(x, w, 1e-6)
+    half = (x.half(), w.half(), 1e-6)
+    for _ in range(2):
+        rms_norm(*half)
+    assert python_path == [] and impls.CALLS == ["a"] * 5
+    assert [(op, key) for op, key, _, _ in handled] == [(rms_norm, sig(x, w, 1e-6, None)), (rms_norm, sig(*half, None))]
+    args = handled[0][2]
+    assert args[0] is x and args[1] is w and args[2:] == (1e-6, None)
+    assert handled[0][3] is None  # the first call after a change: op._plan was stale
+    plan = handled[1][3]  # made by the first call: current, its table the signature cache
+    assert plan is rms_norm._plan and plan[0] is dispatch.STATE.generation and plan[2] is rms_norm.signature_cache
+    assert set(rms_norm.signature_cache) == {sig(x, w, 1e-6, None), sig(*half, None)}
+
+
+def test_the_fast_call_decides_a_miss_in_a_scope(x4096, monkeypatch):
+    """With the scope's plan, where the choice is remembered (not in the process-wide table)."""
+    monkeypatch.setattr(dispatch, "_scopes", {})  # a never-seen scope: its plan is made on entry
+    monkeypatch.setattr(dispatch, "_blocks", {})
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
+    python_path, handled = _count_python_miss_path(monkeypatch)
+    x, w = x4096
+    with ircore.priority(rms_norm=["prov_b"]):
+        for _ in range(3):
+            rms_norm(x, w, 1e-6)
+        plan = dispatch.SCOPE.get().plans["rms_norm"]
+    assert python_path == [] and impls.CALLS == ["b"] * 3
+    assert [(op, key, p) for op, key, _, p in handled] == [(rms_norm, sig(x, w, 1e-6, None), plan)]
+    assert plan[2] == {sig(x, w, 1e-6, None): plan[1][0]} and plan[1][0][0] == "prov_b"
+    assert rms_norm.signature_cache == {}
+
+
+def test_a_stale_scoped_plan_goes_to_the_python_path(x4096, monkeypatch):
+    """The fast call leaves a scope whose plan predates a change to Python (which resolves it)."""
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    x, w = x4096
+    block = ircore.priority(rms_norm=["prov_a"])
+    with block:
+        rms_norm(x, w, 1e-6)
+    rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)  # the plan is stale now
+    python_path, handled = _count_python_miss_path(monkeypatch)
+    with block:
+        rms_norm(x, w, 1e-6)
+    assert python_path == ["signature", "choose"] and handled == []
+
+
+def test_a_miss_handler_error_passes_through_the_fast_call(x4096, monkeypatch):
+    def refuse(op, key, args, plan):
+        raise KeyError("from the handler")
+
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    python_path, handled = _count_python_miss_path(monkeypatch, refuse)
+    x, w = x4096
+    with pytest.raises(KeyError, match="from the handler") as info:
+        rms_norm(x, w, 1e-6)
+    assert not getattr(info.value, "__notes__", None) and len(handled) == 1 and python_path == []
+
+
+@pytest.mark.parametrize("scoped", [False, True], ids=["global", "scope"])
+def test_bad_input_on_a_miss_raises_the_careful_paths_error(miss_path, scoped):
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    x, w = torch.randn(4, 64), torch.ones(32)
+    assert sig(x, w, 1e-6, None) is not None  # a signature, so the call is a miss, not declined
+    with pytest.raises(InvalidArgumentError) as careful:
+        rms_norm.check_args(x, w, 1e-6, None)
+    block = ircore.priority(rms_norm=["prov_a"]) if scoped else contextlib.nullcontext()
+    for _ in range(2):
+        with block, pytest.raises(InvalidArgumentError) as info:
+            rms_norm(x, w, 1e-6)
+        assert str(info.value) == str(careful.value) and not getattr(info.value, "__notes__", None)
+    assert impls.CALLS == [] and rms_norm.signature_cache == {}
+
+
+@pytest.mark.parametrize("scoped", [False, True], ids=["global", "scope"])
+def test_a_failing_implementation_gets_one_note_on_a_miss_and_a_hit(x4096, miss_path, scoped):
+    rms_norm.register_impl("prov_a", _broken, cache_by_signature=True)
+    x, w = x4096
+    block = ircore.priority(rms_norm=["prov_a"]) if scoped else contextlib.nullcontext()
+    for _ in range(2):  # the miss remembers prov_a before running it: the second call is a hit
+        with block, pytest.raises(ValueError, match="kernel exploded") as info:
+            rms_norm(x, w, 1e-6)
+        assert len(info.value.__notes__) == 1 and "provider 'prov_a'" in info.value.__notes__[0]
+    assert len(rms_norm.signature_cache) == (0 if scoped else 1)
+
+
+@pytest.mark.parametrize("scoped", [False, True], ids=["global", "scope"])
+def test_debug_log_on_a_miss(x4096, caplog, miss_path, scoped):
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    x, w = x4096
+    block = ircore.priority(rms_norm=["prov_a"]) if scoped else contextlib.nullcontext()
+    with caplog.at_level(logging.DEBUG, logger="ircore"), block:
+        rms_norm(x, w, 1e-6)
+    assert [r.getMessage() for r in caplog.records] == ["rms_norm: running prov_a"]
+
+
+def test_fast_call_holds_its_op_and_handler_for_the_gc():
+    fast = _fastpath.make_fast_call(rms_norm)
+    referents = gc.get_referents(fast)
+    assert any(r is rms_norm for r in referents) and any(r is dispatch.choose_and_cache for r in referents)
+    with pytest.raises(TypeError, match="choose must be callable or None"):
+        _fastpath.make_fast_call(rms_norm, "not callable")
 
 
 # ---------------------------------------------------------------------- declaration and loading

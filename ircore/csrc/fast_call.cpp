@@ -1,24 +1,36 @@
-// ircore._signature_ext.FastCall: an op's eager call when its signature's choice is remembered.
+// ircore._signature_ext.FastCall: an op's eager call when its signature's choice is remembered,
+// and the first call with a signature that has none.
 //
 // Why: with the choice cached, what is left of an eager call is bookkeeping: compute the
 // signature, read the priority scope, look the signature up, check that DEBUG logging is off,
 // call the implementation. From Python each of those is a call of its own (30-60 ns each); here
-// they are one. The generated __call__ (ircore/_fastpath.py) calls a FastCall first and takes its
-// Python path when the answer is the `miss` sentinel: no remembered choice, a call that needs the
-// careful path (signature None), a scope whose plan is stale, DEBUG logging on, or keywords.
+// they are one. On a miss (a signature with no remembered choice, in a table that is current)
+// the fast call has already done the signature and the lookups, so it hands the call to
+// `choose_and_cache(op, key, args, plan)` itself, with the plan that decides it: repeating
+// those steps in Python cost a first call inside a never-seen priority block more than a miss
+// outside one (issue 12, RESULTS.md section 1 run 5). The generated __call__
+// (ircore/_fastpath.py) calls a FastCall first and takes its Python path when the answer is the
+// `miss` sentinel: a call that needs the careful path (signature None), a scope whose plan is
+// stale, DEBUG logging on for a remembered call, keywords, or a miss when `choose` is None.
 //
-// FastCall(spec, cache, scope_var, name, state, log_cache, note_failure, miss)
+// FastCall(spec, cache, scope_var, name, state, log_cache, note_failure, miss, op, choose)
 //   spec          the op's signature spec (bytes)
-//   cache         op.signature_cache: {signature: entry} of the process-wide plan
+//   cache         op.signature_cache: {signature: entry} of the process-wide plan (its plan[2])
 //   scope_var     ircore.dispatch.SCOPE: a ContextVar holding None or a scope with `priorities`
 //                 (a dict: op name -> providers) and `plans` (a dict: op name -> plan)
 //   name          the op's name (str)
 //   state         ircore.dispatch.STATE (its `generation` stamps plans)
 //   log_cache     the "ircore" logger's isEnabledFor cache (a dict: level -> bool), or None
-//   note_failure  note_failure(op_name, provider, exc), called when an implementation raises
+//   note_failure  note_failure(op_name, provider, exc), called when a remembered implementation
+//                 raises (choose_and_cache notes its own failures: nothing is added to those)
 //   miss          the sentinel returned when the Python path must decide
+//   op            the IrOp (its `_plan` is the process-wide plan), passed to `choose`
+//   choose        ircore.dispatch.choose_and_cache, called on a miss as
+//                 choose(op, signature, args tuple, plan): the scope's plan when a scope names
+//                 the op, else op._plan when it is current, else None (choose looks it up); None
+//                 here: misses return `miss` (the Python path decides; tests use this)
 // An entry is (provider, functional callable, ...); a plan is (generation, entries, {signature:
-// entry}). The same structures as ircore.dispatch; the Python path fills them, this only reads.
+// entry}). The same structures as ircore.dispatch; choose_and_cache fills them, this only reads.
 #include "signature.h"
 
 #include <Python.h>
@@ -37,12 +49,15 @@ struct FastCall {
   PyObject* log_cache;
   PyObject* note_failure;
   PyObject* miss;
+  PyObject* op;
+  PyObject* choose;
 };
 
 PyObject* g_priorities = nullptr;  // interned attribute names
 PyObject* g_plans = nullptr;
 PyObject* g_generation = nullptr;
 PyObject* g_debug = nullptr;  // logging.DEBUG, the isEnabledFor cache's key
+PyObject* g_plan = nullptr;   // "_plan"
 
 PyObject* miss(FastCall* self) {
   Py_INCREF(self->miss);
@@ -50,9 +65,11 @@ PyObject* miss(FastCall* self) {
 }
 
 // The {signature: entry} table that decides this call: the process-wide one, or the current
-// scope's plan's if the scope names this op. New reference; nullptr without an exception means
-// "let Python decide" (a stale scoped plan), with one an error.
-PyObject* decision_table(FastCall* self) {
+// scope's plan's if the scope names this op (then *plan_out is a new reference to that plan, else
+// nullptr). New reference; nullptr without an exception means "let Python decide" (a stale
+// scoped plan), with one an error.
+PyObject* decision_table(FastCall* self, PyObject** plan_out) {
+  *plan_out = nullptr;
   PyObject* scope = nullptr;
   if (PyContextVar_Get(self->scope_var, Py_None, &scope) < 0) return nullptr;
   if (scope == Py_None) {
@@ -76,6 +93,8 @@ PyObject* decision_table(FastCall* self) {
             PyTuple_GET_ITEM(plan, 0) == generation && PyDict_CheckExact(PyTuple_GET_ITEM(plan, 2))) {
           table = PyTuple_GET_ITEM(plan, 2);
           Py_INCREF(table);
+          Py_INCREF(plan);
+          *plan_out = plan;
         }
       }
       Py_XDECREF(plans);
@@ -107,6 +126,41 @@ void note_failure(FastCall* self, PyObject* provider) {
   PyErr_Restore(type, value, traceback);
 }
 
+// op._plan if it is current and its table is `cache` (so choose_and_cache remembers the choice
+// where the fast call looks), else None: choose_and_cache then looks the plan up. New reference.
+PyObject* process_plan(FastCall* self) {
+  PyObject* plan = PyObject_GetAttr(self->op, g_plan);
+  PyObject* generation = plan != nullptr ? PyObject_GetAttr(self->state, g_generation) : nullptr;
+  const bool current = generation != nullptr && PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 3 &&
+                       PyTuple_GET_ITEM(plan, 0) == generation && PyTuple_GET_ITEM(plan, 2) == self->cache;
+  if (plan == nullptr || generation == nullptr) PyErr_Clear();  // None: looked up in Python
+  Py_XDECREF(generation);
+  if (current) return plan;
+  Py_XDECREF(plan);
+  Py_RETURN_NONE;
+}
+
+// A miss in a current table: choose_and_cache(op, key, args, plan) validates, chooses, remembers
+// and runs. Steals `plan` (a new reference, or nullptr outside scopes). Its exceptions pass
+// through as they are (it notes a provider's failure itself).
+PyObject* choose(FastCall* self, PyObject* key, PyObject* const* args, Py_ssize_t nargs, PyObject* plan) {
+  if (plan == nullptr) plan = process_plan(self);
+  PyObject* arg_tuple = PyTuple_New(nargs);
+  if (arg_tuple == nullptr) {
+    Py_DECREF(plan);
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    Py_INCREF(args[i]);
+    PyTuple_SET_ITEM(arg_tuple, i, args[i]);
+  }
+  PyObject* call_args[] = {self->op, key, arg_tuple, plan};
+  PyObject* result = PyObject_Vectorcall(self->choose, call_args, 4, nullptr);
+  Py_DECREF(arg_tuple);
+  Py_DECREF(plan);
+  return result;
+}
+
 PyObject* fast_call(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* self = reinterpret_cast<FastCall*>(callable);
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -117,19 +171,30 @@ PyObject* fast_call(PyObject* callable, PyObject* const* args, size_t nargsf, Py
     Py_DECREF(key);
     return miss(self);
   }
-  PyObject* table = decision_table(self);
+  PyObject* plan = nullptr;  // the scope's plan, when a scope names the op
+  PyObject* table = decision_table(self, &plan);
   if (table == nullptr) {
     Py_DECREF(key);
     return PyErr_Occurred() ? nullptr : miss(self);
   }
   PyObject* entry = PyDict_GetItemWithError(table, key);  // borrowed
-  Py_DECREF(key);
-  if (entry == nullptr) {
-    Py_DECREF(table);
-    return PyErr_Occurred() ? nullptr : miss(self);
-  }
-  Py_INCREF(entry);  // the call may clear the table (a provider changing priorities)
+  Py_XINCREF(entry);  // the call may clear the table (a provider changing priorities)
   Py_DECREF(table);
+  if (entry == nullptr) {
+    PyObject* result = nullptr;
+    if (PyErr_Occurred()) {
+      Py_XDECREF(plan);
+    } else if (self->choose == Py_None) {
+      Py_XDECREF(plan);
+      result = miss(self);
+    } else {
+      result = choose(self, key, args, nargs, plan);
+    }
+    Py_DECREF(key);
+    return result;
+  }
+  Py_DECREF(key);
+  Py_XDECREF(plan);
   if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < 2 || debug_logging_may_be_on(self)) {
     Py_DECREF(entry);
     return miss(self);
@@ -141,13 +206,18 @@ PyObject* fast_call(PyObject* callable, PyObject* const* args, size_t nargsf, Py
 }
 
 PyObject* fast_call_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  PyObject *spec, *cache, *scope_var, *name, *state, *log_cache, *note, *sentinel;
+  PyObject *spec, *cache, *scope_var, *name, *state, *log_cache, *note, *sentinel, *op, *choose_fn;
   if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) {
     PyErr_SetString(PyExc_TypeError, "FastCall() takes positional arguments only");
     return nullptr;
   }
-  if (!PyArg_ParseTuple(args, "O!O!O!UOOOO:FastCall", &PyBytes_Type, &spec, &PyDict_Type, &cache,
-                        &PyContextVar_Type, &scope_var, &name, &state, &log_cache, &note, &sentinel)) {
+  if (!PyArg_ParseTuple(args, "O!O!O!UOOOOOO:FastCall", &PyBytes_Type, &spec, &PyDict_Type, &cache,
+                        &PyContextVar_Type, &scope_var, &name, &state, &log_cache, &note, &sentinel, &op,
+                        &choose_fn)) {
+    return nullptr;
+  }
+  if (choose_fn != Py_None && !PyCallable_Check(choose_fn)) {
+    PyErr_SetString(PyExc_TypeError, "FastCall(): choose must be callable or None");
     return nullptr;
   }
   if (log_cache != Py_None && !PyDict_CheckExact(log_cache)) {
@@ -157,10 +227,11 @@ PyObject* fast_call_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   auto* self = reinterpret_cast<FastCall*>(type->tp_alloc(type, 0));
   if (self == nullptr) return nullptr;
   self->vectorcall = fast_call;
-  PyObject* fields[] = {spec, cache, scope_var, name, state, log_cache, note, sentinel};
-  PyObject** slots[] = {&self->spec,  &self->cache,     &self->scope_var,    &self->name,
-                        &self->state, &self->log_cache, &self->note_failure, &self->miss};
-  for (int i = 0; i < 8; ++i) {
+  PyObject* fields[] = {spec, cache, scope_var, name, state, log_cache, note, sentinel, op, choose_fn};
+  PyObject** slots[] = {&self->spec,         &self->cache, &self->scope_var, &self->name,
+                        &self->state,        &self->log_cache, &self->note_failure,
+                        &self->miss,         &self->op,        &self->choose};
+  for (int i = 0; i < 10; ++i) {
     Py_INCREF(fields[i]);
     *slots[i] = fields[i];
   }
@@ -175,6 +246,8 @@ int fast_call_traverse(PyObject* obj, visitproc visit, void* arg) {
   Py_VISIT(self->log_cache);
   Py_VISIT(self->note_failure);
   Py_VISIT(self->miss);
+  Py_VISIT(self->op);
+  Py_VISIT(self->choose);
   return 0;
 }
 
@@ -188,6 +261,8 @@ int fast_call_clear(PyObject* obj) {
   Py_CLEAR(self->log_cache);
   Py_CLEAR(self->note_failure);
   Py_CLEAR(self->miss);
+  Py_CLEAR(self->op);
+  Py_CLEAR(self->choose);
   return 0;
 }
 
@@ -225,7 +300,11 @@ int ircore::add_fast_call_type(PyObject* module) {
   g_plans = PyUnicode_InternFromString("plans");
   g_generation = PyUnicode_InternFromString("generation");
   g_debug = PyLong_FromLong(10);
-  if (g_priorities == nullptr || g_plans == nullptr || g_generation == nullptr || g_debug == nullptr) return -1;
+  g_plan = PyUnicode_InternFromString("_plan");
+  if (g_priorities == nullptr || g_plans == nullptr || g_generation == nullptr || g_debug == nullptr ||
+      g_plan == nullptr) {
+    return -1;
+  }
   if (PyType_Ready(&FastCallType) < 0) return -1;
   Py_INCREF(&FastCallType);
   if (PyModule_AddObject(module, "FastCall", reinterpret_cast<PyObject*>(&FastCallType)) < 0) {
