@@ -15,6 +15,7 @@ Every row is first checked against an fp32 PyTorch reference. The first call of 
     from bench_gpu import bench_rows, format_table
     print(format_table(bench_rows()))
     # or: python providers/triton/bench_gpu.py [--rows 1 16 ...] [--hidden 4096 8192]
+    #     python providers/triton/bench_gpu.py --sweep --ops rms_norm --rows 1024 --hidden 8192
 """
 
 from __future__ import annotations
@@ -140,6 +141,76 @@ def bench_rows(
     return out
 
 
+def _sweep_configs(op: str, t: int, h: int, es: int) -> list[kernels.NormConfig]:
+    """The autotune's candidates for (t, h), then exploratory configs not among them."""
+    cands = kernels._norm_candidates(h, t, es, kernels._sm_count(torch.device("cuda")))
+    bn = max(kernels._pow2(h), 16)
+    extra = []
+    if bn <= kernels.MAX_ROW_BLOCK:
+        extra += [kernels.NormConfig(1, bn, w) for w in (4, 8, 16, 32)]
+    for chunk in (1024, 2048, 4096):
+        if chunk < h:
+            extra += [kernels.NormConfig(1, chunk, w) for w in (4, 8, 16)]
+    return cands + [c for c in extra if c not in cands]
+
+
+def sweep_norm(op: str, t: int, h: int, dtype: torch.dtype, calls: int = 50) -> list[dict[str, Any]]:
+    """Graph-replay time of each config of :func:`_sweep_configs` for one norm row, fastest first.
+
+    Keys: config, us, candidate (the autotune tries it), tuned (the autotune's pick), error (a
+    config that failed to compile or launch).
+    """
+    gen = torch.Generator(device="cuda").manual_seed(t * 7 + h)
+    x = torch.randn(t, h, device="cuda", generator=gen).to(dtype)
+    r = torch.randn(t, h, device="cuda", generator=gen).to(dtype)
+    w = (1 + 0.1 * torch.randn(h, device="cuda", generator=gen)).to(dtype)
+    es = x.element_size()
+    fused = op == "fused_add_rms_norm"
+    if fused:
+        kernels.fused_add_rms_norm_(x.clone(), r.clone(), w, EPS)  # tunes this bucket
+    else:
+        kernels.rms_norm(x, w, EPS)
+    tuned = kernels.tuned_configs().get((op, h, dtype, kernels._bucket(t)))
+    cands = set(kernels._norm_candidates(h, t, es, kernels._sm_count(x.device)))
+    out = []
+    for cfg in _sweep_configs(op, t, h, es):
+        try:
+            if fused:
+                xb, rb = x.clone(), r.clone()
+                fn = lambda cfg=cfg, xb=xb, rb=rb: kernels.fused_add_rms_norm_(xb, rb, w, EPS, None, cfg)  # noqa: E731
+                got, res = kernels.fused_add_rms_norm(x, r, w, EPS, None, cfg)
+                torch.testing.assert_close(res, x + r, atol=0, rtol=0)
+            else:
+                fn = lambda cfg=cfg: kernels.rms_norm(x, w, EPS, None, cfg)  # noqa: E731
+                got = fn()
+            xf = (x + r).float() if fused else x.float()
+            ref = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
+            torch.testing.assert_close(got.float(), ref, atol=2e-2, rtol=2e-2)
+            us = _graph_us(fn, calls)
+        except Exception as exc:  # a config that does not compile or launch on this GPU
+            out.append({"config": cfg, "us": float("inf"), "error": f"{type(exc).__name__}: {exc}"[:200]})
+            continue
+        out.append({"config": cfg, "us": us, "candidate": cfg in cands, "tuned": cfg == tuned})
+    return sorted(out, key=lambda d: d["us"])
+
+
+def format_sweep(op: str, t: int, h: int, dtype: torch.dtype, rows: list[dict[str, Any]], top: int) -> str:
+    lines = [f"# sweep {op} {str(dtype).removeprefix('torch.')} {t}x{h}: {len(rows)} runs"]
+    for i, d in enumerate(rows):
+        mark = " <- tuned" if d.get("tuned") else ""
+        if i >= top and not mark:
+            continue
+        c = d["config"]
+        what = f"bm{c.block_m} bn{c.block_n} w{c.num_warps} mp{c.max_programs}"
+        what += " chunked" if c.block_n < h else ""
+        if "error" in d:
+            lines.append(f"#   {what:36} {d['error']}")
+            continue
+        cand = "" if d["candidate"] else " (not a candidate)"
+        lines.append(f"#   {i + 1:>3}. {what:36} {d['us']:8.2f} us{cand}{mark}")
+    return "\n".join(lines)
+
+
 def format_table(results: list[dict[str, Any]], copy_bw_gbps: float | None = None) -> str:
     """A markdown table of :func:`bench_rows` results (``% copy`` when a copy bandwidth is given)."""
     head = "| op | T x H | graph us | do_bench us | eager us | GB/s |"
@@ -169,9 +240,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ops", nargs="*", default=list(OPS))
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--out-of-place", action="store_true", help="fused op: out-of-place variant")
+    p.add_argument("--sweep", action="store_true", help="norm ops: time every config (see sweep_norm)")
+    p.add_argument("--top", type=int, default=6, help="with --sweep: configs shown per row")
     args = p.parse_args(argv)
     bw = copy_gbps()
     print(f"{torch.cuda.get_device_name()}; copy bandwidth {bw:.0f} GB/s (read+write)")
+    if args.sweep:
+        dtype = getattr(torch, args.dtype)
+        for op in args.ops:
+            if op == "silu_and_mul":
+                continue
+            for h in args.hidden:
+                for t in args.rows:
+                    print(format_sweep(op, t, h, dtype, sweep_norm(op, t, h, dtype), args.top), flush=True)
+        return
     results = bench_rows(args.rows, args.hidden, getattr(torch, args.dtype), args.ops, not args.out_of_place)
     print(format_table(results, bw))
 

@@ -22,7 +22,6 @@ Why it looks like this:
 from __future__ import annotations
 
 import os
-import statistics
 from dataclasses import dataclass
 from typing import Callable
 
@@ -54,6 +53,9 @@ MAX_ROW_BLOCK = 32768
 _BUCKET_ROWS = (1, 16, 128, 1024, 8192)
 _TOP_BUCKET_ROWS = 32768
 _TUNE_MAX_ELEMENTS = 1 << 26  # scratch tensors for tuning stay <= 128 MiB each in 16-bit
+_TUNE_ROUNDS = 7  # timed rounds per candidate (see _time_candidates)
+_TUNE_WARMUP_MS = 20.0  # GPU time spent replaying the candidates before the timed rounds
+_TUNE_MAX_WARMUP_ROUNDS = 50
 
 
 def _make_bucket_table() -> tuple[int, ...]:
@@ -387,14 +389,16 @@ def _norm_candidates(n: int, rows: int, elem_bytes: int, sm_count: int) -> list[
             if blocks > 2 * resident:
                 out.append(NormConfig(bm, bn, w, resident))
     if bn >= 8192 and rows >= sm_count:
-        # Wide rows over a wave or more: also the two-pass kernel in chunks of one 16-byte vector
-        # per thread (a row re-read from L1/L2), which needs about half the registers of a row
-        # held whole, so twice the warps stay resident. Nsight Compute on the H200, rms_norm bf16
-        # 1024x8192: Inductor's kernel of that shape ran 10.2 us at 100% theoretical occupancy,
-        # ours with the row in registers 11.3 us at 50% (benchmarks/RESULTS.md section 3, run 4).
+        # Wide rows over a wave or more: also eight 16-byte vectors per thread (half the warps of
+        # the fewest above). H200 sweep (bench_gpu.py --sweep, 2026-12-03): at 1024x8192 it was
+        # the fastest or within 1% of it for both norms and dtypes (rms_norm bf16 6.98 us against
+        # 7.06 with eight warps). The two-pass kernel in 2048/4096-element chunks, tried there
+        # too for its lower register count, was 1-5% slower at every such row, and is not a
+        # candidate (benchmarks/RESULTS.md section 3, run 5).
         vec = max(1, 16 // elem_bytes)
-        for chunk in (2048, 4096):
-            out.append(NormConfig(1, chunk, max(1, min(16, chunk // (32 * vec)))))
+        fewest = min(_warp_choices(bn, elem_bytes))
+        if fewest > 1 and bn // (32 * vec * (fewest // 2)) <= 8:
+            out.append(NormConfig(1, bn, fewest // 2))
     return out
 
 
@@ -439,10 +443,16 @@ def _capturing(device: torch.device) -> bool:
 
 
 def _time_candidates(launches: list[Callable[[], None]], device: torch.device) -> list[float]:
-    """Per-launch time (ms) of each launch fn: the median of a few replays of back-to-back calls.
+    """Per-launch time (ms) of each launch fn: the fastest of several replays of back-to-back calls.
 
     On CUDA/ROCm the calls are captured in a CUDA graph, so the host's launch cost is not
     measured (it is what graph replay in serving sees); elsewhere they run in a plain loop.
+    Before the timed rounds every runner is replayed until the GPU has been busy for
+    :data:`_TUNE_WARMUP_MS`, then the minimum of interleaved rounds is kept (noise only adds),
+    each timed behind a short GPU busy-wait so the host's enqueue time is not counted.
+    Without that, the first call of a process on the H200 once picked a config 14% slower than
+    the best (rms_norm 1024x8192; a first replay's set-up and clocks ramping up from idle are
+    the likely causes: benchmarks/RESULTS.md section 3, run 5).
     """
     mod = getattr(torch, device.type)
     for fn in launches:  # compile and warm up
@@ -489,16 +499,29 @@ def _time_candidates(launches: list[Callable[[], None]], device: torch.device) -
 
         runners = [_loop(fn) for fn in launches]
 
+    start.record()
+    for _ in range(_TUNE_MAX_WARMUP_ROUNDS):
+        for run in runners:
+            run()
+        end.record()
+        end.synchronize()
+        if start.elapsed_time(end) >= _TUNE_WARMUP_MS:
+            break
+    # A GPU busy-wait queued ahead of each timed replay (CUDA): the start event then fires when
+    # the replay is already queued, so host enqueue time under CPU load is not counted.
+    lead = getattr(torch.cuda, "_sleep", None) if device.type == "cuda" else None
     times: list[list[float]] = [[] for _ in launches]
-    for _ in range(5):  # rounds interleave candidates, so clock drift hits all alike
+    for _ in range(_TUNE_ROUNDS):  # rounds interleave candidates, so clock drift hits all alike
         for i, run in enumerate(runners):
+            if lead is not None:
+                lead(100_000)  # about 50 us
             start.record()
             run()
             end.record()
             end.synchronize()
             times[i].append(start.elapsed_time(end) / reps)
     del graphs
-    return [statistics.median(t) for t in times]
+    return [min(t) for t in times]
 
 
 def _pick(key: tuple, candidates: list, make_launch: Callable, device: torch.device):
