@@ -11,13 +11,17 @@
 # (pdl, ~7 min) the core fast-path tests on Python 3.12 / torch 2.11, both providers' GPU tests
 # (PDL on), and vllm_c's launch sweep at T <= 1024 with PDL on and off. (checks, ~5 min) the
 # automatic-config and PDL tests, the bad-input matrix on CPU and CUDA tensors and the DTensor
-# tests on nccl, with room for the compiled variant's Inductor build.
+# tests on nccl, with room for the compiled variant's Inductor build. (tune, ~8 min) issue 12's
+# open rows at T <= 1024 side by side with the anchors, then triton's and vllm_c's launch sweeps
+# at those rows. (profile, ~5 min) Nsight Compute counters for those rows (ours, Inductor,
+# Liger), then both providers' PDL and forced-config GPU tests. (remeasure, ~9 min) triton's GPU
+# tests, then benchmarks/kernels_gpu.py over every row, graph replay only (no no-PDL columns).
 # A failing step does not stop the next one; the exit status is the first failure's.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 WHAT=${1:-all}
-case "$WHAT" in all|tests|bench|compile|transformers|session|pdl|checks) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|bench|compile|transformers|session|pdl|checks]" >&2; exit 2 ;; esac
+case "$WHAT" in all|tests|bench|compile|transformers|session|pdl|checks|tune|profile|remeasure) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|bench|compile|transformers|session|pdl|checks|tune|profile|remeasure]" >&2; exit 2 ;; esac
 OUT=${OUT:-$ROOT/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -166,6 +170,33 @@ if [ "$WHAT" = checks ]; then  # issue 13's matrix on CPU and CUDA tensors, issu
     tests/test_bad_input.py tests/test_pdl_checks.py
   run_step tests_distributed 280 python3 -m pytest -q -p no:cacheprovider -rA --tb=short --durations=5 \
     tests/test_distributed.py
+fi
+if [ "$WHAT" = tune ]; then  # issue 12's rows still over the best anchor at T <= 1024
+  install_editable
+  wait $BUILD_PID; note "$(tail -1 "$OUT/vllm_c_build.log")"
+  run_step open_rows 200 python3 benchmarks/kernels_gpu.py --no-do-bench --tokens 128 1024 --hidden 4096 8192 \
+    --ops rms_norm fused_add_rms_norm --dtypes bf16 fp16 --json "$OUT/open_rows.json" --markdown "$OUT/open_rows.md"
+  run_step sweep_vllm_c 80 sh -c 'for d in bf16 fp16; do python3 providers/vllm_c/bench_gpu.py --sweep --top 6 \
+    --dtype $d --ops rms_norm fused_add_rms_norm --shapes 128x4096 1024x4096 128x8192 1024x8192 || exit 1; done'
+  run_step sweep_triton 200 sh -c 'for d in bfloat16 float16; do python3 providers/triton/bench_gpu.py --sweep \
+    --top 6 --dtype $d --ops rms_norm fused_add_rms_norm --rows 128 1024 --hidden 4096 8192 || exit 1; done'
+fi
+if [ "$WHAT" = profile ]; then  # Nsight Compute on those rows, then the GPU tests this work touches
+  install_editable
+  wait $BUILD_PID; note "$(tail -1 "$OUT/vllm_c_build.log")"
+  run_step ncu 200 sh -c "ncu --profile-from-start off --clock-control none --cache-control none \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+    --section WarpStateStats --section SchedulerStats --csv --page details python3 benchmarks/profile_small_t.py \
+    rms_norm:bf16:1024x8192:compile,vllm_c,triton fused_add_rms_norm:fp16:128x8192:liger,vllm_c,triton \
+    fused_add_rms_norm:fp16:1024x4096:liger,vllm_c,triton rms_norm:bf16:128x8192:flashinfer,vllm_c,triton \
+    > '$OUT/ncu.csv'"
+  run_step tests_vllm_c 120 python3 -m pytest -q -p no:cacheprovider -rf --tb=short providers/vllm_c/tests/test_cuda.py
+  run_step tests_triton 150 python3 -m pytest -q -p no:cacheprovider -rf --tb=short providers/triton/tests
+fi
+if [ "$WHAT" = remeasure ]; then
+  run_step tests_triton 200 python3 -m pytest -q -p no:cacheprovider -rf --tb=short providers/triton/tests
+  run_step kernels_gpu 290 python3 benchmarks/kernels_gpu.py --no-do-bench --budget-s 250 \
+    --json "$OUT/kernels_gpu.json" --markdown "$OUT/kernels_gpu.md"
 fi
 note "done: status $STATUS; outputs in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit $STATUS
