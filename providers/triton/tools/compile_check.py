@@ -48,7 +48,9 @@ def _norm_variants(hidden: int, dtype: torch.dtype) -> set[tuple]:
         t_rows = K._bucket_rows(K._bucket(rows), hidden)
         cfgs.update(K._norm_candidates(hidden, t_rows, es, 132))
         cfgs.add(K._norm_heuristic(hidden, rows, es))
-    return {(c.block_m, c.block_n, c.num_warps) for c in cfgs}
+    if hidden >= 8192:  # bench_gpu.py --sweep's chunked configs with eviction hints
+        cfgs.update(K.NormConfig(1, bn, w, evict=True) for bn in (2048, 4096) for w in (8, 16))
+    return {(c.block_m, c.block_n, c.num_warps, c.evict) for c in cfgs}
 
 
 def _silu_variants(d: int, dtype: torch.dtype) -> set[tuple]:
@@ -93,7 +95,7 @@ def check_norm(hidden: int, dtype: torch.dtype, has_res: bool, arch: int) -> lis
     ty = _TY[dtype]
     div16 = hidden % 16 == 0
     out = []
-    for bm, bn, w in sorted(_norm_variants(hidden, dtype)):
+    for bm, bn, w, evict in sorted(_norm_variants(hidden, dtype)):
         chunked = bn < hidden
         fn = K._rms_norm_chunked_kernel if chunked else K._rms_norm_kernel
         sig = {n: f"*{ty}" for n in ("X", "R", "Y", "RO", "W")}
@@ -101,7 +103,9 @@ def check_norm(hidden: int, dtype: torch.dtype, has_res: bool, arch: int) -> lis
         sig.update({n: "i32" for n in ("stride_x", "stride_r", "stride_y", "stride_ro")})
         sig["eps"] = "fp32"
         cons = {"BLOCK_N": bn, "HAS_W": True, "HAS_RES": has_res, "PARTIAL": False, "USE_PDL": arch >= 90}
-        if not chunked:
+        if chunked:
+            cons.update(EVEN=hidden % bn == 0, EVICT=evict)
+        else:
             cons["BLOCK_M"] = bm
         sig.update(dict.fromkeys(cons, "constexpr"))
         aligned = ["X", "R", "Y", "RO", "W"]
@@ -109,7 +113,8 @@ def check_norm(hidden: int, dtype: torch.dtype, has_res: bool, arch: int) -> lis
             aligned += ["N", "var_n", "stride_x", "stride_r", "stride_y", "stride_ro"]
         src = ASTSource(fn, sig, cons, _attrs(fn, aligned))
         name = "fused_add_rms_norm" if has_res else "rms_norm"
-        label = f"{name} {ty} H={hidden} m{bm} n{bn} w{w}{' chunked' if chunked else ''}"
+        kind = (" chunked" if chunked else "") + (" evict" if evict else "")
+        label = f"{name} {ty} H={hidden} m{bm} n{bn} w{w}{kind}"
         try:
             out.append((label, _compile(src, arch, w)))
         except Exception as e:
