@@ -112,7 +112,8 @@ CONFIGS = [
     kernels.NormConfig(block_m=2, block_n=512, num_warps=4, max_programs=2),
     kernels.NormConfig(block_m=1, block_n=64, num_warps=4),
     kernels.NormConfig(block_m=1, block_n=128, num_warps=4, max_programs=3),
-    kernels.NormConfig(block_m=1, block_n=4, num_warps=1, evict=True),  # 300 = 75 chunks: unmasked
+    kernels.NormConfig(block_m=1, block_n=4, num_warps=1, max_programs=3),  # 300 = 75 chunks: unmasked
+    kernels.NormConfig(block_m=1, block_n=4, num_warps=1, evict=True),
 ]
 
 
