@@ -4,8 +4,8 @@
 # Installs the carried wheels (.whl/) into /tmp/site, then (a) the GPU tests (vllm_c, triton,
 # core; ~4 min cap), (b) benchmarks/kernels_gpu.py with the no-PDL columns (~8 min cap), (compile) the compile-path
 # tests and benchmarks/e2e_decoder.py (~9 min), or (transformers) the Hugging Face tests and
-# benchmarks/e2e_transformers.py (~6 min; Liger-Kernel from .whl/). Logs, JSON and markdown go
-# to $OUT. (session) is the short GPU pass of 2026-12-03's issues in one call (~9 min): every
+# benchmarks/e2e_transformers.py (~6 min; Liger-Kernel from .whl/). Step logs, JSON and markdown go
+# to $OUT (set-up logs to $SETUP). (session) is the short GPU pass of 2026-12-03's issues in one call (~9 min): every
 # provider's `ircore list` reason here, the DTensor tests on nccl, e2e_transformers, the
 # CUDA-graph path of `ircore bench`, the fp32-overflow and bad-input tests on torch 2.11.
 # (pdl, ~7 min) the core fast-path tests on Python 3.12 / torch 2.11, both providers' GPU tests
@@ -23,7 +23,10 @@ ROOT=$(pwd)
 WHAT=${1:-all}
 case "$WHAT" in all|tests|bench|compile|transformers|session|pdl|checks|tune|profile|remeasure) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|bench|compile|transformers|session|pdl|checks|tune|profile|remeasure]" >&2; exit 2 ;; esac
 OUT=${OUT:-$ROOT/gpu_out}
-mkdir -p "$OUT"
+# Set-up logs (pip, builds, the environment) go to $SETUP, not $OUT: the device tool brings back
+# at most 8 files, and those should be the measurements; a failing set-up step says where to look.
+SETUP=${SETUP:-/tmp/gpu_run_setup}
+mkdir -p "$OUT" "$SETUP"
 export PYTHONUNBUFFERED=1
 export IRCORE_CACHE_DIR=${IRCORE_CACHE_DIR:-/tmp/ircore_cache}   # vllm_c JIT builds, shared by tests and bench
 export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/ircore_flashinfer_ws}
@@ -36,10 +39,10 @@ note() { echo "== $* ($(date +%H:%M:%S))" | tee -a "$OUT/gpu_run.log"; }
 SITE=/tmp/site
 if ls .whl/*.whl >/dev/null 2>&1; then
   if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
-      >"$OUT/pip_install.log" 2>&1; then
+      >"$SETUP/pip_install.log" 2>&1; then
     note "installed $(ls .whl/*.whl | wc -l) wheels into $SITE"
   else
-    note "pip install of .whl/ FAILED (see pip_install.log); continuing without them"; STATUS=1
+    note "pip install of .whl/ FAILED (see $SETUP/pip_install.log); continuing without them"; STATUS=1
   fi
 else
   note "no .whl/ folder: Liger and FlashInfer columns will be n/a"
@@ -51,10 +54,10 @@ if [ -d "$SITE" ]; then export PYTHONPATH="$PYTHONPATH:$SITE"; fi
 
 # ircore's compiled call-signature helper, built in place against this machine's torch (as
 # `pip install --no-build-isolation` does on an install); without it the pure-Python path runs.
-if python3 setup.py -q build_ext --inplace >"$OUT/build_signature.log" 2>&1; then
+if python3 setup.py -q build_ext --inplace >"$SETUP/build_signature.log" 2>&1; then
   note "built ircore's call-signature helper: $(python3 -c 'import ircore._signature as s; print(s.signature is not None, s.unavailable_reason)')"
 else
-  note "building ircore's call-signature helper FAILED (see build_signature.log); the pure-Python path runs"
+  note "building ircore's call-signature helper FAILED (see $SETUP/build_signature.log); the pure-Python path runs"
 fi
 
 {
@@ -71,7 +74,7 @@ import torch
 print("cuda", torch.version.cuda, "available", torch.cuda.is_available())
 PY
   echo "nvcc: $(command -v nvcc || echo none)"; nvcc --version 2>&1 | tail -2 || true
-} 2>&1 | tee "$OUT/env.txt"
+} 2>&1 | tee -a "$OUT/gpu_run.log"
 
 run_step() {  # name, timeout seconds, command...
   local name=$1 secs=$2; shift 2
@@ -105,17 +108,17 @@ fi
 # ahead-of-time build; its CUDA kernels build on first use, here in the background meanwhile).
 install_editable() {
   IRCORE_VLLM_C_NO_AOT=1 python3 -m pip install -q --no-deps --no-build-isolation --no-index \
-    -e . -e providers/vllm_c -e providers/triton >"$OUT/pip_editable.log" 2>&1 \
-    && note "installed ircore, vllm_c, triton editable" || { note "editable install FAILED"; STATUS=1; }
+    -e . -e providers/vllm_c -e providers/triton >"$SETUP/pip_editable.log" 2>&1 \
+    && note "installed ircore, vllm_c, triton editable" || { note "editable install FAILED (see $SETUP/pip_editable.log)"; STATUS=1; }
   python3 -c "from ircore_vllm_c import load_kernels; print('vllm_c CUDA build:', load_kernels(cuda=True) or 'ok')" \
-    >"$OUT/vllm_c_build.log" 2>&1 &
+    >"$SETUP/vllm_c_build.log" 2>&1 &
   BUILD_PID=$!
 }
 if [ "$WHAT" = compile ]; then
   install_editable
   run_step tests_compile 240 python3 -m pytest -q -p no:cacheprovider tests/test_compile_passes.py \
     tests/test_compile_api.py tests/test_compile_backend.py tests/test_compile_processes.py
-  wait $BUILD_PID; note "$(cat "$OUT/vllm_c_build.log" | tail -1)"
+  wait $BUILD_PID; note "$(cat "$SETUP/vllm_c_build.log" | tail -1)"
   python3 -m ircore list >"$OUT/ircore_list.txt" 2>&1
   run_step e2e_decoder 330 python3 benchmarks/e2e_decoder.py --device cuda --dynamic \
     --json "$OUT/e2e_decoder.json" --markdown "$OUT/e2e_decoder.md"
@@ -128,21 +131,21 @@ if [ "$WHAT" = transformers ]; then
   if [ -z "${SKIP_TESTS:-}" ]; then
     run_step tests_transformers 120 python3 -m pytest -q -p no:cacheprovider tests/test_transformers.py
   fi
-  wait $BUILD_PID; note "$(cat "$OUT/vllm_c_build.log" | tail -1)"
+  wait $BUILD_PID; note "$(cat "$SETUP/vllm_c_build.log" | tail -1)"
   python3 -m ircore list >"$OUT/ircore_list.txt" 2>&1
   run_step e2e_transformers 330 python3 benchmarks/e2e_transformers.py --device cuda \
     --json "$OUT/e2e_transformers.json" --markdown "$OUT/e2e_transformers.md"
 fi
 if [ "$WHAT" = session ]; then
   IRCORE_VLLM_C_NO_AOT=1 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . \
-    $(for p in providers/*/; do printf -- '-e %s ' "$p"; done) >"$OUT/pip_editable.log" 2>&1 \
-    && note "installed ircore and every provider editable" || { note "editable install FAILED"; STATUS=1; }
+    $(for p in providers/*/; do printf -- '-e %s ' "$p"; done) >"$SETUP/pip_editable.log" 2>&1 \
+    && note "installed ircore and every provider editable" || { note "editable install FAILED (see $SETUP/pip_editable.log)"; STATUS=1; }
   python3 -c "from ircore_vllm_c import load_kernels; print('vllm_c CUDA build:', load_kernels(cuda=True) or 'ok')" \
-    >"$OUT/vllm_c_build.log" 2>&1 &
+    >"$SETUP/vllm_c_build.log" 2>&1 &
   BUILD_PID=$!
   python3 -m ircore list --json >"$OUT/ircore_list.json" 2>"$OUT/ircore_list.err"
   run_step tests_distributed 110 python3 -m pytest -q -p no:cacheprovider tests/test_distributed.py
-  wait $BUILD_PID; note "$(tail -1 "$OUT/vllm_c_build.log")"
+  wait $BUILD_PID; note "$(tail -1 "$SETUP/vllm_c_build.log")"
   run_step e2e_transformers 290 python3 benchmarks/e2e_transformers.py --device cuda --budget-s 200 \
     --json "$OUT/e2e_transformers.json" --markdown "$OUT/e2e_transformers.md"
   run_step bench_graphs 60 python3 -m ircore bench --op rms_norm --shape 16x4096 4096x4096 --rounds 5
@@ -155,7 +158,7 @@ if [ "$WHAT" = pdl ]; then
   run_step tests_fastpath 50 python3 -m pytest -q -p no:cacheprovider tests/test_priority_blocks.py \
     tests/test_signature_cache.py
   run_step tests_triton 170 python3 -m pytest -q -p no:cacheprovider -rf --tb=short providers/triton/tests
-  wait $BUILD_PID; note "$(tail -1 "$OUT/vllm_c_build.log")"
+  wait $BUILD_PID; note "$(tail -1 "$SETUP/vllm_c_build.log")"
   run_step sweep_small 100 python3 providers/vllm_c/bench_gpu.py --sweep --pdl both --top 5 \
     --shapes 1x4096 16x4096 128x4096 1024x4096 1x8192 16x8192 128x8192 1024x8192
   run_step tests_vllm_c 150 python3 -m pytest -q -p no:cacheprovider -rf --tb=short providers/vllm_c/tests \
@@ -163,7 +166,7 @@ if [ "$WHAT" = pdl ]; then
 fi
 if [ "$WHAT" = checks ]; then  # issue 13's matrix on CPU and CUDA tensors, issue 14's nccl run
   install_editable
-  wait $BUILD_PID; note "$(tail -1 "$OUT/vllm_c_build.log")"
+  wait $BUILD_PID; note "$(tail -1 "$SETUP/vllm_c_build.log")"
   run_step tests_auto_config 60 python3 -m pytest -q -p no:cacheprovider -rf --tb=short \
     providers/vllm_c/tests/test_cuda.py -k "automatic_config or pdl"
   run_step tests_bad_input 200 python3 -m pytest -q -p no:cacheprovider -rA --tb=short --durations=5 \
@@ -173,7 +176,7 @@ if [ "$WHAT" = checks ]; then  # issue 13's matrix on CPU and CUDA tensors, issu
 fi
 if [ "$WHAT" = tune ]; then  # issue 12's rows still over the best anchor at T <= 1024
   install_editable
-  wait $BUILD_PID; note "$(tail -1 "$OUT/vllm_c_build.log")"
+  wait $BUILD_PID; note "$(tail -1 "$SETUP/vllm_c_build.log")"
   run_step open_rows 200 python3 benchmarks/kernels_gpu.py --no-do-bench --tokens 128 1024 --hidden 4096 8192 \
     --ops rms_norm fused_add_rms_norm --dtypes bf16 fp16 --json "$OUT/open_rows.json" --markdown "$OUT/open_rows.md"
   run_step sweep_vllm_c 80 sh -c 'for d in bf16 fp16; do python3 providers/vllm_c/bench_gpu.py --sweep --top 6 \
@@ -183,7 +186,7 @@ if [ "$WHAT" = tune ]; then  # issue 12's rows still over the best anchor at T <
 fi
 if [ "$WHAT" = profile ]; then  # Nsight Compute on those rows, then the GPU tests this work touches
   install_editable
-  wait $BUILD_PID; note "$(tail -1 "$OUT/vllm_c_build.log")"
+  wait $BUILD_PID; note "$(tail -1 "$SETUP/vllm_c_build.log")"
   run_step ncu 200 sh -c "ncu --profile-from-start off --clock-control none --cache-control none \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
     --section WarpStateStats --section SchedulerStats --csv --page details python3 benchmarks/profile_small_t.py \
