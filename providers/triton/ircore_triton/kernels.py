@@ -301,8 +301,9 @@ class NormConfig:
     ``block_n < N`` selects the chunked two-pass kernel (chunks of ``block_n``).
     ``max_programs`` caps the grid (a persistent launch); 0 means one program per row block.
     ``evict`` (chunked kernel only): L2 eviction hints that keep the row for the second pass,
-    as Inductor's looped reductions do; not an autotune candidate until measured faster
-    (``bench_gpu.py --sweep`` tries it).
+    as Inductor's looped reductions do, and no masks where the row is a whole number of chunks;
+    not an autotune candidate until measured faster on a GPU (``bench_gpu.py --sweep`` tries
+    it), so the default chunked path stays as measured.
     """
 
     block_m: int
@@ -612,7 +613,7 @@ def _launch_norm(
             x, r_, y, ro_, w_, rows, n, var_n,
             x.stride(0), r_.stride(0), y.stride(0), ro_.stride(0), eps,
             BLOCK_N=cfg.block_n, HAS_W=w is not None, HAS_RES=has_res,
-            PARTIAL=var_n != n, EVEN=n % cfg.block_n == 0, EVICT=cfg.evict,
+            PARTIAL=var_n != n, EVEN=cfg.evict and n % cfg.block_n == 0, EVICT=cfg.evict,
             num_warps=cfg.num_warps, grid=(grid_n,), warmup=False, **_launch_opts(x.device),
         )  # fmt: skip
 

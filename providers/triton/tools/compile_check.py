@@ -104,7 +104,7 @@ def check_norm(hidden: int, dtype: torch.dtype, has_res: bool, arch: int) -> lis
         sig["eps"] = "fp32"
         cons = {"BLOCK_N": bn, "HAS_W": True, "HAS_RES": has_res, "PARTIAL": False, "USE_PDL": arch >= 90}
         if chunked:
-            cons.update(EVEN=hidden % bn == 0, EVICT=evict)
+            cons.update(EVEN=evict and hidden % bn == 0, EVICT=evict)
         else:
             cons["BLOCK_M"] = bm
         sig.update(dict.fromkeys(cons, "constexpr"))
