@@ -530,12 +530,15 @@ def _time_candidates(launches: list[Callable[[], None]], device: torch.device) -
             break
     # A GPU busy-wait queued ahead of each timed replay (CUDA): the start event then fires when
     # the replay is already queued, so host enqueue time under CPU load is not counted.
-    lead = getattr(torch.cuda, "_sleep", None) if device.type == "cuda" else None
+    if device.type == "cuda":
+        from ircore.tools.timing import gpu_lead
+    else:
+        gpu_lead = None
     times: list[list[float]] = [[] for _ in launches]
     for _ in range(_TUNE_ROUNDS):  # rounds interleave candidates, so clock drift hits all alike
         for i, run in enumerate(runners):
-            if lead is not None:
-                lead(100_000)  # about 50 us
+            if gpu_lead is not None:
+                gpu_lead()
             start.record()
             run()
             end.record()
