@@ -403,22 +403,16 @@ class Impls:
         if provider is None:
             yield
             return
-        import torch
-
+        self.load(provider)
         if provider == "vllm_c":
-            self.load("vllm_c")
-            torch.ops.ircore_vllm_c._cuda_set_pdl(0, torch.cuda.current_device())
+            from ircore_vllm_c.kernels import set_pdl
         else:
-            from ircore_triton import kernels
-
-            kernels.set_pdl(False)
+            from ircore_triton.kernels import set_pdl
+        set_pdl(False)
         try:
             yield
         finally:
-            if provider == "vllm_c":
-                torch.ops.ircore_vllm_c._cuda_set_pdl(-1, torch.cuda.current_device())
-            else:
-                kernels.set_pdl(None)
+            set_pdl(None)
 
     def load(self, impl: str) -> Any:
         if impl in self.loaded:

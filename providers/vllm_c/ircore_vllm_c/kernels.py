@@ -32,6 +32,7 @@ __all__ = [
     "cuda_loaded",
     "load_kernels",
     "resolve_cuda_home",
+    "set_pdl",
 ]
 
 log = logging.getLogger("ircore.vllm_c")
@@ -84,6 +85,17 @@ def cpu_loaded() -> bool:
 def cuda_loaded() -> bool:
     """Whether the CUDA kernels are loaded."""
     return CUDA_LOADED
+
+
+def set_pdl(enabled: bool | None, device: int | None = None) -> bool:
+    """Turn programmatic dependent launch off (``False``) or back on where the GPU has it
+    (``True``); ``None``: as ``IRCORE_VLLM_C_PDL`` says. Returns whether launches on ``device``
+    (default: the current CUDA device) now use it. The same shape as the triton provider's
+    ``kernels.set_pdl``, for A/B runs and ``ircore.testing.assert_pdl_chain_matches``; needs the
+    CUDA kernels loaded (``torch.ops.ircore_vllm_c._cuda_set_pdl``)."""
+    mode = -1 if enabled is None else int(bool(enabled))
+    dev = torch.cuda.current_device() if device is None else device
+    return bool(torch.ops.ircore_vllm_c._cuda_set_pdl(mode, dev))
 
 
 def cache_root() -> Path:

@@ -6,6 +6,7 @@ import pytest
 import torch
 from bench_gpu import NORM_VARIANTS
 from conftest import requires_cuda
+from ircore_vllm_c import kernels
 
 from ircore.testing import assert_pdl_chain_matches
 
@@ -286,11 +287,7 @@ def test_pdl_dependent_calls_match_plain_launches(tokens):
     assert ops._cuda_set_pdl(-1, dev) == (torch.cuda.get_device_capability()[0] >= 9)
     w = _randn((4096,), torch.bfloat16, 3, scale=0.1) + 1
     inputs = (_randn((tokens, 4096), torch.bfloat16, 1), _randn((tokens, 4096), torch.bfloat16, 2))
-    assert_pdl_chain_matches(
-        lambda x, r: _dependent_chain(x, r, w),
-        inputs,
-        lambda on: ops._cuda_set_pdl(-1 if on is None else int(on), dev),
-    )
+    assert_pdl_chain_matches(lambda x, r: _dependent_chain(x, r, w), inputs, kernels.set_pdl)
 
 
 def test_set_pdl_checks():
