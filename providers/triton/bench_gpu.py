@@ -47,6 +47,12 @@ from _gpu_timing import eager_us as _eager_us  # noqa: E402
 from _gpu_timing import graph_us as _graph_us  # noqa: E402
 
 
+def _norm_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """RMSNorm of ``x`` in fp32 (the reference every norm row is checked against)."""
+    xf = x.float()
+    return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
+
+
 def _case(op: str, t: int, h: int, dtype: torch.dtype, fused_inplace: bool):
     """(fn, bytes moved, reference check) for one row of the table."""
     gen = torch.Generator(device="cuda").manual_seed(t * 7 + h)
@@ -59,9 +65,8 @@ def _case(op: str, t: int, h: int, dtype: torch.dtype, fused_inplace: bool):
         x, w = rnd(t, h), (1 + 0.1 * rnd(h).float()).to(dtype)
 
         def check() -> None:
-            xf = x.float()
-            ref = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
-            torch.testing.assert_close(impls.rms_norm(x, w, EPS).float(), ref, atol=2e-2, rtol=2e-2)
+            got = impls.rms_norm(x, w, EPS)
+            torch.testing.assert_close(got.float(), _norm_ref(x, w), atol=2e-2, rtol=2e-2)
 
         return (lambda: impls.rms_norm(x, w, EPS)), (2 * t * h + h) * es, check
     if op == "fused_add_rms_norm":
@@ -70,11 +75,9 @@ def _case(op: str, t: int, h: int, dtype: torch.dtype, fused_inplace: bool):
 
         def check() -> None:
             s = x + r
-            sf = s.float()
-            ref = sf * torch.rsqrt(sf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
             out, res = fused(x.clone(), r.clone(), w, EPS)
             assert torch.equal(res, s)
-            torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
+            torch.testing.assert_close(out.float(), _norm_ref(s, w), atol=2e-2, rtol=2e-2)
 
         return (lambda: fused(x, r, w, EPS)), (4 * t * h + h) * es, check
     if op == "silu_and_mul":  # hidden = d, the output width; the input is (t, 2d)
@@ -185,9 +188,7 @@ def sweep_norm(op: str, t: int, h: int, dtype: torch.dtype, calls: int = 50) -> 
             else:
                 fn = lambda cfg=cfg: kernels.rms_norm(x, w, EPS, None, cfg)  # noqa: E731
                 got = fn()
-            xf = (x + r).float() if fused else x.float()
-            ref = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
-            torch.testing.assert_close(got.float(), ref, atol=2e-2, rtol=2e-2)
+            torch.testing.assert_close(got.float(), _norm_ref(x + r if fused else x, w), atol=2e-2, rtol=2e-2)
             us = _graph_us(fn, calls)
         except Exception as exc:  # a config that does not compile or launch on this GPU
             out.append({"config": cfg, "us": float("inf"), "error": f"{type(exc).__name__}: {exc}"[:200]})
