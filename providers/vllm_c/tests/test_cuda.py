@@ -130,7 +130,7 @@ AUTO = [
     ("rms_norm", 16, 4096, "x", [2, 256, 256, 1, 1, 8]),  # one wave: two loads per thread
     ("rms_norm", 1, 8192, "x", [2, 512, 512, 1, 1, 8]),
     ("fused_add_rms_norm", 128, 4096, "x", [2, 256, 256, 1, 1, 8]),
-    ("rms_norm", 1024, 4096, "x", [2, 256, 256, 2, 1, 8]),  # mid size: two rows of two loads
+    ("rms_norm", 1024, 4096, "x", [2, 256, 256, 1, 1, 8]),  # mid size: two loads per thread
     ("rms_norm", 1024, 8192, "x", [4, 256, 256, 1, 1, 8]),  # mid size: four loads per thread
     ("fused_add_rms_norm", 1024, 4096, "x", [4, 128, 512, 1, 1, 8]),
     ("rms_norm", 8192, 4096, "x", [2, 256, 512, 1, 1, 8]),  # bandwidth: two loads per thread

@@ -622,10 +622,12 @@ NormConfig pick_norm_config(int64_t rows, int nvec, int sms, bool fused, bool wi
         c.nv = nv = 2;
       } else if (!one_wave && wide && frows == 0 && nv == 1) {
         if (mid && nvec >= 256 && !fused && nvec <= 512) {
-          // Same sweep: rms_norm 1024x4096 4.00 us with two vectors of two rows per thread
-          // against 4.26 us with four vectors of one row (fused: 6.18 vs 6.20, kept at four).
+          // rms_norm at 1024x4096: two vectors of one row per thread. H200 sweeps (bench_gpu.py
+          // --sweep): 4.00 us against 4.26 with four vectors (2026-12-03, before the packed
+          // residual add and per-vector variance test); after them, one row beat two rows of two
+          // vectors by 4-6% (bf16 3.89 vs 4.06 us, fp16 3.95 vs 4.19; 2026-12-03, session 7).
+          // fused_add_rms_norm keeps four vectors (6.22 us, within 0.02 of the best there).
           c.nv = nv = 2;
-          want_rows = 2;
         } else if (mid && nvec >= 256) {
           c.nv = nv = 4;
         } else if (!fused) {
