@@ -1,7 +1,7 @@
 """Compile the autotune's bf16 configs for sm_90 with Triton's real backend, on any machine.
 
 The interpreter tests never compile the kernels; this catches compile failures, register
-spills and a global access before the PDL wait in the configs the H200 will try
+spills (stack frame included) and a global access before the PDL wait in the configs the H200 will try
 (tools/compile_check.py --quick, about 5 s).
 """
 
@@ -38,3 +38,23 @@ def test_compile_sm90_quick() -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "0 failed, spilling or unordered" in proc.stdout
     assert " ok\n" in proc.stdout  # the PDL column was checked, not skipped
+
+
+@pytest.mark.skipif(not _has_cuda_backend(), reason="this triton has no CUDA backend with ptxas")
+def test_compile_check_sees_spills() -> None:
+    """The spill column is not blind: a row of 8192 bf16 on four warps squeezed into 32 registers
+    per thread (ptxas maxnreg) spills to the stack, and the tool reports it; unsqueezed it does not.
+    """
+    script = f"""
+import sys, torch
+sys.path.insert(0, {str(TOOL.parent)!r})
+import compile_check as cc
+src = cc.norm_source(8192, torch.bfloat16, False, 90, 1, 8192, False)
+print(cc._compile(src, 90, 4)["spill"], cc._compile(src, 90, 4, maxnreg=32)["spill"])
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    natural, squeezed = map(int, proc.stdout.split())
+    assert natural == 0
+    assert squeezed > 0
