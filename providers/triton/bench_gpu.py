@@ -154,8 +154,6 @@ def _sweep_configs(op: str, t: int, h: int, es: int) -> list[kernels.NormConfig]
     for chunk in (1024, 2048, 4096):
         if chunk < h:
             extra += [kernels.NormConfig(1, chunk, w) for w in (4, 8, 16)]
-            if chunk >= 2048:  # with L2 eviction hints, as Inductor's looped reductions
-                extra += [kernels.NormConfig(1, chunk, w, evict=True) for w in (8, 16)]
     return cands + [c for c in extra if c not in cands]
 
 
@@ -206,7 +204,6 @@ def format_sweep(op: str, t: int, h: int, dtype: torch.dtype, rows: list[dict[st
         c = d["config"]
         what = f"bm{c.block_m} bn{c.block_n} w{c.num_warps} mp{c.max_programs}"
         what += " chunked" if c.block_n < h else ""
-        what += " evict" if c.evict else ""
         if "error" in d:
             lines.append(f"#   {what:36} {d['error']}")
             continue

@@ -181,14 +181,6 @@ def _rms_norm_kernel(
         tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def _load(ptr, mask, EVEN: tl.constexpr, policy: tl.constexpr):
-    """A chunk of a row: unmasked when the row is a whole number of chunks (EVEN)."""
-    if EVEN:
-        return tl.load(ptr, eviction_policy=policy)
-    return tl.load(ptr, mask=mask, other=0.0, eviction_policy=policy)
-
-
 @triton.jit(do_not_specialize=["n_rows", "eps"])
 def _rms_norm_chunked_kernel(
     X,
@@ -209,21 +201,15 @@ def _rms_norm_chunked_kernel(
     HAS_RES: tl.constexpr,
     PARTIAL: tl.constexpr,
     USE_PDL: tl.constexpr = False,
-    EVEN: tl.constexpr = False,
-    EVICT: tl.constexpr = False,
 ):
     """Two passes over chunks of BLOCK_N for rows too wide for registers; one row per program.
 
     Pass 1 accumulates sum(x^2) (and writes the rounded residual to RO); pass 2 re-reads the
-    row (from RO with HAS_RES, which is what the norm is taken of) and writes Y. EVEN: N is a
-    multiple of BLOCK_N (no masks). EVICT: pass 1 loads ask L2 to keep the row for pass 2
-    (``evict_last``), pass 2 lets it go (``evict_first``), as Inductor's looped reductions do.
+    row (from RO with HAS_RES, which is what the norm is taken of) and writes Y.
     """
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     offs = tl.arange(0, BLOCK_N)
-    keep: tl.constexpr = "evict_last" if EVICT else ""
-    drop: tl.constexpr = "evict_first" if EVICT else ""
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
     for row in tl.range(pid, n_rows, nprog):
@@ -234,14 +220,12 @@ def _rms_norm_chunked_kernel(
         for start in tl.range(0, N, BLOCK_N):
             cols = start + offs
             m = cols < N
+            x = tl.load(x_row + cols, mask=m, other=0.0).to(tl.float32)
             if HAS_RES:  # pass 2 re-reads the sum from RO, not x or r
-                x = _load(x_row + cols, m, EVEN, drop).to(tl.float32)
-                r = _load(R + row64 * stride_r + cols, m, EVEN, drop)
+                r = tl.load(R + row64 * stride_r + cols, mask=m, other=0.0)
                 s = (x + r.to(tl.float32)).to(RO.dtype.element_ty)
-                tl.store(ro_row + cols, s, mask=None if EVEN else m, eviction_policy=keep)
+                tl.store(ro_row + cols, s, mask=m)
                 x = s.to(tl.float32)
-            else:
-                x = _load(x_row + cols, m, EVEN, keep).to(tl.float32)
             sq = x * x
             if PARTIAL:
                 sq = tl.where(cols < var_n, sq, 0.0)
@@ -253,13 +237,13 @@ def _rms_norm_chunked_kernel(
             cols = start + offs
             m = cols < N
             if HAS_RES:
-                x = _load(ro_row + cols, m, EVEN, drop).to(tl.float32)
+                x = tl.load(ro_row + cols, mask=m, other=0.0).to(tl.float32)
             else:
-                x = _load(x_row + cols, m, EVEN, drop).to(tl.float32)
+                x = tl.load(x_row + cols, mask=m, other=0.0).to(tl.float32)
             y = x * rstd
             if HAS_W:
-                y = y * _load(W + cols, m, EVEN, keep).to(tl.float32)
-            tl.store(Y + row64 * stride_y + cols, y.to(Y.dtype.element_ty), mask=None if EVEN else m)
+                y = y * tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
+            tl.store(Y + row64 * stride_y + cols, y.to(Y.dtype.element_ty), mask=m)
 
 
 @triton.jit(do_not_specialize=["n_rows"])
@@ -300,17 +284,12 @@ class NormConfig:
 
     ``block_n < N`` selects the chunked two-pass kernel (chunks of ``block_n``).
     ``max_programs`` caps the grid (a persistent launch); 0 means one program per row block.
-    ``evict`` (chunked kernel only): L2 eviction hints that keep the row for the second pass,
-    as Inductor's looped reductions do, and no masks where the row is a whole number of chunks;
-    not an autotune candidate until measured faster on a GPU (``bench_gpu.py --sweep`` tries
-    it), so the default chunked path stays as measured.
     """
 
     block_m: int
     block_n: int
     num_warps: int
     max_programs: int = 0
-    evict: bool = False
 
 
 @dataclass(frozen=True)
@@ -395,8 +374,11 @@ def _norm_heuristic(n: int, rows: int, elem_bytes: int) -> NormConfig:
 
 def _norm_candidates(n: int, rows: int, elem_bytes: int, sm_count: int) -> list[NormConfig]:
     bn = max(_pow2(n), 16)
-    if bn > MAX_ROW_BLOCK:
-        return [NormConfig(1, 4096, 8), NormConfig(1, 8192, 8), NormConfig(1, 8192, 16)]
+    if bn > MAX_ROW_BLOCK:  # chunks of at most four 16-byte vectors per thread (fp32 8192 on
+        # 8 warps, eight, spills: tools/compile_check.py)
+        vec = max(1, 16 // elem_bytes)
+        chunks = [NormConfig(1, 4096, 8), NormConfig(1, 8192, 8), NormConfig(1, 8192, 16)]
+        return [c for c in chunks if c.block_n <= 32 * c.num_warps * vec * 4]
     if bn >= 2048:
         bms = [1]
     else:
@@ -616,8 +598,8 @@ def _launch_norm(
             x, r_, y, ro_, w_, rows, n, var_n,
             x.stride(0), r_.stride(0), y.stride(0), ro_.stride(0), eps,
             BLOCK_N=cfg.block_n, HAS_W=w is not None, HAS_RES=has_res,
-            PARTIAL=var_n != n, EVEN=cfg.evict and n % cfg.block_n == 0, EVICT=cfg.evict,
-            num_warps=cfg.num_warps, grid=(grid_n,), warmup=False, **_launch_opts(x.device),
+            PARTIAL=var_n != n, num_warps=cfg.num_warps, grid=(grid_n,), warmup=False,
+            **_launch_opts(x.device),
         )  # fmt: skip
 
 

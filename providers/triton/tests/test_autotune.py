@@ -125,3 +125,16 @@ def test_wide_rows_over_a_wave_also_try_eight_vectors_per_thread() -> None:
         for c in kernels._norm_candidates(n, rows, es, 132):
             assert c.block_n >= n  # one pass: the row in registers
             assert c.block_m * c.block_n // (c.num_warps * 32 * (16 // es)) <= 8
+
+
+def test_rows_wider_than_registers_take_chunks_of_at_most_four_vectors_per_thread() -> None:
+    """Rows over MAX_ROW_BLOCK: the chunked kernel, in chunks of four 16-byte vectors per thread
+    or fewer (an fp32 chunk of 8192 on 8 warps, eight vectors, spills on sm_90:
+    tools/compile_check.py)."""
+    n = kernels.MAX_ROW_BLOCK + 8
+    for es in (2, 4):
+        cands = kernels._norm_candidates(n, 1024, es, 132)
+        assert cands and all(c.block_n < n for c in cands)
+        assert all(c.block_n // (c.num_warps * 32 * (16 // es)) <= 4 for c in cands)
+    assert kernels.NormConfig(1, 8192, 8) in kernels._norm_candidates(n, 1024, 2, 132)
+    assert kernels.NormConfig(1, 8192, 8) not in kernels._norm_candidates(n, 1024, 4, 132)

@@ -49,7 +49,7 @@ def test_compile_check_sees_spills() -> None:
 import sys, torch
 sys.path.insert(0, {str(TOOL.parent)!r})
 import compile_check as cc
-src = cc.norm_source(8192, torch.bfloat16, False, 90, 1, 8192, False)
+src = cc.norm_source(8192, torch.bfloat16, False, 90, 1, 8192)
 print(cc._compile(src, 90, 4)["spill"], cc._compile(src, 90, 4, maxnreg=32)["spill"])
 """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -48,9 +48,7 @@ def _norm_variants(hidden: int, dtype: torch.dtype) -> set[tuple]:
         t_rows = K._bucket_rows(K._bucket(rows), hidden)
         cfgs.update(K._norm_candidates(hidden, t_rows, es, 132))
         cfgs.add(K._norm_heuristic(hidden, rows, es))
-    if hidden >= 8192:  # bench_gpu.py --sweep's chunked configs with eviction hints
-        cfgs.update(K.NormConfig(1, bn, w, evict=True) for bn in (2048, 4096) for w in (8, 16))
-    return {(c.block_m, c.block_n, c.num_warps, c.evict) for c in cfgs}
+    return {(c.block_m, c.block_n, c.num_warps) for c in cfgs}
 
 
 def _silu_variants(d: int, dtype: torch.dtype) -> set[tuple]:
@@ -101,7 +99,7 @@ def _compile(src: ASTSource, arch: int, num_warps: int, **options) -> dict:
 
 
 def norm_source(
-    hidden: int, dtype: torch.dtype, has_res: bool, arch: int, bm: int, bn: int, evict: bool
+    hidden: int, dtype: torch.dtype, has_res: bool, arch: int, bm: int, bn: int
 ) -> ASTSource:
     """The norm kernel a launch of this shape and config compiles (chunked when bn < hidden)."""
     ty = _TY[dtype]
@@ -112,9 +110,7 @@ def norm_source(
     sig.update({n: "i32" for n in ("stride_x", "stride_r", "stride_y", "stride_ro")})
     sig["eps"] = "fp32"
     cons = {"BLOCK_N": bn, "HAS_W": True, "HAS_RES": has_res, "PARTIAL": False, "USE_PDL": arch >= 90}
-    if chunked:
-        cons.update(EVEN=evict and hidden % bn == 0, EVICT=evict)
-    else:
+    if not chunked:
         cons["BLOCK_M"] = bm
     sig.update(dict.fromkeys(cons, "constexpr"))
     aligned = ["X", "R", "Y", "RO", "W"]
@@ -125,10 +121,10 @@ def norm_source(
 
 def check_norm(hidden: int, dtype: torch.dtype, has_res: bool, arch: int) -> list[tuple]:
     out = []
-    for bm, bn, w, evict in sorted(_norm_variants(hidden, dtype)):
-        src = norm_source(hidden, dtype, has_res, arch, bm, bn, evict)
+    for bm, bn, w in sorted(_norm_variants(hidden, dtype)):
+        src = norm_source(hidden, dtype, has_res, arch, bm, bn)
         name = "fused_add_rms_norm" if has_res else "rms_norm"
-        kind = (" chunked" if bn < hidden else "") + (" evict" if evict else "")
+        kind = " chunked" if bn < hidden else ""
         label = f"{name} {_TY[dtype]} H={hidden} m{bm} n{bn} w{w}{kind}"
         try:
             out.append((label, _compile(src, arch, w)))
