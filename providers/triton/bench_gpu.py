@@ -160,8 +160,9 @@ def _sweep_configs(op: str, t: int, h: int, es: int) -> list[kernels.NormConfig]
 def sweep_norm(op: str, t: int, h: int, dtype: torch.dtype, calls: int = 50) -> list[dict[str, Any]]:
     """Graph-replay time of each config of :func:`_sweep_configs` for one norm row, fastest first.
 
-    Keys: config, us, candidate (the autotune tries it), tuned (the autotune's pick), error (a
-    config that failed to compile or launch).
+    Keys: config, us, candidate (the autotune tries it), tuned (the autotune's pick), tuner_us
+    (what the autotune measured for it, None if it did not), error (a config that failed to
+    compile or launch).
     """
     gen = torch.Generator(device="cuda").manual_seed(t * 7 + h)
     x = torch.randn(t, h, device="cuda", generator=gen).to(dtype)
@@ -173,7 +174,9 @@ def sweep_norm(op: str, t: int, h: int, dtype: torch.dtype, calls: int = 50) -> 
         kernels.fused_add_rms_norm_(x.clone(), r.clone(), w, EPS)  # tunes this bucket
     else:
         kernels.rms_norm(x, w, EPS)
-    tuned = kernels.tuned_configs().get((op, h, dtype, kernels._bucket(t)))
+    key = (op, h, dtype, kernels._bucket(t))
+    tuned = kernels.tuned_configs().get(key)
+    tuner_us = dict(kernels._TUNE_TIMES.get(key, []))  # what the autotune measured, per candidate
     cands = set(kernels._norm_candidates(h, t, es, kernels._sm_count(x.device)))
     out = []
     for cfg in _sweep_configs(op, t, h, es):
@@ -191,7 +194,8 @@ def sweep_norm(op: str, t: int, h: int, dtype: torch.dtype, calls: int = 50) -> 
         except Exception as exc:  # a config that does not compile or launch on this GPU
             out.append({"config": cfg, "us": float("inf"), "error": f"{type(exc).__name__}: {exc}"[:200]})
             continue
-        out.append({"config": cfg, "us": us, "candidate": cfg in cands, "tuned": cfg == tuned})
+        row = {"config": cfg, "us": us, "candidate": cfg in cands, "tuned": cfg == tuned}
+        out.append({**row, "tuner_us": tuner_us.get(cfg)})
     return sorted(out, key=lambda d: d["us"])
 
 
@@ -208,6 +212,8 @@ def format_sweep(op: str, t: int, h: int, dtype: torch.dtype, rows: list[dict[st
             lines.append(f"#   {what:36} {d['error']}")
             continue
         cand = "" if d["candidate"] else " (not a candidate)"
+        if d.get("tuner_us") is not None:
+            cand += f" (autotune: {d['tuner_us']:.2f} us)"
         lines.append(f"#   {i + 1:>3}. {what:36} {d['us']:8.2f} us{cand}{mark}")
     return "\n".join(lines)
 

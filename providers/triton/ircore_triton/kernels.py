@@ -21,6 +21,7 @@ Why it looks like this:
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -44,6 +45,8 @@ __all__ = [
     "silu_and_mul",
     "tuned_configs",
 ]
+
+log = logging.getLogger("ircore.triton")
 
 #: Widest row (in elements, a power of two) that is held in registers in one pass.
 MAX_ROW_BLOCK = 32768
@@ -302,6 +305,9 @@ class SiluConfig:
 
 
 _CONFIGS: dict[tuple, NormConfig | SiluConfig] = {}
+# What the autotune measured for each key it tuned: [(config, us per call), ...] in candidate order
+# (bench_gpu.py --sweep shows it next to its own timings).
+_TUNE_TIMES: dict[tuple, list[tuple[NormConfig | SiluConfig, float]]] = {}
 
 
 def tuned_configs() -> dict[tuple, NormConfig | SiluConfig]:
@@ -312,6 +318,7 @@ def tuned_configs() -> dict[tuple, NormConfig | SiluConfig]:
 def clear_configs() -> None:
     """Forget every cached config (the next call of each key tunes again)."""
     _CONFIGS.clear()
+    _TUNE_TIMES.clear()
 
 
 def set_config(op: str, hidden: int, dtype: torch.dtype, rows: int, config: NormConfig | SiluConfig) -> None:
@@ -557,6 +564,14 @@ def _pick(key: tuple, candidates: list, make_launch: Callable, device: torch.dev
     times = _time_candidates(launches, device)
     best = min(range(len(candidates)), key=lambda i: (times[i], i))
     _CONFIGS[key] = candidates[best]
+    _TUNE_TIMES[key] = [(c, t * 1e3) for c, t in zip(candidates, times)]
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "tuned %s: %s; picked %s",
+            key,
+            ", ".join(f"{c} {t * 1e3:.2f} us" for c, t in zip(candidates, times)),
+            candidates[best],
+        )
     return candidates[best]
 
 

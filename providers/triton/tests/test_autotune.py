@@ -4,6 +4,8 @@ On CPU the candidates still really launch (in the interpreter) once each, as the
 before timing; only the timing is faked, so the selection and caching logic is what is tested.
 """
 
+import logging
+
 import pytest
 import torch
 from _ref import assert_close, rms_norm_ref, silu_and_mul_ref
@@ -44,6 +46,8 @@ def test_tunes_once_per_bucket(fake_tuner: list[int]) -> None:
     cands = kernels._norm_candidates(256, rows, 4, kernels._sm_count(x.device))
     assert configs[key] == cands[-1]  # the fastest under the fake timer
     assert fake_tuner == [len(cands)]
+    # what it measured is kept for bench_gpu.py --sweep (ms from the timer, us here)
+    assert kernels._TUNE_TIMES[key] == [(c, (len(cands) - i) * 1e3) for i, c in enumerate(cands)]
 
     kernels.rms_norm(torch.randn(16, 256), None, 1e-6)  # same bucket (2..16 rows): no new tuning
     assert len(fake_tuner) == 1
@@ -51,6 +55,14 @@ def test_tunes_once_per_bucket(fake_tuner: list[int]) -> None:
     assert len(fake_tuner) == 2
     kernels.rms_norm(torch.randn(3, 256, dtype=torch.float16), None, 1e-6)  # another dtype
     assert len(fake_tuner) == 3
+
+
+def test_tuning_is_logged_at_debug(fake_tuner: list[int], caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="ircore.triton"):
+        kernels.rms_norm(torch.randn(3, 256), None, 1e-6)
+    (record,) = [r for r in caplog.records if r.name == "ircore.triton"]
+    assert "tuned ('rms_norm', 256, torch.float32" in record.getMessage()
+    assert "picked NormConfig(" in record.getMessage()
 
 
 def test_each_op_has_its_own_key(fake_tuner: list[int]) -> None:
