@@ -15,7 +15,8 @@
 # open rows at T <= 1024 side by side with the anchors, then triton's and vllm_c's launch sweeps
 # at those rows. (profile, ~5 min) Nsight Compute counters for those rows (ours, Inductor,
 # Liger), then both providers' PDL and forced-config GPU tests. (remeasure, ~9 min) triton's GPU
-# tests, then benchmarks/kernels_gpu.py over every row, graph replay only (no no-PDL columns).
+# tests (SKIP_TESTS=1: not), then benchmarks/kernels_gpu.py over every row, graph replay only
+# (no no-PDL columns).
 # A failing step does not stop the next one; the exit status is the first failure's.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -196,8 +197,10 @@ if [ "$WHAT" = profile ]; then  # Nsight Compute on those rows, then the GPU tes
   run_step tests_vllm_c 120 python3 -m pytest -q -p no:cacheprovider -rf --tb=short providers/vllm_c/tests/test_cuda.py
   run_step tests_triton 150 python3 -m pytest -q -p no:cacheprovider -rf --tb=short providers/triton/tests
 fi
-if [ "$WHAT" = remeasure ]; then
-  run_step tests_triton 200 python3 -m pytest -q -p no:cacheprovider -rf --tb=short providers/triton/tests
+if [ "$WHAT" = remeasure ]; then  # SKIP_TESTS=1: the benchmark only
+  if [ -z "${SKIP_TESTS:-}" ]; then
+    run_step tests_triton 200 python3 -m pytest -q -p no:cacheprovider -rf --tb=short providers/triton/tests
+  fi
   run_step kernels_gpu 290 python3 benchmarks/kernels_gpu.py --no-do-bench --budget-s 250 \
     --json "$OUT/kernels_gpu.json" --markdown "$OUT/kernels_gpu.md"
 fi
