@@ -125,6 +125,42 @@ def set_pdl(enabled: bool | None) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+@triton.jit
+def _norm_block(
+    X, R, Y, RO, W, w, blk, n_rows, var_n, stride_x, stride_r, stride_y, stride_ro, eps, cols, col_mask,
+    BLOCK_M: tl.constexpr, HAS_W: tl.constexpr, HAS_RES: tl.constexpr, PARTIAL: tl.constexpr,
+    USE_PDL: tl.constexpr, W_LOADED: tl.constexpr,
+):  # fmt: skip
+    """Rows ``blk * BLOCK_M ...`` of the single-pass kernel. Every load is issued before any
+    loaded value is used (x, the residual, and the weight unless ``W_LOADED``), so they are in
+    flight together: one memory latency per block, not one for the weight and then one for x."""
+    rows = (blk * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    mask = (rows < n_rows)[:, None] & col_mask[None, :]
+    xh = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    if HAS_RES:
+        r = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
+    if HAS_W:
+        if W_LOADED:
+            wf = w
+        else:
+            wf = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    x = xh.to(tl.float32)
+    if HAS_RES:
+        s = (x + r.to(tl.float32)).to(RO.dtype.element_ty)
+        tl.store(RO + rows[:, None] * stride_ro + cols[None, :], s, mask=mask)
+        x = s.to(tl.float32)
+    sq = x * x
+    if PARTIAL:
+        sq = tl.where(cols[None, :] < var_n, sq, 0.0)
+    rstd = tl.rsqrt(tl.sum(sq, axis=1) / var_n + eps)
+    y = x * rstd[:, None]
+    if HAS_W:
+        y = y * wf[None, :]
+    tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
 @triton.jit(do_not_specialize=["n_rows", "eps"])
 def _rms_norm_kernel(
     X,
@@ -146,42 +182,36 @@ def _rms_norm_kernel(
     HAS_RES: tl.constexpr,
     PARTIAL: tl.constexpr,
     USE_PDL: tl.constexpr = False,
+    PERSISTENT: tl.constexpr = False,
 ):
     """Single pass: BLOCK_M rows x the whole row (BLOCK_N >= N) in registers.
 
     With HAS_RES: s = (x + r) rounded to the residual dtype is stored to RO and normalised.
     Y/RO may alias X/R (in place): every element is read before it is written by the same program.
+    PERSISTENT: fewer programs than row blocks; each loops over blocks, with the weight loaded
+    once before the loop. Otherwise one block per program, straight-line, the weight loaded with
+    the block's rows (a loop there kept the compiler from issuing x's loads before the weight's
+    had returned: two memory latencies per block, sm_90 SASS).
     """
     pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
-    if HAS_W:
-        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-    num_blocks = tl.cdiv(n_rows, BLOCK_M)
-    for blk in tl.range(pid, num_blocks, nprog):
-        rows = (blk * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-        mask = (rows < n_rows)[:, None] & col_mask[None, :]
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        if HAS_RES:
-            r = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
-            if USE_PDL:
-                tl.extra.cuda.gdc_launch_dependents()
-            s = (x + r.to(tl.float32)).to(RO.dtype.element_ty)
-            tl.store(RO + rows[:, None] * stride_ro + cols[None, :], s, mask=mask)
-            x = s.to(tl.float32)
-        elif USE_PDL:
-            tl.extra.cuda.gdc_launch_dependents()
-        sq = x * x
-        if PARTIAL:
-            sq = tl.where(cols[None, :] < var_n, sq, 0.0)
-        rstd = tl.rsqrt(tl.sum(sq, axis=1) / var_n + eps)
-        y = x * rstd[:, None]
+    if PERSISTENT:
+        w = 0.0
         if HAS_W:
-            y = y * w[None, :]
-        tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+        for blk in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0)):
+            _norm_block(
+                X, R, Y, RO, W, w, blk, n_rows, var_n, stride_x, stride_r, stride_y, stride_ro, eps, cols,
+                col_mask, BLOCK_M, HAS_W, HAS_RES, PARTIAL, USE_PDL, True,
+            )  # fmt: skip
+    else:
+        _norm_block(
+            X, R, Y, RO, W, 0.0, pid, n_rows, var_n, stride_x, stride_r, stride_y, stride_ro, eps, cols,
+            col_mask, BLOCK_M, HAS_W, HAS_RES, PARTIAL, USE_PDL, False,
+        )  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["n_rows", "eps"])
@@ -357,13 +387,13 @@ def _sm_count(device: torch.device) -> int:
     return count
 
 
-def _warp_choices(elements: int, elem_bytes: int) -> list[int]:
-    """Warps giving 1 to 4 16-byte vectors per thread for a block of ``elements``."""
+def _warp_choices(elements: int, elem_bytes: int, max_vectors: int = 4) -> list[int]:
+    """Warps giving 1 to ``max_vectors`` 16-byte vectors per thread for a block of ``elements``."""
     vec = max(1, 16 // elem_bytes)
     ws = [
         w
         for w in (1, 2, 4, 8, 16, 32)
-        if w * 32 * vec <= max(elements, 32 * vec) and elements <= w * 32 * vec * 4
+        if w * 32 * vec <= max(elements, 32 * vec) and elements <= w * 32 * vec * max_vectors
     ]
     if not ws:
         ws = [32]
@@ -390,9 +420,12 @@ def _norm_candidates(n: int, rows: int, elem_bytes: int, sm_count: int) -> list[
         bms = [1]
     else:
         bms = sorted({max(1, min(_pow2(rows), e // bn)) for e in (2048, 4096)})
+    # A row that is not a whole number of 16-byte vectors is loaded element by element: at most
+    # two vectors' worth per thread (four, bf16 rows of 300 in 4-row blocks on 2 warps, spilled).
+    max_vectors = 4 if n % max(1, 16 // elem_bytes) == 0 else 2
     out = []
     for bm in bms:
-        for w in _warp_choices(bm * bn, elem_bytes):
+        for w in _warp_choices(bm * bn, elem_bytes, max_vectors):
             out.append(NormConfig(bm, bn, w))
             blocks = -(-rows // bm)
             resident = sm_count * max(1, min(32, 64 // w))  # programs resident at once (by threads)
@@ -597,14 +630,14 @@ def _launch_norm(
     ro_ = ro if has_res else y
     w_ = w if w is not None else x
     if cfg.block_n >= n:
-        grid_n = -(-rows // cfg.block_m)
-        if cfg.max_programs:
-            grid_n = min(grid_n, cfg.max_programs)
+        blocks = -(-rows // cfg.block_m)
+        grid_n = min(blocks, cfg.max_programs) if cfg.max_programs else blocks
         _rms_norm_kernel.run(
             x, r_, y, ro_, w_, rows, n, var_n,
             x.stride(0), r_.stride(0), y.stride(0), ro_.stride(0), eps,
             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_W=w is not None, HAS_RES=has_res,
-            PARTIAL=var_n != n, num_warps=cfg.num_warps, grid=(grid_n,), warmup=False,
+            PARTIAL=var_n != n, PERSISTENT=grid_n < blocks, num_warps=cfg.num_warps, grid=(grid_n,),
+            warmup=False,
             **_launch_opts(x.device),
         )  # fmt: skip
     else:

@@ -170,3 +170,15 @@ def test_rows_wider_than_registers_take_chunks_of_at_most_four_vectors_per_threa
         assert all(c.block_n // (c.num_warps * 32 * (16 // es)) <= 4 for c in cands)
     assert kernels.NormConfig(1, 8192, 8) in kernels._norm_candidates(n, 1024, 2, 132)
     assert kernels.NormConfig(1, 8192, 8) not in kernels._norm_candidates(n, 1024, 4, 132)
+
+
+def test_rows_not_in_whole_vectors_take_at_most_two_vectors_per_thread() -> None:
+    """A row that is not a whole number of 16-byte vectors loads element by element: the
+    candidates give each thread at most two vectors' worth (four spilled on sm_90)."""
+    for n, es in ((300, 2), (301, 4), (1001, 2)):  # (300 fp32 is 75 whole vectors)
+        vec = 16 // es
+        for rows in (1, 16, 128, 1024):
+            for c in kernels._norm_candidates(n, rows, es, 132):
+                assert c.block_m * c.block_n <= c.num_warps * 32 * vec * 2
+    aligned = kernels._norm_candidates(296, 1024, 2, 132)  # 37 vectors of 8: four allowed
+    assert any(c.block_m * c.block_n > c.num_warps * 32 * 8 * 2 for c in aligned)

@@ -48,7 +48,8 @@ def _norm_variants(hidden: int, dtype: torch.dtype) -> set[tuple]:
         t_rows = K._bucket_rows(K._bucket(rows), hidden)
         cfgs.update(K._norm_candidates(hidden, t_rows, es, 132))
         cfgs.add(K._norm_heuristic(hidden, rows, es))
-    return {(c.block_m, c.block_n, c.num_warps) for c in cfgs}
+    # a capped grid (max_programs) compiles the persistent variant of the single-pass kernel
+    return {(c.block_m, c.block_n, c.num_warps, bool(c.max_programs) and c.block_n >= hidden) for c in cfgs}
 
 
 def _silu_variants(d: int, dtype: torch.dtype) -> set[tuple]:
@@ -99,7 +100,7 @@ def _compile(src: ASTSource, arch: int, num_warps: int, **options) -> dict:
 
 
 def norm_source(
-    hidden: int, dtype: torch.dtype, has_res: bool, arch: int, bm: int, bn: int
+    hidden: int, dtype: torch.dtype, has_res: bool, arch: int, bm: int, bn: int, persistent: bool = False
 ) -> ASTSource:
     """The norm kernel a launch of this shape and config compiles (chunked when bn < hidden)."""
     ty = _TY[dtype]
@@ -111,7 +112,7 @@ def norm_source(
     sig["eps"] = "fp32"
     cons = {"BLOCK_N": bn, "HAS_W": True, "HAS_RES": has_res, "PARTIAL": False, "USE_PDL": arch >= 90}
     if not chunked:
-        cons["BLOCK_M"] = bm
+        cons.update(BLOCK_M=bm, PERSISTENT=persistent)
     sig.update(dict.fromkeys(cons, "constexpr"))
     aligned = ["X", "R", "Y", "RO", "W"]
     if hidden % 16 == 0:
@@ -121,10 +122,10 @@ def norm_source(
 
 def check_norm(hidden: int, dtype: torch.dtype, has_res: bool, arch: int) -> list[tuple]:
     out = []
-    for bm, bn, w in sorted(_norm_variants(hidden, dtype)):
-        src = norm_source(hidden, dtype, has_res, arch, bm, bn)
+    for bm, bn, w, persistent in sorted(_norm_variants(hidden, dtype)):
+        src = norm_source(hidden, dtype, has_res, arch, bm, bn, persistent)
         name = "fused_add_rms_norm" if has_res else "rms_norm"
-        kind = " chunked" if bn < hidden else ""
+        kind = " chunked" if bn < hidden else " persistent" if persistent else ""
         label = f"{name} {_TY[dtype]} H={hidden} m{bm} n{bn} w{w}{kind}"
         try:
             out.append((label, _compile(src, arch, w)))
