@@ -5,8 +5,10 @@ Why it looks like this:
 - Norm kernels keep a whole row (or ``BLOCK_M`` short rows) in registers, so ``x`` is read once
   and the op costs one read and one write per element; fp32 accumulation. Rows wider than
   :data:`MAX_ROW_BLOCK` take a two-pass kernel that streams the row in chunks instead.
-- Every norm kernel walks its row blocks with a grid-stride loop, so one compiled kernel serves
-  both the plain launch (one block per program) and a persistent launch (a few programs per SM).
+- The single-pass kernel with one row block per program (the plain launch) is straight-line
+  code that issues every load of the block before using any: one memory latency per block. A
+  persistent launch (a few programs per SM) compiles it with a grid-stride loop over blocks and
+  the weight loaded once; so does the two-pass kernel, one row per iteration.
 - On Hopper and later GPUs every kernel is launched with programmatic dependent launch (PDL):
   its programs may start while the previous kernel in the stream finishes, wait for it
   (``gdc_wait``) before touching memory, and let the next kernel start launching once their
