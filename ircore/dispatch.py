@@ -55,8 +55,10 @@ class _Scope:
 
     One object per distinct (enclosing scope, contents) (see :class:`PriorityBlock`), so a block
     entered again finds its plans; those are shared with every scope that resolves an op to the
-    same list (:func:`scoped_plan`). ``priorities`` and ``plans`` are dicts: the fast call
-    (ircore/csrc/fast_call.cpp) reads both.
+    same list (:func:`scoped_plan`). ``priorities`` and ``plans`` are dicts, and ``plans`` has
+    an entry for exactly the ops ``priorities`` names (made on entry, replaced when stale): the
+    fast call (ircore/csrc/fast_call.cpp) reads only ``plans``, from its slot, and takes a name
+    missing there to mean "not named here".
     """
 
     __slots__ = ("outer", "plans", "priorities")
@@ -424,7 +426,8 @@ def _shared_plan(op: IrOp, names: tuple[str, ...], generation: object) -> Plan:
 
 def scoped_plan(op: IrOp, scope: _Scope) -> Plan:
     """``op``'s plan under ``scope``, cached on the scope object and shared by every scope that
-    resolves ``op`` to the same list (with the choices remembered under it)."""
+    resolves ``op`` to the same list (with the choices remembered under it). Only for an op the
+    scope names: ``scope.plans`` holds those ops and no others (see :class:`_Scope`)."""
     plan = scope.plans.get(op.name)
     if plan is None or plan[0] is not STATE.generation:
         ensure_loaded()
