@@ -488,6 +488,15 @@ def test_a_change_inside_a_block_is_seen_by_its_next_call(x4096, change):
     ircore.set_priority(silu_and_mul=None)
 
 
+def test_a_replaced_generation_says_it_is_stale():
+    """The compiled code tells a current stamp from its flag (ircore::is_current_generation):
+    only the generation in effect holds True."""
+    old = dispatch.STATE.generation
+    assert old == [True]
+    dispatch.bump_generation()
+    assert old == [False] and dispatch.STATE.generation == [True] and dispatch.STATE.generation is not old
+
+
 class _AttributeScope:
     """A scope as the fast call's protocol describes it, without __slots__."""
 

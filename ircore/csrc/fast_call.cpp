@@ -23,7 +23,9 @@
 //                 scope's __slots__ slot at the offset its member descriptor gives (getattr when
 //                 the scope's type has no such slot).
 //   name          the op's name (str)
-//   state         ircore.dispatch.STATE (its `generation` stamps plans)
+//   state         ircore.dispatch.STATE, held but not read on calls: a plan's stamp (its generation,
+//                 a one-element list that bump_generation turns from [True] to [False]) tells
+//                 whether it is current (ircore::is_current_generation, signature.h)
 //   log_cache     the "ircore" logger's isEnabledFor cache (a dict: level -> bool), or None
 //   note_failure  note_failure(op_name, provider, exc), called when a remembered implementation
 //                 raises (choose_and_cache notes its own failures: nothing is added to those)
@@ -60,7 +62,6 @@ struct FastCall {
 };
 
 PyObject* g_plans = nullptr;  // interned attribute names
-PyObject* g_generation = nullptr;
 PyObject* g_debug = nullptr;  // logging.DEBUG, the isEnabledFor cache's key
 PyObject* g_plan = nullptr;   // "_plan"
 
@@ -121,15 +122,11 @@ PyObject* decision_table(FastCall* self, PyObject** plan_out) {
     if (plan == nullptr) {
       if (!PyErr_Occurred()) table = Py_NewRef(self->cache);  // not named here: the process-wide table
     } else {
-      Py_INCREF(plan);
-      PyObject* generation = PyObject_GetAttr(self->state, g_generation);
-      if (generation != nullptr && PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 3 &&
-          PyTuple_GET_ITEM(plan, 0) == generation && PyDict_CheckExact(PyTuple_GET_ITEM(plan, 2))) {
+      if (PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 3 &&
+          ircore::is_current_generation(PyTuple_GET_ITEM(plan, 0)) && PyDict_CheckExact(PyTuple_GET_ITEM(plan, 2))) {
         table = Py_NewRef(PyTuple_GET_ITEM(plan, 2));
         *plan_out = Py_NewRef(plan);
       }
-      Py_XDECREF(generation);
-      Py_DECREF(plan);
     }
   }
   Py_DECREF(plans);
@@ -160,11 +157,9 @@ void note_failure(FastCall* self, PyObject* provider) {
 // where the fast call looks), else None: choose_and_cache then looks the plan up. New reference.
 PyObject* process_plan(FastCall* self) {
   PyObject* plan = PyObject_GetAttr(self->op, g_plan);
-  PyObject* generation = plan != nullptr ? PyObject_GetAttr(self->state, g_generation) : nullptr;
-  const bool current = generation != nullptr && PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 3 &&
-                       PyTuple_GET_ITEM(plan, 0) == generation && PyTuple_GET_ITEM(plan, 2) == self->cache;
-  if (plan == nullptr || generation == nullptr) PyErr_Clear();  // None: looked up in Python
-  Py_XDECREF(generation);
+  if (plan == nullptr) PyErr_Clear();  // None: looked up in Python
+  const bool current = plan != nullptr && PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 3 &&
+                       ircore::is_current_generation(PyTuple_GET_ITEM(plan, 0)) && PyTuple_GET_ITEM(plan, 2) == self->cache;
   if (current) return plan;
   Py_XDECREF(plan);
   Py_RETURN_NONE;
@@ -329,10 +324,9 @@ PyTypeObject FastCallType = [] {
 
 int ircore::add_fast_call_type(PyObject* module) {
   g_plans = PyUnicode_InternFromString("plans");
-  g_generation = PyUnicode_InternFromString("generation");
   g_debug = PyLong_FromLong(10);
   g_plan = PyUnicode_InternFromString("_plan");
-  if (g_plans == nullptr || g_generation == nullptr || g_debug == nullptr ||
+  if (g_plans == nullptr || g_debug == nullptr ||
       g_plan == nullptr) {
     return -1;
   }
