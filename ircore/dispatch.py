@@ -8,7 +8,8 @@ The effective list comes from the highest source that names the op: a ``with irc
 scope, then ``ircore.set_priority``/``ircore.configure``, then ``IRCORE_PRIORITY``, then the config
 file, then the providers' suggested ranks. A resolved list is cached on the op as a *plan*,
 stamped with :attr:`DispatchState.generation`; anything that could change a plan replaces the
-generation, so the eager path needs one identity check to know its plan is current.
+generation, so the eager path needs one identity check to know its plan is current (compiled code
+reads the flag the stamp carries instead, without reading the state).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ DEFAULT_RANK = 100
 # supports_args' answer may be cached per call signature).
 Entry = tuple[str, Callable[..., Any], Callable[..., Any], Any, bool]
 # A plan: (generation, entries, {call signature: the entry that runs it}).
-Plan = tuple[object, tuple[Entry, ...], dict[bytes, Entry]]
+Plan = tuple[list[bool] | None, tuple[Entry, ...], dict[bytes, Entry]]
 # Distinct signatures remembered per plan before the cache starts over (a bound, not a tuning knob:
 # an engine sees a few dozen).
 SIGNATURE_CACHE_LIMIT = 4096
@@ -55,8 +56,10 @@ class _Scope:
 
     One object per distinct (enclosing scope, contents) (see :class:`PriorityBlock`), so a block
     entered again finds its plans; those are shared with every scope that resolves an op to the
-    same list (:func:`scoped_plan`). ``priorities`` and ``plans`` are dicts: the fast call
-    (ircore/csrc/fast_call.cpp) reads both.
+    same list (:func:`scoped_plan`). ``priorities`` and ``plans`` are dicts, and ``plans`` has
+    an entry for exactly the ops ``priorities`` names (made on entry, replaced when stale): the
+    fast call (ircore/csrc/fast_call.cpp) reads only ``plans``, from its slot, and takes a name
+    missing there to mean "not named here".
     """
 
     __slots__ = ("outer", "plans", "priorities")
@@ -81,7 +84,11 @@ class DispatchState:
     """Everything plans are computed from. Mutations go through functions that bump generation."""
 
     def __init__(self) -> None:
-        self.generation: object = object()
+        # The token that plans (and everything remembered per configuration) are stamped with;
+        # a change replaces it (bump_generation). A one-element list: [True] while it is the
+        # current one, [False] once replaced, so compiled code (ircore/csrc) tells a stale plan
+        # from its stamp alone, without reading this attribute. Python code compares identities.
+        self.generation: list[bool] = [True]
         # An int fingerprint of everything compiled graphs depend on (see _fingerprint), updated
         # with the generation. Compiled code reads it under Dynamo, which guards on an int's
         # value (not on an object's identity): a change recompiles, a change back finds the
@@ -112,7 +119,8 @@ def bump_generation() -> None:
     from ircore.op import all_ops
 
     with STATE.lock:
-        STATE.generation = object()
+        STATE.generation[0] = False  # what is stamped with it is stale from here on
+        STATE.generation = [True]
         STATE.version = _fingerprint()
         for op in all_ops().values():
             op.signature_cache.clear()
@@ -424,7 +432,8 @@ def _shared_plan(op: IrOp, names: tuple[str, ...], generation: object) -> Plan:
 
 def scoped_plan(op: IrOp, scope: _Scope) -> Plan:
     """``op``'s plan under ``scope``, cached on the scope object and shared by every scope that
-    resolves ``op`` to the same list (with the choices remembered under it)."""
+    resolves ``op`` to the same list (with the choices remembered under it). Only for an op the
+    scope names: ``scope.plans`` holds those ops and no others (see :class:`_Scope`)."""
     plan = scope.plans.get(op.name)
     if plan is None or plan[0] is not STATE.generation:
         ensure_loaded()

@@ -75,6 +75,34 @@ def test_a_new_scope_resolves_its_plans_on_entry(blocks, two_providers, monkeypa
     assert impls.CALLS == ["b"]
 
 
+def test_a_scope_has_a_plan_for_exactly_the_ops_it_names(blocks, two_providers, monkeypatch):
+    """The fast call takes an op missing from ``scope.plans`` to be one the scope does not name
+    (ircore/csrc/fast_call.cpp): nesting and removing a setting keep the two in step."""
+    monkeypatch.setattr(dispatch, "_scopes", {})
+    x, w = torch.randn(2, 64), torch.ones(64)
+
+    def named():
+        scope = dispatch.SCOPE.get()
+        assert set(scope.plans) == set(scope.priorities)
+        return set(scope.plans)
+
+    with ircore.priority(rms_norm=["prov_b"], silu_and_mul=["native"]):
+        assert named() == {"rms_norm", "silu_and_mul"}
+        with ircore.priority(rms_norm=None):
+            assert named() == {"silu_and_mul"}
+            rms_norm(x, w, 1e-6)  # not named: the process-wide priority
+            ircore.set_priority(rms_norm=["prov_b"])  # a change: plans are made again when used
+            rms_norm(x, w, 1e-6)
+            assert named() == {"silu_and_mul"}
+            with ircore.priority(rms_norm=["prov_a"]):
+                rms_norm(x, w, 1e-6)
+                assert named() == {"rms_norm", "silu_and_mul"}
+        rms_norm(x, w, 1e-6)
+        assert named() == {"rms_norm", "silu_and_mul"}
+    ircore.set_priority(rms_norm=None)
+    assert impls.CALLS == ["a", "b", "a", "b"]
+
+
 def test_nested_blocks_and_the_same_block_inside_itself(blocks, two_providers):
     x, w = torch.randn(2, 64), torch.ones(64)
     outer = ircore.priority(rms_norm=["prov_b"])

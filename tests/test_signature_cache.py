@@ -454,6 +454,85 @@ def test_a_stale_scoped_plan_goes_to_the_python_path(x4096, monkeypatch):
     assert python_path == ["signature", "choose"] and handled == []
 
 
+@pytest.mark.usefixtures("miss_path")
+@pytest.mark.parametrize("change", ["set_priority", "bump_generation", "unregister"])
+def test_a_change_inside_a_block_is_seen_by_its_next_call(x4096, change):
+    """The scope stays current across the change, its plan does not: the next call decides again
+    under a new plan (never with the old plan's entries or remembered choices)."""
+    pred = Counting()
+    rms_norm.register_impl("prov_a", rms_norm_a, supports_args=pred, cache_by_signature=True)
+    rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
+    x, w = x4096
+    with ircore.priority(rms_norm=["prov_a", "prov_b"]):
+        scope = dispatch.SCOPE.get()
+        for _ in range(2):
+            rms_norm(x, w, 1e-6)
+        old = scope.plans["rms_norm"]
+        assert pred.calls == 1 and old[2] == {sig(x, w, 1e-6, None): old[1][0]}
+        if change == "set_priority":
+            ircore.set_priority(silu_and_mul=["native"])  # another op: this op's list is the same
+        elif change == "bump_generation":
+            dispatch.bump_generation()
+        else:
+            rms_norm.unregister_impl("prov_a")  # the old plan's remembered choice is gone
+        for _ in range(2):
+            rms_norm(x, w, 1e-6)
+        new = scope.plans["rms_norm"]
+        assert new is not old and new[0] is dispatch.STATE.generation
+        assert dispatch.SCOPE.get() is scope
+    if change == "unregister":
+        assert impls.CALLS == ["a", "a", "b", "b"] and pred.calls == 1
+    else:
+        assert impls.CALLS == ["a"] * 4 and pred.calls == 2  # asked again once, then remembered
+        assert new[2] == {sig(x, w, 1e-6, None): new[1][0]}
+    ircore.set_priority(silu_and_mul=None)
+
+
+def test_a_replaced_generation_says_it_is_stale():
+    """The compiled code tells a current stamp from its flag (ircore::is_current_generation):
+    only the generation in effect holds True."""
+    old = dispatch.STATE.generation
+    assert old == [True]
+    dispatch.bump_generation()
+    assert old == [False] and dispatch.STATE.generation == [True] and dispatch.STATE.generation is not old
+
+
+class _AttributeScope:
+    """A scope as the fast call's protocol describes it, without __slots__."""
+
+    def __init__(self, plans, priorities):
+        self.plans, self.priorities, self.outer = plans, priorities, None
+
+
+def test_the_fast_call_reads_a_scope_of_another_type(x4096, monkeypatch):
+    """`plans` is read from the slot of the scope type it last saw, through getattr for any
+    other type; alternating types decide the same as each alone."""
+    monkeypatch.setattr(dispatch, "_scopes", {})  # the block's scope: made on entry, its plan current
+    monkeypatch.setattr(dispatch, "_blocks", {})
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
+    python_path, handled = _count_python_miss_path(monkeypatch)
+    x, w = x4096
+    rms_norm(x, w, 1e-6)  # current process-wide plan: prov_a
+    plan = dispatch._shared_plan(rms_norm, ("prov_b", "native"), dispatch.STATE.generation)
+    other = _AttributeScope({"rms_norm": plan}, {"rms_norm": ("prov_b",)})
+    unnamed = _AttributeScope({}, {})
+    block = ircore.priority(rms_norm=["prov_b"])
+    for _ in range(2):
+        for scope in (other, unnamed):
+            token = dispatch.SCOPE.set(scope)
+            try:
+                rms_norm(x, w, 1e-6)
+            finally:
+                dispatch.SCOPE.reset(token)
+        with block:
+            rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["a"] + ["b", "a", "b"] * 2 and python_path == []
+    # two misses: the process-wide one and the other scope's; the block's scope shares that plan
+    assert [p for _, _, _, p in handled] == [None, plan] and block._seen[None][1].plans["rms_norm"] is plan
+    assert plan[2] == {sig(x, w, 1e-6, None): plan[1][0]}
+
+
 def test_a_miss_handler_error_passes_through_the_fast_call(x4096, monkeypatch):
     def refuse(op, key, args, plan):
         raise KeyError("from the handler")

@@ -16,10 +16,16 @@
 // FastCall(spec, cache, scope_var, name, state, log_cache, note_failure, miss, op, choose)
 //   spec          the op's signature spec (bytes)
 //   cache         op.signature_cache: {signature: entry} of the process-wide plan (its plan[2])
-//   scope_var     ircore.dispatch.SCOPE: a ContextVar holding None or a scope with `priorities`
-//                 (a dict: op name -> providers) and `plans` (a dict: op name -> plan)
+//   scope_var     ircore.dispatch.SCOPE: a ContextVar holding None or a scope whose `plans` is a
+//                 dict: op name -> plan, with an entry for exactly the ops the scope names (a name
+//                 it lacks: not named there, the process-wide table decides). One lookup tells
+//                 both whether the scope names the op and its plan. `plans` is read from the
+//                 scope's __slots__ slot at the offset its member descriptor gives (getattr when
+//                 the scope's type has no such slot).
 //   name          the op's name (str)
-//   state         ircore.dispatch.STATE (its `generation` stamps plans)
+//   state         ircore.dispatch.STATE, held but not read on calls: a plan's stamp (its generation,
+//                 a one-element list that bump_generation turns from [True] to [False]) tells
+//                 whether it is current (ircore::is_current_generation, signature.h)
 //   log_cache     the "ircore" logger's isEnabledFor cache (a dict: level -> bool), or None
 //   note_failure  note_failure(op_name, provider, exc), called when a remembered implementation
 //                 raises (choose_and_cache notes its own failures: nothing is added to those)
@@ -51,17 +57,47 @@ struct FastCall {
   PyObject* miss;
   PyObject* op;
   PyObject* choose;
+  PyTypeObject* scope_type;  // the type of the last scope read, and its `plans` slot's offset (-1: none)
+  Py_ssize_t plans_offset;
 };
 
-PyObject* g_priorities = nullptr;  // interned attribute names
-PyObject* g_plans = nullptr;
-PyObject* g_generation = nullptr;
+PyObject* g_plans = nullptr;  // interned attribute names
 PyObject* g_debug = nullptr;  // logging.DEBUG, the isEnabledFor cache's key
 PyObject* g_plan = nullptr;   // "_plan"
 
 PyObject* miss(FastCall* self) {
   Py_INCREF(self->miss);
   return self->miss;
+}
+
+// `scope.plans` (new reference), nullptr with an exception if it has none. A scope is a
+// `__slots__` object: its slot is read at the member descriptor's offset, as `member_get` would,
+// once the scope's type has been seen (learned again whenever the type differs); any other
+// attribute goes through getattr.
+PyObject* scope_plans(FastCall* self, PyObject* scope) {
+  PyTypeObject* type = Py_TYPE(scope);
+  if (type != self->scope_type) {
+    Py_ssize_t offset = -1;
+    PyObject* descr = PyObject_GetAttr(reinterpret_cast<PyObject*>(type), g_plans);
+    if (descr == nullptr) {
+      PyErr_Clear();
+    } else if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+      auto* member = reinterpret_cast<PyMemberDescrObject*>(descr);
+      const PyMemberDef* def = member->d_member;
+      if (def->type == T_OBJECT_EX && !(def->flags & PY_AUDIT_READ) && PyType_IsSubtype(type, member->d_common.d_type)) {
+        offset = def->offset;
+      }
+    }
+    Py_XDECREF(descr);
+    Py_INCREF(type);
+    Py_XSETREF(self->scope_type, type);
+    self->plans_offset = offset;
+  }
+  if (self->plans_offset >= 0) {
+    PyObject* plans = *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(scope) + self->plans_offset);
+    if (plans != nullptr) return Py_NewRef(plans);
+  }
+  return PyObject_GetAttr(scope, g_plans);  // also raises AttributeError for an empty slot
 }
 
 // The {signature: entry} table that decides this call: the process-wide one, or the current
@@ -77,32 +113,23 @@ PyObject* decision_table(FastCall* self, PyObject** plan_out) {
     Py_INCREF(self->cache);
     return self->cache;
   }
+  PyObject* plans = scope_plans(self, scope);
+  Py_DECREF(scope);
+  if (plans == nullptr) return nullptr;
   PyObject* table = nullptr;
-  PyObject* priorities = PyObject_GetAttr(scope, g_priorities);
-  if (priorities != nullptr && PyDict_CheckExact(priorities)) {
-    const int named = PyDict_Contains(priorities, self->name);
-    if (named == 0) {
-      Py_INCREF(self->cache);
-      table = self->cache;
-    } else if (named > 0) {
-      PyObject* plans = PyObject_GetAttr(scope, g_plans);
-      PyObject* generation = PyObject_GetAttr(self->state, g_generation);
-      if (plans != nullptr && generation != nullptr && PyDict_CheckExact(plans)) {
-        PyObject* plan = PyDict_GetItemWithError(plans, self->name);  // borrowed
-        if (plan != nullptr && PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 3 &&
-            PyTuple_GET_ITEM(plan, 0) == generation && PyDict_CheckExact(PyTuple_GET_ITEM(plan, 2))) {
-          table = PyTuple_GET_ITEM(plan, 2);
-          Py_INCREF(table);
-          Py_INCREF(plan);
-          *plan_out = plan;
-        }
+  if (PyDict_CheckExact(plans)) {
+    PyObject* plan = PyDict_GetItemWithError(plans, self->name);  // borrowed
+    if (plan == nullptr) {
+      if (!PyErr_Occurred()) table = Py_NewRef(self->cache);  // not named here: the process-wide table
+    } else {
+      if (PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 3 &&
+          ircore::is_current_generation(PyTuple_GET_ITEM(plan, 0)) && PyDict_CheckExact(PyTuple_GET_ITEM(plan, 2))) {
+        table = Py_NewRef(PyTuple_GET_ITEM(plan, 2));
+        *plan_out = Py_NewRef(plan);
       }
-      Py_XDECREF(plans);
-      Py_XDECREF(generation);
     }
   }
-  Py_XDECREF(priorities);
-  Py_DECREF(scope);
+  Py_DECREF(plans);
   return table;
 }
 
@@ -130,11 +157,9 @@ void note_failure(FastCall* self, PyObject* provider) {
 // where the fast call looks), else None: choose_and_cache then looks the plan up. New reference.
 PyObject* process_plan(FastCall* self) {
   PyObject* plan = PyObject_GetAttr(self->op, g_plan);
-  PyObject* generation = plan != nullptr ? PyObject_GetAttr(self->state, g_generation) : nullptr;
-  const bool current = generation != nullptr && PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 3 &&
-                       PyTuple_GET_ITEM(plan, 0) == generation && PyTuple_GET_ITEM(plan, 2) == self->cache;
-  if (plan == nullptr || generation == nullptr) PyErr_Clear();  // None: looked up in Python
-  Py_XDECREF(generation);
+  if (plan == nullptr) PyErr_Clear();  // None: looked up in Python
+  const bool current = plan != nullptr && PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 3 &&
+                       ircore::is_current_generation(PyTuple_GET_ITEM(plan, 0)) && PyTuple_GET_ITEM(plan, 2) == self->cache;
   if (current) return plan;
   Py_XDECREF(plan);
   Py_RETURN_NONE;
@@ -248,6 +273,7 @@ int fast_call_traverse(PyObject* obj, visitproc visit, void* arg) {
   Py_VISIT(self->miss);
   Py_VISIT(self->op);
   Py_VISIT(self->choose);
+  Py_VISIT(self->scope_type);
   return 0;
 }
 
@@ -263,6 +289,7 @@ int fast_call_clear(PyObject* obj) {
   Py_CLEAR(self->miss);
   Py_CLEAR(self->op);
   Py_CLEAR(self->choose);
+  Py_CLEAR(self->scope_type);
   return 0;
 }
 
@@ -296,12 +323,10 @@ PyTypeObject FastCallType = [] {
 }  // namespace
 
 int ircore::add_fast_call_type(PyObject* module) {
-  g_priorities = PyUnicode_InternFromString("priorities");
   g_plans = PyUnicode_InternFromString("plans");
-  g_generation = PyUnicode_InternFromString("generation");
   g_debug = PyLong_FromLong(10);
   g_plan = PyUnicode_InternFromString("_plan");
-  if (g_priorities == nullptr || g_plans == nullptr || g_generation == nullptr || g_debug == nullptr ||
+  if (g_plans == nullptr || g_debug == nullptr ||
       g_plan == nullptr) {
     return -1;
   }

@@ -9,7 +9,8 @@
 //   `_seen`: {enclosing scope or None: (generation, scope)}, filled by its `_resolve(outer)`,
 //   which __enter__ calls when the enclosing scope is not there or its generation is stale.
 //   scope_var  ircore.dispatch.SCOPE (a ContextVar)
-//   state      ircore.dispatch.STATE (its `generation` stamps what `_seen` remembers)
+//   state      ircore.dispatch.STATE, held but not read: the generation that stamps what `_seen`
+//              remembers tells itself whether it is current (ircore::is_current_generation)
 // A scope has an `outer` attribute: the scope to go back to on exit.
 #include "signature.h"
 
@@ -28,7 +29,6 @@ struct BlockBase {
 };
 
 PyObject* g_outer = nullptr;
-PyObject* g_generation = nullptr;
 PyObject* g_resolve = nullptr;
 
 PyObject* block_enter(PyObject* obj, PyObject* /*unused*/) {
@@ -38,19 +38,7 @@ PyObject* block_enter(PyObject* obj, PyObject* /*unused*/) {
   PyObject* scope = nullptr;
   PyObject* hit = PyDict_GetItemWithError(self->seen, outer);  // borrowed: held while reading it
   if (hit != nullptr && PyTuple_CheckExact(hit) && PyTuple_GET_SIZE(hit) == 2) {
-    Py_INCREF(hit);
-    PyObject* generation = PyObject_GetAttr(self->state, g_generation);
-    if (generation == nullptr) {
-      Py_DECREF(hit);
-      Py_DECREF(outer);
-      return nullptr;
-    }
-    if (PyTuple_GET_ITEM(hit, 0) == generation) {
-      scope = PyTuple_GET_ITEM(hit, 1);
-      Py_INCREF(scope);
-    }
-    Py_DECREF(generation);
-    Py_DECREF(hit);
+    if (ircore::is_current_generation(PyTuple_GET_ITEM(hit, 0))) scope = Py_NewRef(PyTuple_GET_ITEM(hit, 1));
   } else if (hit == nullptr && PyErr_Occurred()) {
     Py_DECREF(outer);
     return nullptr;
@@ -209,9 +197,8 @@ PyTypeObject BlockBaseType = [] {
 
 int ircore::add_block_base_type(PyObject* module) {
   g_outer = PyUnicode_InternFromString("outer");
-  g_generation = PyUnicode_InternFromString("generation");
   g_resolve = PyUnicode_InternFromString("_resolve");
-  if (g_outer == nullptr || g_generation == nullptr || g_resolve == nullptr) return -1;
+  if (g_outer == nullptr || g_resolve == nullptr) return -1;
   if (PyType_Ready(&BlockBaseType) < 0) return -1;
   Py_INCREF(&BlockBaseType);
   if (PyModule_AddObject(module, "BlockBase", reinterpret_cast<PyObject*>(&BlockBaseType)) < 0) {
