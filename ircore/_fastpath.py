@@ -159,7 +159,6 @@ def make_fast_call(
         op.signature_cache,
         dispatch.SCOPE,
         op.name,
-        dispatch.STATE,
         _log_cache,
         dispatch.note_failure,
         _MISS,

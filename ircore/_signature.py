@@ -31,7 +31,7 @@ import torch
 _META = Path(__file__).with_name("_signature_build.json")
 
 signature: Callable[..., bytes | None] | None = None
-#: ``FastCall(spec, cache, scope_var, name, state, log_cache, note_failure, miss, op, choose)``: an op's eager
+#: ``FastCall(spec, cache, scope_var, name, log_cache, note_failure, miss, op, choose)``: an op's eager
 #: call when its signature's choice is remembered (ircore/csrc/fast_call.cpp); None with ``signature``.
 FastCall: Callable[..., Callable[..., Any]] | None = None
 #: ``BlockBase``: the C ``__enter__``/``__exit__`` of ``ircore.priority`` blocks

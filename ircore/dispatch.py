@@ -302,10 +302,8 @@ class _PyBlockBase:
 
     _seen: dict[_Scope | None, tuple[object, _Scope]]
 
-    def __init__(
-        self, scope_var: ContextVar[_Scope | None], state: DispatchState, seen: dict[Any, Any]
-    ) -> None:
-        pass  # the compiled base keeps these; here the module's SCOPE and STATE serve
+    def __init__(self, scope_var: ContextVar[_Scope | None], seen: dict[Any, Any]) -> None:
+        pass  # the compiled base keeps these; here the module's SCOPE and the subclass's _seen serve
 
     def _resolve(self, outer: _Scope | None) -> _Scope:
         raise NotImplementedError
@@ -331,7 +329,7 @@ class PriorityBlock(_BlockBase, contextlib.ContextDecorator):  # type: ignore[mi
     def __init__(self, request: Mapping[str, Any]) -> None:
         self._request = request
         self._seen: dict[_Scope | None, tuple[object, _Scope]] = {}  # enclosing scope -> scope
-        super().__init__(SCOPE, STATE, self._seen)
+        super().__init__(SCOPE, self._seen)
 
     def _recreate_cm(self) -> PriorityBlock:
         return self

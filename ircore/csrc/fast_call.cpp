@@ -13,7 +13,7 @@
 // `miss` sentinel: a call that needs the careful path (signature None), a scope whose plan is
 // stale, DEBUG logging on for a remembered call, keywords, or a miss when `choose` is None.
 //
-// FastCall(spec, cache, scope_var, name, state, log_cache, note_failure, miss, op, choose)
+// FastCall(spec, cache, scope_var, name, log_cache, note_failure, miss, op, choose)
 //   spec          the op's signature spec (bytes)
 //   cache         op.signature_cache: {signature: entry} of the process-wide plan (its plan[2])
 //   scope_var     ircore.dispatch.SCOPE: a ContextVar holding None or a scope whose `plans` is a
@@ -23,9 +23,9 @@
 //                 scope's __slots__ slot at the offset its member descriptor gives (getattr when
 //                 the scope's type has no such slot).
 //   name          the op's name (str)
-//   state         ircore.dispatch.STATE, held but not read on calls: a plan's stamp (its generation,
-//                 a one-element list that bump_generation turns from [True] to [False]) tells
-//                 whether it is current (ircore::is_current_generation, signature.h)
+// A plan's stamp (its generation, a one-element list that bump_generation turns from [True] to
+// [False]) tells whether the plan is current (ircore::is_current_generation, signature.h): the
+// dispatch state itself is never read here.
 //   log_cache     the "ircore" logger's isEnabledFor cache (a dict: level -> bool), or None
 //   note_failure  note_failure(op_name, provider, exc), called when a remembered implementation
 //                 raises (choose_and_cache notes its own failures: nothing is added to those)
@@ -51,7 +51,6 @@ struct FastCall {
   PyObject* cache;
   PyObject* scope_var;
   PyObject* name;
-  PyObject* state;
   PyObject* log_cache;
   PyObject* note_failure;
   PyObject* miss;
@@ -231,14 +230,13 @@ PyObject* fast_call(PyObject* callable, PyObject* const* args, size_t nargsf, Py
 }
 
 PyObject* fast_call_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  PyObject *spec, *cache, *scope_var, *name, *state, *log_cache, *note, *sentinel, *op, *choose_fn;
+  PyObject *spec, *cache, *scope_var, *name, *log_cache, *note, *sentinel, *op, *choose_fn;
   if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) {
     PyErr_SetString(PyExc_TypeError, "FastCall() takes positional arguments only");
     return nullptr;
   }
-  if (!PyArg_ParseTuple(args, "O!O!O!UOOOOOO:FastCall", &PyBytes_Type, &spec, &PyDict_Type, &cache,
-                        &PyContextVar_Type, &scope_var, &name, &state, &log_cache, &note, &sentinel, &op,
-                        &choose_fn)) {
+  if (!PyArg_ParseTuple(args, "O!O!O!UOOOOO:FastCall", &PyBytes_Type, &spec, &PyDict_Type, &cache,
+                        &PyContextVar_Type, &scope_var, &name, &log_cache, &note, &sentinel, &op, &choose_fn)) {
     return nullptr;
   }
   if (choose_fn != Py_None && !PyCallable_Check(choose_fn)) {
@@ -252,11 +250,10 @@ PyObject* fast_call_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   auto* self = reinterpret_cast<FastCall*>(type->tp_alloc(type, 0));
   if (self == nullptr) return nullptr;
   self->vectorcall = fast_call;
-  PyObject* fields[] = {spec, cache, scope_var, name, state, log_cache, note, sentinel, op, choose_fn};
-  PyObject** slots[] = {&self->spec,         &self->cache, &self->scope_var, &self->name,
-                        &self->state,        &self->log_cache, &self->note_failure,
-                        &self->miss,         &self->op,        &self->choose};
-  for (int i = 0; i < 10; ++i) {
+  PyObject* fields[] = {spec, cache, scope_var, name, log_cache, note, sentinel, op, choose_fn};
+  PyObject** slots[] = {&self->spec,      &self->cache,        &self->scope_var, &self->name, &self->log_cache,
+                        &self->note_failure, &self->miss,      &self->op,        &self->choose};
+  for (int i = 0; i < 9; ++i) {
     Py_INCREF(fields[i]);
     *slots[i] = fields[i];
   }
@@ -267,7 +264,6 @@ int fast_call_traverse(PyObject* obj, visitproc visit, void* arg) {
   auto* self = reinterpret_cast<FastCall*>(obj);
   Py_VISIT(self->cache);
   Py_VISIT(self->scope_var);
-  Py_VISIT(self->state);
   Py_VISIT(self->log_cache);
   Py_VISIT(self->note_failure);
   Py_VISIT(self->miss);
@@ -283,7 +279,6 @@ int fast_call_clear(PyObject* obj) {
   Py_CLEAR(self->cache);
   Py_CLEAR(self->scope_var);
   Py_CLEAR(self->name);
-  Py_CLEAR(self->state);
   Py_CLEAR(self->log_cache);
   Py_CLEAR(self->note_failure);
   Py_CLEAR(self->miss);

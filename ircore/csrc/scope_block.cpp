@@ -5,12 +5,12 @@
 // on exit go back to the enclosing scope) cost ~300 ns of Python; here ~50 ns. The logic is the
 // same as ircore.dispatch's pure-Python _BlockBase, which runs when this helper is not loaded.
 //
-// BlockBase(scope_var, state): a base class. The subclass (ircore.dispatch.PriorityBlock) holds
+// BlockBase(scope_var, seen): a base class. The subclass (ircore.dispatch.PriorityBlock) holds
 //   `_seen`: {enclosing scope or None: (generation, scope)}, filled by its `_resolve(outer)`,
 //   which __enter__ calls when the enclosing scope is not there or its generation is stale.
 //   scope_var  ircore.dispatch.SCOPE (a ContextVar)
-//   state      ircore.dispatch.STATE, held but not read: the generation that stamps what `_seen`
-//              remembers tells itself whether it is current (ircore::is_current_generation)
+//   seen       that `_seen` dict. The generation that stamps what it remembers tells itself
+//              whether it is current (ircore::is_current_generation): no state is read here.
 // A scope has an `outer` attribute: the scope to go back to on exit.
 #include "signature.h"
 
@@ -23,7 +23,6 @@ namespace {
 struct BlockBase {
   PyObject_HEAD
   PyObject* scope_var;
-  PyObject* state;
   PyObject* seen;  // the subclass's `_seen` dict, set by __init__
   PyObject* dict;  // instance __dict__ of Python subclasses
 };
@@ -69,19 +68,17 @@ PyObject* block_exit(PyObject* obj, PyObject* const* /*args*/, Py_ssize_t /*narg
 
 int block_init(PyObject* obj, PyObject* args, PyObject* kwargs) {
   auto* self = reinterpret_cast<BlockBase*>(obj);
-  PyObject *scope_var, *state, *seen;
+  PyObject *scope_var, *seen;
   if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) {
     PyErr_SetString(PyExc_TypeError, "BlockBase() takes positional arguments only");
     return -1;
   }
-  if (!PyArg_ParseTuple(args, "O!OO!:BlockBase", &PyContextVar_Type, &scope_var, &state, &PyDict_Type, &seen)) {
+  if (!PyArg_ParseTuple(args, "O!O!:BlockBase", &PyContextVar_Type, &scope_var, &PyDict_Type, &seen)) {
     return -1;
   }
   Py_INCREF(scope_var);
-  Py_INCREF(state);
   Py_INCREF(seen);
   Py_XSETREF(self->scope_var, scope_var);
-  Py_XSETREF(self->state, state);
   Py_XSETREF(self->seen, seen);
   return 0;
 }
@@ -89,7 +86,6 @@ int block_init(PyObject* obj, PyObject* args, PyObject* kwargs) {
 int block_traverse(PyObject* obj, visitproc visit, void* arg) {
   auto* self = reinterpret_cast<BlockBase*>(obj);
   Py_VISIT(self->scope_var);
-  Py_VISIT(self->state);
   Py_VISIT(self->seen);
   Py_VISIT(self->dict);
   return 0;
@@ -98,7 +94,6 @@ int block_traverse(PyObject* obj, visitproc visit, void* arg) {
 int block_clear(PyObject* obj) {
   auto* self = reinterpret_cast<BlockBase*>(obj);
   Py_CLEAR(self->scope_var);
-  Py_CLEAR(self->state);
   Py_CLEAR(self->seen);
   Py_CLEAR(self->dict);
   return 0;
