@@ -413,9 +413,9 @@ def _norm_heuristic(n: int, rows: int, elem_bytes: int) -> NormConfig:
 
 def _norm_candidates(n: int, rows: int, elem_bytes: int, sm_count: int) -> list[NormConfig]:
     bn = max(_pow2(n), 16)
+    vec = max(1, 16 // elem_bytes)  # elements per 16-byte vector
     if bn > MAX_ROW_BLOCK:  # chunks of at most four 16-byte vectors per thread (fp32 8192 on
         # 8 warps, eight, spills: tools/compile_check.py)
-        vec = max(1, 16 // elem_bytes)
         chunks = [NormConfig(1, 4096, 8), NormConfig(1, 8192, 8), NormConfig(1, 8192, 16)]
         return [c for c in chunks if c.block_n <= 32 * c.num_warps * vec * 4]
     if bn >= 2048:
@@ -423,8 +423,10 @@ def _norm_candidates(n: int, rows: int, elem_bytes: int, sm_count: int) -> list[
     else:
         bms = sorted({max(1, min(_pow2(rows), e // bn)) for e in (2048, 4096)})
     # A row that is not a whole number of 16-byte vectors is loaded element by element: at most
-    # two vectors' worth per thread (four, bf16 rows of 300 in 4-row blocks on 2 warps, spilled).
-    max_vectors = 4 if n % max(1, 16 // elem_bytes) == 0 else 2
+    # two vectors' worth per thread (four, bf16 rows of 300 in 4-row blocks on 2 warps, spilled;
+    # eight, bf16 rows of 8190 on 4 warps, took 225 registers).
+    aligned = n % vec == 0
+    max_vectors = 4 if aligned else 2
     out = []
     for bm in bms:
         for w in _warp_choices(bm * bn, elem_bytes, max_vectors):
@@ -433,14 +435,13 @@ def _norm_candidates(n: int, rows: int, elem_bytes: int, sm_count: int) -> list[
             resident = sm_count * max(1, min(32, 64 // w))  # programs resident at once (by threads)
             if blocks > 2 * resident:
                 out.append(NormConfig(bm, bn, w, resident))
-    if bn >= 8192 and rows >= sm_count:
+    if bn >= 8192 and rows >= sm_count and aligned:
         # Wide rows over a wave or more: also eight 16-byte vectors per thread (half the warps of
         # the fewest above). H200 sweep (bench_gpu.py --sweep, 2026-12-03): at 1024x8192 it was
         # the fastest or within 1% of it for both norms and dtypes (rms_norm bf16 6.98 us against
         # 7.06 with eight warps). The two-pass kernel in 2048/4096-element chunks, tried there
         # too for its lower register count, was 1-5% slower at every such row, and is not a
         # candidate (benchmarks/RESULTS.md section 3, run 5).
-        vec = max(1, 16 // elem_bytes)
         fewest = min(_warp_choices(bn, elem_bytes))
         if fewest > 1 and bn // (32 * vec * (fewest // 2)) <= 8:
             out.append(NormConfig(1, bn, fewest // 2))

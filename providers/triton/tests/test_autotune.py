@@ -175,7 +175,8 @@ def test_rows_wider_than_registers_take_chunks_of_at_most_four_vectors_per_threa
 def test_rows_not_in_whole_vectors_take_at_most_two_vectors_per_thread() -> None:
     """A row that is not a whole number of 16-byte vectors loads element by element: the
     candidates give each thread at most two vectors' worth (four spilled on sm_90)."""
-    for n, es in ((300, 2), (301, 4), (1001, 2)):  # (300 fp32 is 75 whole vectors)
+    # (300 fp32 is 75 whole vectors; 8190 and 10001 bf16 are wide rows over a wave at 1024)
+    for n, es in ((300, 2), (301, 4), (1001, 2), (8190, 2), (10001, 2)):
         vec = 16 // es
         for rows in (1, 16, 128, 1024):
             for c in kernels._norm_candidates(n, rows, es, 132):

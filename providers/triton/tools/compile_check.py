@@ -155,7 +155,7 @@ def check_silu(d: int, dtype: torch.dtype, arch: int) -> list[tuple]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", type=int, default=90, help="CUDA compute capability, e.g. 90, 80")
-    p.add_argument("--hidden", type=int, nargs="*", default=[4096, 8192, 5120, 300, 128, 40000])
+    p.add_argument("--hidden", type=int, nargs="*", default=[4096, 8192, 5120, 300, 8190, 128, 40000])
     p.add_argument("--silu-d", type=int, nargs="*", default=[14336, 11008, 1500, 64])
     p.add_argument("--dtypes", nargs="*", default=["bf16", "fp16", "fp32"])
     p.add_argument("--quick", action="store_true", help="bf16 only, H in {4096, 8192}")
