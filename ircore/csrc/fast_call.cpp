@@ -23,9 +23,6 @@
 //                 scope's __slots__ slot at the offset its member descriptor gives (getattr when
 //                 the scope's type has no such slot).
 //   name          the op's name (str)
-// A plan's stamp (its generation, a one-element list that bump_generation turns from [True] to
-// [False]) tells whether the plan is current (ircore::is_current_generation, signature.h): the
-// dispatch state itself is never read here.
 //   log_cache     the "ircore" logger's isEnabledFor cache (a dict: level -> bool), or None
 //   note_failure  note_failure(op_name, provider, exc), called when a remembered implementation
 //                 raises (choose_and_cache notes its own failures: nothing is added to those)
@@ -37,6 +34,9 @@
 //                 here: misses return `miss` (the Python path decides; tests use this)
 // An entry is (provider, functional callable, ...); a plan is (generation, entries, {signature:
 // entry}). The same structures as ircore.dispatch; choose_and_cache fills them, this only reads.
+// A plan's stamp (its generation, a one-element list that bump_generation turns from [True] to
+// [False]) tells whether the plan is current (ircore::is_current_generation, signature.h): the
+// dispatch state itself is never read here.
 #include "signature.h"
 
 #include <Python.h>
@@ -321,10 +321,7 @@ int ircore::add_fast_call_type(PyObject* module) {
   g_plans = PyUnicode_InternFromString("plans");
   g_debug = PyLong_FromLong(10);
   g_plan = PyUnicode_InternFromString("_plan");
-  if (g_plans == nullptr || g_debug == nullptr ||
-      g_plan == nullptr) {
-    return -1;
-  }
+  if (g_plans == nullptr || g_debug == nullptr || g_plan == nullptr) return -1;
   if (PyType_Ready(&FastCallType) < 0) return -1;
   Py_INCREF(&FastCallType);
   if (PyModule_AddObject(module, "FastCall", reinterpret_cast<PyObject*>(&FastCallType)) < 0) {
