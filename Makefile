@@ -17,7 +17,7 @@ STAMP := $(VENV)/.ircore-installed
 
 .PHONY: setup demo test lint bench dist clean
 
-$(STAMP): pyproject.toml setup.py ircore/csrc/signature.cpp $(PROVIDERS) Makefile
+$(STAMP): pyproject.toml setup.py $(wildcard ircore/csrc/*) $(PROVIDERS) Makefile
 	@echo "==> creating $(VENV) and installing $(TORCH_PIN), ircore and its providers"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
@@ -44,6 +44,7 @@ demo: setup
 # define the torch namespace _C that only one library per process may own.
 test: setup
 	$(BIN)/python -m ruff check .
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q tests
 	@for p in $(dir $(PROVIDERS)); do \
 		echo "==> testing provider $$p"; \
@@ -52,6 +53,7 @@ test: setup
 
 lint: setup
 	$(BIN)/python -m ruff check .
+	$(BIN)/python -m mypy
 
 bench: setup
 	$(BIN)/python benchmarks/dispatch_overhead.py

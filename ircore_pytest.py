@@ -58,6 +58,15 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 @pytest.fixture
+def ircore_isolated() -> Any:
+    """ircore's state as a scratch copy for the test (``ircore.testing.isolated()``); yields it."""
+    from ircore.testing import isolated
+
+    with isolated() as state:
+        yield state
+
+
+@pytest.fixture
 def ircore_case(request: pytest.FixtureRequest) -> Any:
     """One conformance case (an ``ircore.testing.Case``); ``ircore_case.check()`` runs it."""
     return request.param

@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 256)
     print(f"torch {torch.__version__}, ircore {ircore.__version__}; providers:", file=sys.stderr)
-    from ircore.plugins.manager import MANAGER
+    from ircore.providers._manager import MANAGER
 
     MANAGER.ensure_loaded()
     for name, rec in sorted(MANAGER.records.items()):

@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import transformers
 
-    from ircore.plugins.manager import MANAGER
+    from ircore.providers._manager import MANAGER
 
     MANAGER.ensure_loaded()
     env = (f"torch {torch.__version__}, transformers {transformers.__version__}, ircore {ircore.__version__}, "

@@ -120,7 +120,7 @@ def show_model(name: str) -> None:
 def main() -> None:
     start = time.perf_counter()
     print(f"ircore {ircore.__version__}, torch {torch.__version__}, transformers {transformers.__version__}")
-    from ircore.plugins.manager import MANAGER
+    from ircore.providers._manager import MANAGER
 
     # Each compile runs ircore's pass, so that the report below has something to say (a graph
     # served from Inductor's FX graph cache runs no pass); compiled kernels are still cached.

@@ -3,31 +3,29 @@
 Importing ircore imports no provider, touches no GPU and compiles nothing.
 """
 
-from ircore import ops
-from ircore.dispatch import Explanation, get_priority, priority, set_priority
-from ircore.errors import (
+from typing import TYPE_CHECKING, Any
+
+from ircore import _import_hook, _state, providers
+
+# Dispatch reaches the provider loader through this one interface (ircore._state.ProviderHost).
+_state.STATE.providers = providers.HOST
+
+from ircore import ops  # noqa: E402 - declares the op library, with the loader attached
+from ircore._version import __version__  # noqa: E402
+from ircore.dispatch import Explanation, get_priority, priority, set_priority  # noqa: E402
+from ircore.errors import (  # noqa: E402
     ConfigError,
     ImplRegistrationError,
     InvalidArgumentError,
     IrcoreError,
+    NoToleranceError,
     OpDeclarationError,
     PriorityError,
     ProviderIsolationError,
     ProviderLoadError,
+    UnknownOpError,
 )
-from ircore.op import Impl, IrOp, Sample, Tolerance, all_ops, get_op, register_op
-
-__version__ = "0.1.0"
-
-from ircore import _import_hook
-from ircore import dispatch as _dispatch
-from ircore import plugins as _plugins
-
-_dispatch.STATE.loader = _plugins.ensure_loaded
-_dispatch.STATE.discovered = _plugins.discovered_names
-_dispatch.STATE.status_of = _plugins.provider_status
-_dispatch.STATE.settings_fingerprint = _plugins.settings_fingerprint
-_dispatch.STATE.note_removed = _plugins.note_removed
+from ircore.op import Impl, IrOp, Sample, Tolerance, all_ops, explain, get_op, register_op  # noqa: E402
 
 # DTensor sharding rules: registered when torch.distributed.tensor is imported (never by us).
 _import_hook.call_after_import(
@@ -46,6 +44,7 @@ __all__ = [
     "InvalidArgumentError",
     "IrOp",
     "IrcoreError",
+    "NoToleranceError",
     "OpDeclarationError",
     "Platform",
     "PriorityError",
@@ -53,6 +52,7 @@ __all__ = [
     "ProviderLoadError",
     "Sample",
     "Tolerance",
+    "UnknownOpError",
     "__version__",
     "all_ops",
     "compile",
@@ -64,31 +64,42 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "impl_table",
+    "kit",
     "ops",
     "priority",
     "register_op",
     "set_priority",
+    "testing",
 ]
 
 
 # Imported on first use, so that ``import ircore`` stays cheap (pluggy, tomllib, the platform probe).
 _LAZY = {
-    "API_VERSION": "ircore.plugins.hookspecs",
-    "hookimpl": "ircore.plugins.hookspecs",
-    "hookspec": "ircore.plugins.hookspecs",
-    "configure": "ircore.plugins.config",
-    "ImplSpec": "ircore.plugins.table",
-    "impl_table": "ircore.plugins.table",
+    "API_VERSION": "ircore.providers.hookspecs",
+    "hookimpl": "ircore.providers.hookspecs",
+    "hookspec": "ircore.providers.hookspecs",
+    "configure": "ircore.config",
+    "ImplSpec": "ircore.providers._table",
+    "impl_table": "ircore.providers._table",
     "Platform": "ircore.platform",
     "current_platform": "ircore.platform",
 }
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    from ircore import compile, kit, testing
+    from ircore.config import configure
+    from ircore.platform import Platform, current_platform
+    from ircore.providers._table import ImplSpec, impl_table
+    from ircore.providers.hookspecs import API_VERSION, hookimpl, hookspec
+
+# Subpackages reachable as attributes without importing them first (``ircore.testing.isolated``).
+_SUBMODULES = ("compile", "kit", "testing")
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:
     import importlib
 
-    if name == "compile":  # a callable module: ircore.compile(model), ircore.compile.report()
-        return importlib.import_module("ircore.compile")
+    if name in _SUBMODULES:  # ircore.compile is a callable module: ircore.compile(model)
+        return importlib.import_module(f"ircore.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'ircore' has no attribute {name!r}")
@@ -98,10 +109,5 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | {"compile"})
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
 
-
-def explain(op: "str | IrOp", *args: object, **kwargs: object) -> Explanation:
-    """Which implementation a call of ``op`` with these arguments runs, and why not the others."""
-    target = get_op(op) if isinstance(op, str) else op
-    return target.explain(*args, **kwargs)

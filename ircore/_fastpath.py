@@ -9,22 +9,22 @@ and ``attrs``; the template below is the whole of it.
 What the generated function does, in order: under Dynamo, ``make_fx`` or any dispatch mode (and
 for tensor subclasses, or a first argument that is no tensor) it checks the argument types and
 calls ``torch.ops.ircore.<op>`` so the graph records the op; otherwise it validates the
-arguments, takes the cached plan (see ``ircore.dispatch``), runs the first implementation whose
-``supports_args`` accepts the call (native, when grad mode is on and an argument requires grad:
-``IrOp.wants_grad``), and says which at DEBUG.
+arguments, takes the cached plan (``dispatch.plan_for``), runs the first implementation whose
+``supports_args`` accepts the call (``dispatch.first_supported``, the one walk; native when grad
+mode is on and an argument requires grad: ``IrOp.wants_grad``), and says which at DEBUG.
 
-Under Dynamo the function also reads ``dispatch.STATE.version``, an int fingerprint of every
-priority, configuration and provider setting: Dynamo guards on the int's value, so a function
-compiled before a change recompiles (and is lowered again) on its next call, and one compiled
-for a configuration that comes back is reused. Providers are
-loaded first (at trace time, through ``assume_constant_result``), or loading them on the first
-run would change the version and cost a second compile.
+Under Dynamo the function also reads ``STATE.version`` (:mod:`ircore._state`), an int fingerprint
+of every priority, configuration and provider setting: Dynamo guards on the int's value, so a
+function compiled before a change recompiles (and is lowered again) on its next call, and one
+compiled for a configuration that comes back is reused. Providers are loaded first (at trace
+time, through ``assume_constant_result``), or loading them on the first run would change the
+version and cost a second compile.
 
 Signature cache: for ops declared ``cache_by_signature`` (and when the compiled helper of
 ``ircore._signature`` is loaded) a block in front of that looks the call's signature up in
 ``op.signature_cache`` (or in the plan of the priority scope that names the op) and calls the
 remembered implementation directly: no Python-level argument check and no predicate, which is
-most of the cost above (RESULTS.md section 1). The hit is one C call (``FastCall``,
+most of the cost above (benchmarks/README.md). The hit is one C call (``FastCall``,
 ircore/csrc/fast_call.cpp), and so is the start of a miss: having computed the signature and
 found the table, the fast call calls ``dispatch.choose_and_cache`` (which validates, chooses,
 remembers the choice and runs it) with the plan that decides the call, instead of returning for
@@ -37,16 +37,25 @@ path above.
 from __future__ import annotations
 
 import inspect
+import linecache
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from ircore import _import_hook, _signature, dispatch
+from ircore._state import SCOPE, STATE
 
-if TYPE_CHECKING:
-    from ircore.op import IrOp
+
+class EagerOp(dispatch.OpLike, Protocol):
+    """What the eager call is generated from (:class:`ircore.IrOp`)."""
+
+    native: Callable[..., Any]
+    signature: inspect.Signature
+    signature_spec: bytes | None
+    tensor_indices: tuple[int, ...]
+
 
 # Under Dynamo the first test is constant-folded to True, so Dynamo never traces the C helper.
 _SIGNATURE_BLOCK = """
@@ -58,10 +67,8 @@ _SIGNATURE_BLOCK = """
         if _ir_key is not None:
             _ir_scope = _ir_SCOPE.get()
             if _ir_scope is not None and _ir_name in _ir_scope.priorities:
-                _ir_plan = _ir_scope.plans.get(_ir_name)
-                if _ir_plan is None or _ir_plan[0] is not _ir_STATE.generation:
-                    _ir_plan = _ir_scoped_plan(_ir_self, _ir_scope)
-                _ir_entry = _ir_plan[2].get(_ir_key)
+                _ir_plan = _ir_plan_for(_ir_self, _ir_scope)
+                _ir_entry = _ir_plan.signatures.get(_ir_key)
                 if _ir_entry is None:
                     return _ir_choose_and_cache(_ir_self, _ir_key, ({args},), _ir_plan)
             else:
@@ -69,11 +76,11 @@ _SIGNATURE_BLOCK = """
                 if _ir_entry is None:
                     return _ir_choose_and_cache(_ir_self, _ir_key, ({args},))
             if _ir_log_enabled(10):
-                _ir_log.debug("%s: running %s", _ir_name, _ir_entry[0])
+                _ir_log.debug("%s: running %s", _ir_name, _ir_entry.provider)
             try:
-                return _ir_entry[1]({args})
+                return _ir_entry.call({args})
             except Exception as _ir_exc:
-                _ir_note_failure(_ir_name, _ir_entry[0], _ir_exc)
+                _ir_note_failure(_ir_name, _ir_entry.provider, _ir_exc)
                 raise
 """
 
@@ -87,26 +94,18 @@ def __call__(_ir_self, {params}):{signature_block}
     _ir_scope = _ir_SCOPE.get()
     if _ir_scope is None or _ir_name not in _ir_scope.priorities:
         _ir_plan = _ir_self._plan
-        if _ir_plan[0] is not _ir_STATE.generation:
-            _ir_plan = _ir_refresh_plan(_ir_self)
+        if _ir_plan.generation is not _ir_STATE.generation:
+            _ir_plan = _ir_plan_for(_ir_self, None)
     else:
-        _ir_plan = _ir_scoped_plan(_ir_self, _ir_scope)
-    if _ir_grad_enabled() and ({requires_grad}):
-        _ir_entry = _ir_plan[1][-1]  # a differentiable call: native, the one with autograd
-    else:
-        try:
-            for _ir_entry in _ir_plan[1]:
-                _ir_pred = _ir_entry[3]
-                if _ir_pred is None or _ir_pred({args}):
-                    break
-        except Exception:  # a predicate raised: the careful path reports it and skips that one
-            return _ir_call_first_supported(_ir_name, _ir_plan[1], ({args},))
+        _ir_plan = _ir_plan_for(_ir_self, _ir_scope)
+    # the one walk (dispatch.first_supported); a differentiable call gets native, the one with autograd
+    _ir_entry = _ir_first(_ir_name, _ir_plan.entries, ({args},), _ir_grad_enabled() and ({requires_grad}))[0]
     if _ir_log_enabled(10):
-        _ir_log.debug("%s: running %s", _ir_name, _ir_entry[0])
+        _ir_log.debug("%s: running %s", _ir_name, _ir_entry.provider)
     try:
-        return _ir_entry[1]({args})
+        return _ir_entry.call({args})
     except Exception as _ir_exc:
-        _ir_note_failure(_ir_name, _ir_entry[0], _ir_exc)
+        _ir_note_failure(_ir_name, _ir_entry.provider, _ir_exc)
         raise
 """
 
@@ -114,7 +113,7 @@ _log = logging.getLogger("ircore")
 # logging.Logger caches isEnabledFor answers in ``_cache`` (cleared in place on level changes).
 # Where it says False, isEnabledFor would too; anything else (not yet cached, True, a Python
 # without that dict) asks isEnabledFor: the fast call leaves such calls to the Python path.
-_log_cache = _log._cache if isinstance(getattr(_log, "_cache", None), dict) else None
+_log_cache = getattr(_log, "_cache", None) if isinstance(getattr(_log, "_cache", None), dict) else None
 # What the fast call returns when the Python path must decide (never an implementation's result).
 _MISS = object()
 # Cheaper than is_compiling (one call, no is_scripting), and folded to True by Dynamo.
@@ -145,7 +144,7 @@ _import_hook.call_after_import(
 
 
 def make_fast_call(
-    op: IrOp, choose: Callable[..., Any] | None = dispatch.choose_and_cache
+    op: EagerOp, choose: Callable[..., Any] | None = dispatch.choose_and_cache
 ) -> Callable[..., Any]:
     """``op``'s ``FastCall`` (ircore/csrc/fast_call.cpp), which the eager call tries first.
 
@@ -157,7 +156,7 @@ def make_fast_call(
     return _signature.FastCall(
         op.signature_spec,
         op.signature_cache,
-        dispatch.SCOPE,
+        SCOPE,
         op.name,
         _log_cache,
         dispatch.note_failure,
@@ -167,8 +166,8 @@ def make_fast_call(
     )
 
 
-def build_eager_call(op: IrOp) -> Callable[..., Any]:
-    """``__call__`` for ``op``'s class: the native signature, the dispatch described above."""
+def make_call_script(op: EagerOp) -> tuple[str, dict[str, Any]]:
+    """The source of ``op``'s eager ``__call__`` and the globals it runs with."""
     params = list(op.signature.parameters.values())
     names = [p.name for p in params]
     if any(name.startswith("_ir_") for name in names):  # cannot happen for declared ops
@@ -177,7 +176,7 @@ def build_eager_call(op: IrOp) -> Callable[..., Any]:
     use_signature = op.signature_spec is not None and None not in (_signature.signature, _signature.FastCall)
     # IrOp.wants_grad, inlined: checked arguments, so each is a tensor or None
     requires_grad = " or ".join(
-        f"({names[i]} is not None and {names[i]}.requires_grad)" for i in op._tensor_indices
+        f"({names[i]} is not None and {names[i]}.requires_grad)" for i in op.tensor_indices
     )
     source = _TEMPLATE.format(
         params=args,
@@ -198,21 +197,46 @@ def build_eager_call(op: IrOp) -> Callable[..., Any]:
         "_ir_cache_get": op.signature_cache.get,
         "_ir_dispatch_stack_len": torch._C._len_torch_dispatch_stack,
         "_ir_Tensor": torch.Tensor,
-        "_ir_SCOPE": dispatch.SCOPE,
-        "_ir_STATE": dispatch.STATE,
+        "_ir_SCOPE": SCOPE,
+        "_ir_STATE": STATE,
         "_ir_name": op.name,
-        "_ir_refresh_plan": dispatch.refresh_plan,
-        "_ir_scoped_plan": dispatch.scoped_plan,
-        "_ir_call_first_supported": dispatch.call_first_supported,
+        "_ir_plan_for": dispatch.plan_for,
+        "_ir_first": dispatch.first_supported,
         "_ir_note_failure": dispatch.note_failure,
         "_ir_log": _log,
         "_ir_log_enabled": _log.isEnabledFor,
         "_ir_grad_enabled": torch.is_grad_enabled,
     }
-    code = compile(source, f"<ircore eager call of {op.name}>", "exec")
-    exec(code, namespace)
-    call = namespace["__call__"]
-    defaults = tuple(p.default for p in params if p.default is not inspect.Parameter.empty)
+    return source, namespace
+
+
+def compile_script(source: str, namespace: dict[str, Any], filename: str) -> dict[str, Any]:
+    """Run ``source`` in ``namespace``, with its lines in :mod:`linecache` under ``filename``.
+
+    So tracebacks and pdb show the generated lines. A name already taken by other source (an op
+    declared again after its first declaration was undone) gets a numbered suffix.
+    """
+    lines = source.splitlines(True)
+    base, count = filename, 1
+    while True:
+        cached = linecache.cache.setdefault(filename, (len(source), None, lines, filename))
+        if len(cached) == 4 and cached[2] == lines:
+            break
+        filename = f"{base[:-1]}-{count}>"
+        count += 1
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
+def build_eager_call(op: EagerOp) -> Callable[..., Any]:
+    """``__call__`` for ``op``'s class: the native signature, the dispatch described above."""
+    source, namespace = make_call_script(op)
+    call: Callable[..., Any] = compile_script(source, namespace, f"<ircore eager call of {op.name}>")[
+        "__call__"
+    ]
+    defaults = tuple(
+        p.default for p in op.signature.parameters.values() if p.default is not inspect.Parameter.empty
+    )
     call.__defaults__ = defaults or None
     call.__qualname__ = f"IrOp[{op.name}].__call__"
     call.__doc__ = op.native.__doc__

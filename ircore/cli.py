@@ -20,12 +20,12 @@ import torch
 
 import ircore
 from ircore import _signature, dispatch
+from ircore.config import ENV_VARS, find_config_file
 from ircore.errors import IrcoreError
-from ircore.plugins.config import ENV_VARS, find_config_file
-from ircore.plugins.manager import MANAGER
-from ircore.plugins.records import ProviderState
-
-EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+from ircore.providers._manager import MANAGER
+from ircore.providers._records import ProviderState
+from ircore.tools import bench, verify
+from ircore.tools.common import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, parse_dtype, parse_shape, table
 
 
 def _version_of(dist: str) -> str | None:
@@ -36,7 +36,7 @@ def _version_of(dist: str) -> str | None:
 
 
 def _providers() -> list[dict[str, Any]]:
-    return [MANAGER.records[name].to_dict() for name in sorted(MANAGER.records)]
+    return [record.to_dict() for record in MANAGER.current_records()]
 
 
 def _ops() -> list[dict[str, Any]]:
@@ -55,14 +55,6 @@ def _ops() -> list[dict[str, Any]]:
     return out
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    """Aligned columns, indented by two spaces."""
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    return "\n".join(
-        "  " + "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]
-    )
-
-
 # ---------------------------------------------------------------------- commands
 def cmd_list(args: argparse.Namespace) -> int:
     MANAGER.ensure_loaded()
@@ -75,37 +67,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         rows = [
             [p["name"], f"{p['distribution']} {p['version']}", p["state"], p["reason"]] for p in providers
         ]
-        print(_table(rows, ["name", "distribution", "state", "reason"]))
+        print(table(rows, ["name", "distribution", "state", "reason"]))
     else:
         print("  (none installed: pip install ircore-provider-<name>)")
     print("\nops:")
     rows = [[o["op"], ", ".join(o["priority"]), o["source"], ", ".join(o["implementations"])] for o in ops]
-    print(_table(rows, ["op", "priority", "from", "implementations"]))
+    print(table(rows, ["op", "priority", "from", "implementations"]))
     return EXIT_OK
-
-
-def _parse_shape(text: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(p) for p in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--shape {text!r}: expected sizes like 16x4096") from None
-    if not shape or any(s < 0 for s in shape):
-        raise argparse.ArgumentTypeError(f"--shape {text!r}: expected sizes like 16x4096")
-    return shape
-
-
-def _parse_dtype(text: str) -> torch.dtype:
-    aliases = {
-        "fp32": "float32",
-        "fp16": "float16",
-        "bf16": "bfloat16",
-        "half": "float16",
-        "float": "float32",
-    }
-    dtype = getattr(torch, aliases.get(text, text), None)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise argparse.ArgumentTypeError(f"--dtype {text!r}: expected float32, float16 or bfloat16")
-    return dtype
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -219,9 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_explain = sub.add_parser("explain", help="which implementation a call runs, and why the others don't")
     p_explain.add_argument("op", help="op name, e.g. rms_norm")
-    p_explain.add_argument("--shape", type=_parse_shape, default=(16, 4096), help="shape of x, e.g. 16x4096")
+    p_explain.add_argument("--shape", type=parse_shape, default=(16, 4096), help="shape of x, e.g. 16x4096")
     p_explain.add_argument(
-        "--dtype", type=_parse_dtype, default=torch.bfloat16, help="float32, float16 or bfloat16"
+        "--dtype", type=parse_dtype, default=torch.bfloat16, help="float32, float16 or bfloat16"
     )
     p_explain.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda:0")
     p_explain.add_argument("--json", action="store_true", help="machine-readable output")
@@ -230,8 +198,6 @@ def build_parser() -> argparse.ArgumentParser:
     p_doctor = sub.add_parser("doctor", help="platform, versions, config in effect, every provider problem")
     p_doctor.add_argument("--json", action="store_true", help="machine-readable output")
     p_doctor.set_defaults(func=cmd_doctor)
-
-    from ircore.tools import bench, verify  # they import this module's helpers
 
     verify.add_parser(sub)
     bench.add_parser(sub)

@@ -1,202 +1,119 @@
-"""Which implementation runs: priority lists, scoped priorities, plans and ``explain``.
+"""Which implementation runs: priority lists, scoped priorities, plans, the walk and ``explain``.
 
 One rule serves eager calls, the compile-time lowering and introspection: walk the op's
 effective priority list (``native`` always last) and take the first implementation whose
-provider is usable and whose ``supports_args`` accepts the arguments.
+provider is usable and whose ``supports_args`` accepts the arguments. :func:`first_supported`
+is that walk; the eager call, :func:`explain` and the lowering all go through it.
 
 The effective list comes from the highest source that names the op: a ``with ircore.priority``
 scope, then ``ircore.set_priority``/``ircore.configure``, then ``IRCORE_PRIORITY``, then the config
-file, then the providers' suggested ranks. A resolved list is cached on the op as a *plan*,
-stamped with :attr:`DispatchState.generation`; anything that could change a plan replaces the
-generation, so the eager path needs one identity check to know its plan is current (compiled code
-reads the flag the stamp carries instead, without reading the state).
+file, then the providers' suggested ranks. A resolved list is a :class:`Plan`, stamped with the
+state's generation (:mod:`ircore._state`); anything that could change a plan replaces the
+generation, so the eager path needs one identity check to know its plan is current.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from ircore import _ownership, _signature
+from ircore._state import SCOPE, STATE, PriorityLayer, Scope
 from ircore.errors import PriorityError
 
-if TYPE_CHECKING:
-    from ircore.op import IrOp
-
 __all__ = [
-    "set_priority",
-    "get_priority",
-    "priority",
-    "explain",
-    "Explanation",
     "DEFAULT_RANK",
+    "NATIVE",
+    "Entry",
+    "Explanation",
+    "Plan",
+    "PriorityBlock",
+    "Step",
+    "explain",
+    "first_supported",
+    "get_priority",
+    "plan_for",
+    "priority",
+    "set_priority",
 ]
+
+# Re-exported for tests and tools that inspect the state a decision was made from.
+__all__ += ["SCOPE", "STATE", "PriorityLayer", "Scope"]
 
 _log = logging.getLogger("ircore")
 NATIVE = "native"
 DEFAULT_RANK = 100
-
-# An entry: (provider, functional callable, raw callable, supports_args or None, whether
-# supports_args' answer may be cached per call signature).
-Entry = tuple[str, Callable[..., Any], Callable[..., Any], Any, bool]
-# A plan: (generation, entries, {call signature: the entry that runs it}).
-Plan = tuple[list[bool] | None, tuple[Entry, ...], dict[bytes, Entry]]
 # Distinct signatures remembered per plan before the cache starts over (a bound, not a tuning knob:
 # an engine sees a few dozen).
 SIGNATURE_CACHE_LIMIT = 4096
 
 
-class _Scope:
-    """The priorities in effect inside a ``with ircore.priority(...)`` block (merged with the
-    enclosing blocks'), the scope to go back to on exit, and the plans resolved under it.
+class Entry(NamedTuple):
+    """One implementation as a plan holds it (ircore/csrc/fast_call.cpp reads it by position)."""
 
-    One object per distinct (enclosing scope, contents) (see :class:`PriorityBlock`), so a block
-    entered again finds its plans; those are shared with every scope that resolves an op to the
-    same list (:func:`scoped_plan`). ``priorities`` and ``plans`` are dicts, and ``plans`` has
-    an entry for exactly the ops ``priorities`` names (made on entry, replaced when stale): the
-    fast call (ircore/csrc/fast_call.cpp) reads only ``plans``, from its slot, and takes a name
-    missing there to mean "not named here".
-    """
-
-    __slots__ = ("outer", "plans", "priorities")
-
-    def __init__(self, priorities: dict[str, tuple[str, ...]], outer: _Scope | None) -> None:
-        self.priorities = priorities
-        self.outer = outer
-        self.plans: dict[str, Plan] = {}
+    #: the provider's name, or ``native``
+    provider: str
+    #: what a functional call runs: for an in-place implementation, one that works on clones
+    call: Callable[..., Any]
+    #: the implementation as registered (it may write its in-place arguments)
+    fn: Callable[..., Any]
+    #: which calls it takes, or None for all
+    supports_args: Callable[..., bool] | None
+    #: whether its predicate's answer may be remembered per call signature
+    cacheable: bool
 
 
-SCOPE: ContextVar[_Scope | None] = ContextVar("ircore_priority_scope", default=None)
+class Plan(NamedTuple):
+    """An op's entries for one priority list, stamped with the generation they were resolved in."""
+
+    generation: list[bool] | None
+    entries: tuple[Entry, ...]
+    #: call signature -> the entry that runs it (see ircore._signature)
+    signatures: dict[bytes, Entry]
 
 
-class PriorityLayer(NamedTuple):
-    """Priority lists from one configuration source, e.g. ``IRCORE_PRIORITY``."""
+class OpLike(Protocol):
+    """What dispatch reads of an op (:class:`ircore.IrOp`)."""
 
-    source: str
-    priorities: Mapping[str, tuple[str, ...]]
+    _plan: Plan
 
+    @property
+    def name(self) -> str: ...
 
-class DispatchState:
-    """Everything plans are computed from. Mutations go through functions that bump generation."""
+    @property
+    def impls(self) -> Mapping[str, Any]: ...
 
-    def __init__(self) -> None:
-        # The token that plans (and everything remembered per configuration) are stamped with;
-        # a change replaces it (bump_generation). A one-element list: [True] while it is the
-        # current one, [False] once replaced, so compiled code (ircore/csrc) tells a stale plan
-        # from its stamp alone, without reading this attribute. Python code compares identities.
-        self.generation: list[bool] = [True]
-        # An int fingerprint of everything compiled graphs depend on (see _fingerprint), updated
-        # with the generation. Compiled code reads it under Dynamo, which guards on an int's
-        # value (not on an object's identity): a change recompiles, a change back finds the
-        # graph compiled before.
-        self.version: int = 0
-        self.lock = threading.RLock()
-        self.api_priority: dict[str, tuple[str, ...]] = {}
-        self.layers: list[PriorityLayer] = []  # env, then file; set by ircore.plugins.config
-        self.ranks: dict[str, dict[str, int]] = {}  # op -> provider -> suggested rank
-        self.blocked: dict[str, str] = {}  # provider -> why it must not run (config)
-        # Called before any plan is resolved: discovers and loads providers (ircore.plugins).
-        self.loader: Callable[[], None] | None = None
-        # Names of providers known without loading them (discovered entry points).
-        self.discovered: Callable[[], set[str]] | None = None
-        # Why a known provider cannot run (its state and reason), or None.
-        self.status_of: Callable[[str], str | None] = lambda name: None
-        # Configuration outside this state that compiled graphs depend on (fusion switches).
-        self.settings_fingerprint: Callable[[], object] = lambda: None
-        # Told (op, provider, how) when an implementation is removed, so provider records say so.
-        self.note_removed: Callable[[str, str, str], None] = lambda op, provider, how: None
+    @property
+    def removed(self) -> Mapping[str, str]: ...
 
+    @property
+    def check_args(self) -> Callable[..., None]: ...
 
-STATE = DispatchState()
+    @property
+    def signature_cache(self) -> dict[bytes, Entry]: ...
 
+    def entry(self, provider: str) -> Entry: ...
 
-def bump_generation() -> None:
-    """Invalidate every cached plan and every remembered per-signature choice."""
-    from ircore.op import all_ops
+    def wants_grad(self, args: tuple[Any, ...]) -> bool: ...
 
-    with STATE.lock:
-        STATE.generation[0] = False  # what is stamped with it is stale from here on
-        STATE.generation = [True]
-        STATE.version = _fingerprint()
-        for op in all_ops().values():
-            op.signature_cache.clear()
-
-
-def _fingerprint() -> int:
-    """The priority sources, ranks, blocked providers, implementations and fusion switches, as an int.
-
-    Equal configurations give equal values within a process, so a compiled function that went
-    through priorities A, B and back to A reuses its graph for A instead of compiling a third.
-    """
-    from ircore.op import all_ops
-
-    impls = tuple(
-        (name, tuple((provider, id(impl)) for provider, impl in op.impls.items()))
-        for name, op in sorted(all_ops().items())
-    )
-    return hash(
-        (
-            tuple(sorted(STATE.api_priority.items())),
-            tuple((layer.source, tuple(sorted(layer.priorities.items()))) for layer in STATE.layers),
-            tuple(sorted((op, tuple(sorted(ranks.items()))) for op, ranks in STATE.ranks.items())),
-            tuple(sorted(STATE.blocked)),
-            impls,
-            STATE.settings_fingerprint(),
-        )
-    )
+    def inputs_overlap(self, args: tuple[Any, ...]) -> bool: ...
 
 
 def ensure_loaded() -> None:
-    """Discover and load providers as configuration allows (idempotent)."""
-    loader = STATE.loader
-    if loader is not None:
-        loader()
-
-
-_known: tuple[object, frozenset[str]] = (None, frozenset())
-
-
-def known_providers() -> frozenset[str]:
-    """Providers a priority list may name: those with implementations, and discovered ones.
-
-    Remembered per generation: registrations and provider loading replace it.
-    """
-    global _known
-    generation = STATE.generation
-    if _known[0] is not generation:
-        from ircore.op import all_ops
-
-        names = {p for op in all_ops().values() for p in op.impls}
-        if STATE.discovered is not None:
-            names |= STATE.discovered()
-        _known = (generation, frozenset(names))
-    return _known[1]
+    """Discover and load ops and providers as configuration allows (idempotent)."""
+    STATE.providers.ensure_loaded()
 
 
 # ---------------------------------------------------------------------- priority sources
-_OPS: dict[str, IrOp] | None = None
-
-
-def _op_registry() -> dict[str, IrOp]:
-    """ircore.op's registry of declared ops, by name (not a copy: read only)."""
-    global _OPS
-    if _OPS is None:
-        from ircore import op
-
-        _OPS = op._OPS
-    return _OPS
-
-
 def validate_priority(
     priorities: Mapping[str, Sequence[str] | str | None], source: str
 ) -> dict[str, tuple[str, ...] | None]:
     """Check op and provider names of a priority mapping; raise naming ``source`` and the key."""
-    ops = _op_registry()
-    known = known_providers()
+    ops = STATE.ops
+    known = STATE.known_providers()
     out: dict[str, tuple[str, ...] | None] = {}
     for op_name, providers in priorities.items():
         if op_name not in ops:
@@ -237,25 +154,44 @@ def set_priority(
                 STATE.api_priority.pop(op_name, None)
             else:
                 STATE.api_priority[op_name] = names
-        bump_generation()
+        STATE.bump()
 
 
-# Remembered so that a block entered again costs a few dict lookups: blocks by request,
-# scopes by (enclosing scope, contents), and plans by (op, list); each bounded like the signature
-# cache, and each stamped with (or checked against) the generation it was resolved under.
-SCOPE_LIMIT = 256
-_blocks: dict[tuple[Any, ...], PriorityBlock] = {}
-_scopes: dict[tuple[_Scope | None, tuple[Any, ...]], _Scope] = {}
-_plans: dict[tuple[str, tuple[str, ...]], Plan] = {}
+def default_priority(op: OpLike) -> tuple[str, ...]:
+    """Providers' suggested order for ``op``: by rank, then by registration order."""
+    ranks = STATE.ranks.get(op.name, {})
+    order = {p: i for i, p in enumerate(op.impls)}
+    return tuple(sorted(op.impls, key=lambda p: (ranks.get(p, DEFAULT_RANK), order[p])))
 
 
-def _remember(table: dict[Any, Any], key: Any, value: Any) -> Any:
-    if len(table) >= SCOPE_LIMIT:
-        table.clear()
-    table[key] = value
-    return value
+def effective_priority(op: OpLike, scope: Scope | None) -> tuple[tuple[str, ...], str]:
+    """The list that decides ``op`` under ``scope`` (``native`` last) and the source it came from."""
+    if scope is not None and op.name in scope.priorities:
+        names, source = scope.priorities[op.name], "ircore.priority() scope"
+    elif op.name in STATE.api_priority:
+        names, source = STATE.api_priority[op.name], "ircore.set_priority()/configure()"
+    else:
+        for layer in STATE.layers:
+            if op.name in layer.priorities:
+                names, source = layer.priorities[op.name], layer.source
+                break
+        else:
+            names, source = default_priority(op), "provider defaults"
+    return _with_native(names), source
 
 
+def _with_native(names: tuple[str, ...]) -> tuple[str, ...]:
+    """A priority list as dispatch runs it: ``native`` last unless the list names it."""
+    return names if NATIVE in names else (*names, NATIVE)
+
+
+def get_priority(op_name: str) -> list[str]:
+    """The effective priority list of ``op_name`` in this context, ``native`` last."""
+    ensure_loaded()
+    return list(effective_priority(STATE.op(op_name), SCOPE.get())[0])
+
+
+# ---------------------------------------------------------------------- priority blocks
 def priority(
     priorities: Mapping[str, Sequence[str] | None] | None = None, /, **ops: Sequence[str] | None
 ) -> PriorityBlock:
@@ -273,10 +209,10 @@ def priority(
     key = _request_key(request)
     if key is None:  # not hashable, so not a valid request: checked (and refused) on entry
         return PriorityBlock(request)
-    block = _blocks.get(key)
+    block: PriorityBlock | None = STATE.blocks.get(key)
     if block is None:
         normalized = {key[i]: key[i + 1] for i in range(0, len(key), 2)}  # no list the caller can change
-        block = _remember(_blocks, key, PriorityBlock(normalized))
+        block = STATE.remember(STATE.blocks, key, PriorityBlock(normalized))
     return block
 
 
@@ -300,12 +236,12 @@ class _PyBlockBase:
     """Entering and leaving a block seen before, in Python: the twin of the compiled
     ``BlockBase`` (ircore/csrc/scope_block.cpp, ~0.25 us less per block), used without it."""
 
-    _seen: dict[_Scope | None, tuple[object, _Scope]]
+    _seen: dict[Scope | None, tuple[object, Scope]]
 
-    def __init__(self, scope_var: ContextVar[_Scope | None], seen: dict[Any, Any]) -> None:
-        pass  # the compiled base keeps these; here the module's SCOPE and the subclass's _seen serve
+    def __init__(self, scope_var: ContextVar[Scope | None], seen: dict[Any, Any]) -> None:
+        pass  # the compiled base keeps these; here SCOPE and the subclass's _seen serve
 
-    def _resolve(self, outer: _Scope | None) -> _Scope:
+    def _resolve(self, outer: Scope | None) -> Scope:
         raise NotImplementedError
 
     def __enter__(self) -> None:
@@ -321,20 +257,20 @@ class _PyBlockBase:
 _BlockBase: type = _signature.BlockBase or _PyBlockBase
 
 
-class PriorityBlock(_BlockBase, contextlib.ContextDecorator):  # type: ignore[misc, valid-type]
+class PriorityBlock(_BlockBase, contextlib.ContextDecorator):  # type: ignore[misc]
     """What :func:`priority` returns: a context manager (and decorator) holding no per-entry
     state, so one object serves every entry, nested or in other threads and tasks. Leaving a
     block makes its enclosing block's priorities current again."""
 
     def __init__(self, request: Mapping[str, Any]) -> None:
         self._request = request
-        self._seen: dict[_Scope | None, tuple[object, _Scope]] = {}  # enclosing scope -> scope
+        self._seen: dict[Scope | None, tuple[object, Scope]] = {}  # enclosing scope -> scope
         super().__init__(SCOPE, self._seen)
 
     def _recreate_cm(self) -> PriorityBlock:
         return self
 
-    def _resolve(self, outer: _Scope | None) -> _Scope:
+    def _resolve(self, outer: Scope | None) -> Scope:
         ensure_loaded()
         generation = STATE.generation  # validation depends on the providers known now
         validated = validate_priority(self._request, "ircore.priority()")
@@ -345,123 +281,72 @@ class PriorityBlock(_BlockBase, contextlib.ContextDecorator):  # type: ignore[mi
             else:
                 merged[op_name] = names
         content = (outer, tuple(sorted(merged.items())))
-        scope = _scopes.get(content)
+        scope = STATE.scopes.get(content)
         if scope is None:
-            scope = _remember(_scopes, content, _Scope(merged, outer))
+            scope = STATE.remember(STATE.scopes, content, Scope(merged, outer))
             # Resolve the plans of the ops this scope names now, once per distinct scope, so the
             # first call inside it costs what a signature miss costs outside any block.
-            ops = _op_registry()
             for op_name, names in merged.items():
-                scope.plans[op_name] = _shared_plan(ops[op_name], _with_native(names), generation)
-        _remember(self._seen, outer, (generation, scope))
+                scope.plans[op_name] = _shared_plan(STATE.ops[op_name], _with_native(names), generation)
+        STATE.remember(self._seen, outer, (generation, scope))
         return scope
 
 
-def default_priority(op: IrOp) -> tuple[str, ...]:
-    """Providers' suggested order for ``op``: by rank, then by registration order."""
-    ranks = STATE.ranks.get(op.name, {})
-    order = {p: i for i, p in enumerate(op.impls)}
-    return tuple(sorted(op.impls, key=lambda p: (ranks.get(p, DEFAULT_RANK), order[p])))
-
-
-def effective_priority(op: IrOp, scope: _Scope | None) -> tuple[tuple[str, ...], str]:
-    """The list that decides ``op`` under ``scope`` (``native`` last) and the source it came from."""
-    if scope is not None and op.name in scope.priorities:
-        names, source = scope.priorities[op.name], "ircore.priority() scope"
-    elif op.name in STATE.api_priority:
-        names, source = STATE.api_priority[op.name], "ircore.set_priority()/configure()"
-    else:
-        for layer in STATE.layers:
-            if op.name in layer.priorities:
-                names, source = layer.priorities[op.name], layer.source
-                break
-        else:
-            names, source = default_priority(op), "provider defaults"
-    return _with_native(names), source
-
-
-def _with_native(names: tuple[str, ...]) -> tuple[str, ...]:
-    """A priority list as dispatch runs it: ``native`` last unless the list names it."""
-    return names if NATIVE in names else (*names, NATIVE)
-
-
-def get_priority(op_name: str) -> list[str]:
-    """The effective priority list of ``op_name`` in this context, ``native`` last."""
-    from ircore.op import get_op
-
-    ensure_loaded()
-    return list(effective_priority(get_op(op_name), SCOPE.get())[0])
-
-
 # ---------------------------------------------------------------------- plans
-def _entries(op: IrOp, names: Sequence[str]) -> tuple[Entry, ...]:
+def _entries(op: OpLike, names: Sequence[str]) -> tuple[Entry, ...]:
     entries: list[Entry] = []
     for name in names:
         if name == NATIVE:
-            entries.append((NATIVE, op.native, op.native, None, True))
+            entries.append(op.entry(NATIVE))
             break  # native runs everything: nothing after it is reached
-        impl = op.impls.get(name)
-        if impl is None or name in STATE.blocked:
-            continue
-        cacheable = impl.supports_args is None or impl.cache_by_signature
-        entries.append((name, op.functional_call(impl), impl.fn, impl.supports_args, cacheable))
+        if name in op.impls and name not in STATE.blocked:
+            entries.append(op.entry(name))
     return tuple(entries)
 
 
-def refresh_plan(op: IrOp) -> Plan:
-    """Resolve and cache ``op``'s plan outside any priority scope. Its table is
-    ``op.signature_cache`` (cleared by :func:`bump_generation`, which any change that makes a
-    new plan goes through), the one the fast call looks in outside scopes."""
-    ensure_loaded()
-    generation = STATE.generation
-    plan = (generation, _entries(op, effective_priority(op, None)[0]), op.signature_cache)
-    op._plan = plan
-    return plan
-
-
-def _shared_plan(op: IrOp, names: tuple[str, ...], generation: object) -> Plan:
+def _shared_plan(op: OpLike, names: tuple[str, ...], generation: list[bool]) -> Plan:
     """The plan of ``op`` for the list ``names`` (``native`` last), one per (op, list) and
     generation, shared by every scope that resolves ``op`` to that list."""
-    plan = _plans.get((op.name, names))
-    if plan is None or plan[0] is not generation:
-        plan = _remember(_plans, (op.name, names), (generation, _entries(op, names), {}))
+    plan: Plan | None = STATE.plans.get((op.name, names))
+    if plan is None or plan.generation is not generation:
+        plan = STATE.remember(STATE.plans, (op.name, names), Plan(generation, _entries(op, names), {}))
     return plan
 
 
-def scoped_plan(op: IrOp, scope: _Scope) -> Plan:
-    """``op``'s plan under ``scope``, cached on the scope object and shared by every scope that
-    resolves ``op`` to the same list (with the choices remembered under it). Only for an op the
-    scope names: ``scope.plans`` holds those ops and no others (see :class:`_Scope`)."""
-    plan = scope.plans.get(op.name)
-    if plan is None or plan[0] is not STATE.generation:
-        ensure_loaded()
-        plan = _shared_plan(op, effective_priority(op, scope)[0], STATE.generation)
-        scope.plans[op.name] = plan
-    return plan
+def plan_for(op: OpLike, scope: Scope | None) -> Plan:
+    """``op``'s current plan under ``scope``, resolved again if it is stale.
 
-
-def process_plan(op: IrOp) -> Plan:
-    """``op``'s plan outside any priority scope (what compiled graphs are lowered with)."""
-    plan = op._plan
-    if plan[0] is not STATE.generation:
-        plan = refresh_plan(op)
-    return plan
-
-
-def current_plan(op: IrOp) -> Plan:
-    scope = SCOPE.get()
+    Under a scope that names the op: the scope's plan (shared by every scope that resolves the op
+    to the same list). Otherwise the process-wide plan, ``op._plan``, whose table of remembered
+    choices is ``op.signature_cache`` (what the fast call looks in outside scopes); compiled
+    graphs are lowered with it.
+    """
     if scope is not None and op.name in scope.priorities:
-        return scoped_plan(op, scope)
-    return process_plan(op)
+        plan: Plan | None = scope.plans.get(op.name)
+        if plan is None or plan.generation is not STATE.generation:
+            ensure_loaded()
+            plan = _shared_plan(op, effective_priority(op, scope)[0], STATE.generation)
+            scope.plans[op.name] = plan
+        return plan
+    plan = op._plan
+    if plan.generation is not STATE.generation:
+        ensure_loaded()
+        generation = STATE.generation
+        plan = Plan(generation, _entries(op, effective_priority(op, None)[0]), op.signature_cache)
+        op._plan = plan
+    return plan
 
 
-_warned_predicates: set[tuple[str, str]] = set()
+# ---------------------------------------------------------------------- the walk
+#: ``on_step(entry, accepted, why)``: told each entry the walk considers (see :func:`explain`).
+StepObserver = Callable[[Entry, bool, str], None]
+_GRAD_REASON = "an argument requires grad and grad mode is on: only native has autograd"
 
 
 def _predicate_raised(op_name: str, provider: str, exc: BaseException) -> None:
     key = (op_name, provider)
-    if key not in _warned_predicates:
-        _warned_predicates.add(key)
+    if key not in STATE.warned_predicates:
+        STATE.warned_predicates.add(key)
         _log.warning(
             "provider %r: supports_args of %s raised %s: %s; treating it as 'not supported'",
             provider,
@@ -472,7 +357,11 @@ def _predicate_raised(op_name: str, provider: str, exc: BaseException) -> None:
 
 
 def first_supported(
-    op_name: str, entries: tuple[Entry, ...], args: tuple[Any, ...], grad: bool = False
+    op_name: str,
+    entries: tuple[Entry, ...],
+    args: tuple[Any, ...],
+    grad: bool = False,
+    on_step: StepObserver | None = None,
 ) -> tuple[Entry, bool]:
     """The first entry whose predicate accepts ``args``, and whether that choice may be cached.
 
@@ -480,77 +369,102 @@ def first_supported(
     ``cache_by_signature`` and none raised; a predicate that raises counts as "not supported".
     ``grad`` (the call must be differentiable, ``IrOp.wants_grad``) leaves only native, the one
     implementation with autograd; the signature says so, so that choice is cacheable.
+    ``on_step`` is told every entry considered, with its verdict and why.
     """
     if grad:
+        if on_step is not None:
+            for entry in entries[:-1]:
+                on_step(entry, False, _GRAD_REASON)
+            on_step(entries[-1], True, "the native reference runs every call")
         return entries[-1], True
     cacheable = True
     for entry in entries:
-        pred = entry[3]
-        if pred is not None:
-            cacheable = cacheable and entry[4]
-            try:
-                if not pred(*args):
-                    continue
-            except Exception as exc:
-                _predicate_raised(op_name, entry[0], exc)
-                cacheable = False
-                continue
-        return entry, cacheable
+        pred = entry.supports_args
+        if pred is None:
+            if on_step is not None:
+                native = entry.provider == NATIVE
+                on_step(
+                    entry,
+                    True,
+                    "the native reference runs every call"
+                    if native
+                    else "accepts every call (no supports_args)",
+                )
+            return entry, cacheable
+        cacheable = cacheable and entry.cacheable
+        try:
+            accepted = pred(*args)
+        except Exception as exc:
+            _predicate_raised(op_name, entry.provider, exc)
+            if on_step is not None:
+                on_step(entry, False, f"supports_args raised {type(exc).__name__}: {exc}")
+            cacheable = False
+            continue
+        if on_step is not None:
+            on_step(
+                entry,
+                bool(accepted),
+                f"supports_args {'accepted' if accepted else 'rejected'} these arguments",
+            )
+        if accepted:
+            return entry, cacheable
     raise AssertionError(f"ircore op {op_name!r}: plan has no native entry")
 
 
-def call_first_supported(op_name: str, entries: tuple[Entry, ...], args: tuple[Any, ...]) -> Any:
-    """Run the first entry whose predicate accepts ``args``, functionally (the careful eager path)."""
-    return _run_entry(op_name, first_supported(op_name, entries, args)[0], args)
-
-
-def choose_and_cache(op: IrOp, key: bytes, args: tuple[Any, ...], plan: Plan | None = None) -> Any:
+def choose_and_cache(op: OpLike, key: bytes, args: tuple[Any, ...], plan: Plan | None = None) -> Any:
     """An eager call whose signature ``key`` has no remembered choice: validate, choose, run.
 
     The choice is remembered for ``key`` when it cannot depend on more than the signature: the
     op's check and every ``supports_args`` consulted up to the chosen entry are declared
-    ``cache_by_signature`` (and none raised). It goes to ``plan[2]``: outside priority scopes
-    that is ``op.signature_cache``, which :func:`bump_generation` clears; inside a scope, the
+    ``cache_by_signature`` (and none raised). It goes to ``plan.signatures``: outside priority
+    scopes that is ``op.signature_cache``, which a new generation clears; inside a scope, the
     scope's plan's table, which is replaced when the generation changes. Either way a remembered
     choice never outlives the priorities and providers it was made under. ``plan``: the plan
     that decides the call, when the caller has it (the fast call, ircore/csrc/fast_call.cpp, and
-    the eager call's scoped Python path, which have just looked it up), else looked up here.
+    the eager call's scoped path, which have just looked it up), else looked up here.
     """
     if plan is None:
-        plan = current_plan(op)
+        plan = plan_for(op, SCOPE.get())
     op.check_args(*args)
-    entry, cacheable = first_supported(op.name, plan[1], args, op.wants_grad(args))
+    entry, cacheable = first_supported(op.name, plan.entries, args, op.wants_grad(args))
     if cacheable:
-        cache = plan[2]
-        with STATE.lock:  # not after a bump_generation that this plan predates
-            if plan[0] is STATE.generation:
+        cache = plan.signatures
+        with STATE.lock:  # not after a new generation that this plan predates
+            if plan.generation is STATE.generation:
                 if len(cache) >= SIGNATURE_CACHE_LIMIT:
                     cache.clear()
                 cache[key] = entry
-    return _run_entry(op.name, entry, args)
+    return run_entry(op.name, entry.provider, entry.call, args)
 
 
-def _run_entry(op_name: str, entry: Entry, args: tuple[Any, ...], which: int = 1) -> Any:
-    """Call ``entry[which]``; say at DEBUG which ran, and in a failure's notes whose it was."""
+def call_first_supported(op: OpLike, plan: Plan, args: tuple[Any, ...]) -> Any:
+    """Run the first entry whose predicate accepts ``args``, functionally (the careful eager path)."""
+    entry = first_supported(op.name, plan.entries, args, op.wants_grad(args))[0]
+    return run_entry(op.name, entry.provider, entry.call, args)
+
+
+def run_entry(op_name: str, provider: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """Call ``fn``; say at DEBUG which provider ran, and in a failure's notes whose it was."""
     if _log.isEnabledFor(logging.DEBUG):
-        _log.debug("%s: running %s", op_name, entry[0])
+        _log.debug("%s: running %s", op_name, provider)
     try:
-        return entry[which](*args)
+        return fn(*args)
     except Exception as exc:
-        note_failure(op_name, entry[0], exc)
+        note_failure(op_name, provider, exc)
         raise
 
 
 def note_failure(op_name: str, provider: str, exc: BaseException) -> None:
     """Say in the traceback which provider's implementation raised, and how to bypass it."""
-    if provider != NATIVE:
-        exc.add_note(
+    add_note = getattr(exc, "add_note", None)  # Python 3.11+
+    if provider != NATIVE and add_note is not None:
+        add_note(
             f"raised in provider {provider!r}'s implementation of ircore op {op_name!r}; "
             f"to bypass it: ircore.set_priority({op_name}=[...]) or IRCORE_DISABLE={provider}"
         )
 
 
-def run(op: IrOp, args: tuple[Any, ...], *, allow_inplace: bool) -> Any:
+def run(op: OpLike, args: tuple[Any, ...], *, allow_inplace: bool) -> Any:
     """Validate and run ``op`` on real tensors (the torch kernel and ``maybe_inplace`` path).
 
     ``allow_inplace`` lets an in-place implementation write into the caller's tensors, unless
@@ -558,9 +472,9 @@ def run(op: IrOp, args: tuple[Any, ...], *, allow_inplace: bool) -> Any:
     calls do (``IrOp.inputs_overlap``).
     """
     op.check_args(*args)
-    entry = first_supported(op.name, current_plan(op)[1], args, op.wants_grad(args))[0]
-    in_place = allow_inplace and entry[1] is not entry[2] and not op.inputs_overlap(args)
-    return _run_entry(op.name, entry, args, 2 if in_place else 1)
+    entry = first_supported(op.name, plan_for(op, SCOPE.get()).entries, args, op.wants_grad(args))[0]
+    in_place = allow_inplace and entry.call is not entry.fn and not op.inputs_overlap(args)
+    return run_entry(op.name, entry.provider, entry.fn if in_place else entry.call, args)
 
 
 # ---------------------------------------------------------------------- explain
@@ -601,52 +515,40 @@ class Explanation(NamedTuple):
         }
 
 
-_GRAD_REASON = "an argument requires grad and grad mode is on: only native has autograd"
+def _why_not_in_plan(op: OpLike, name: str) -> str:
+    """Why a provider the priority names has no entry in the plan."""
+    if name in STATE.blocked:
+        return STATE.blocked[name]
+    why = op.removed.get(name) or STATE.providers.status_of(name)
+    return why or f"provider {name!r} does not implement {op.name}"
 
 
-def _predicate_verdict(pred: Any, args: tuple[Any, ...]) -> tuple[bool, str]:
-    if pred is None:
-        return True, "accepts every call (no supports_args)"
-    try:
-        ok = bool(pred(*args))
-    except Exception as exc:
-        return False, f"supports_args raised {type(exc).__name__}: {exc}"
-    return ok, "supports_args accepted these arguments" if ok else ("supports_args rejected these arguments")
-
-
-def explain(op: IrOp, args: tuple[Any, ...]) -> Explanation:
-    """Walk ``op``'s priority for ``args`` exactly as a call would, recording every decision."""
+def explain(op: OpLike, args: tuple[Any, ...]) -> Explanation:
+    """The walk a call with ``args`` makes (:func:`first_supported` on the op's current plan),
+    with every decision recorded, and every provider the plan leaves out, with why."""
     ensure_loaded()
     op.check_args(*args)
-    names, source = effective_priority(op, SCOPE.get())
-    grad = op.wants_grad(args)
+    scope = SCOPE.get()
+    names, source = effective_priority(op, scope)
+    verdicts: dict[str, tuple[bool, str]] = {}
+
+    def on_step(entry: Entry, accepted: bool, why: str) -> None:
+        verdicts[entry.provider] = (accepted, why)
+
+    plan = plan_for(op, scope)
+    chosen = first_supported(op.name, plan.entries, args, op.wants_grad(args), on_step)[0].provider
     steps: list[Step] = []
-    chosen: str | None = None
+    reached = False
     for name in names:
-        if chosen is not None:
+        if reached:
             steps.append(Step(name, "not reached", f"{chosen} runs first"))
-            continue
-        if name == NATIVE:
-            chosen = NATIVE
-            steps.append(Step(NATIVE, "chosen", "the native reference runs every call"))
-            continue
-        impl = op.impls.get(name)
-        if name in STATE.blocked:
-            steps.append(Step(name, "skipped", STATE.blocked[name]))
-        elif impl is None:
-            why = op.removed.get(name) or STATE.status_of(name)
-            steps.append(Step(name, "skipped", why or f"provider {name!r} does not implement {op.name}"))
-        elif grad:
-            steps.append(Step(name, "skipped", _GRAD_REASON))
+        elif name in verdicts:
+            accepted, why = verdicts[name]
+            steps.append(Step(name, "chosen" if accepted else "skipped", why))
+            reached = accepted
         else:
-            ok, why = _predicate_verdict(impl.supports_args, args)
-            if ok:
-                chosen = name
-                steps.append(Step(name, "chosen", why))
-            else:
-                steps.append(Step(name, "skipped", why))
-    for name in op.impls:
-        if name not in names:
-            steps.append(Step(name, "not in priority", f"not listed by {source}"))
-    assert chosen is not None
+            steps.append(Step(name, "skipped", _why_not_in_plan(op, name)))
+    steps += [
+        Step(name, "not in priority", f"not listed by {source}") for name in op.impls if name not in names
+    ]
     return Explanation(op.name, chosen, names, source, tuple(steps))

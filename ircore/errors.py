@@ -11,6 +11,8 @@ __all__ = [
     "ConfigError",
     "ProviderLoadError",
     "ProviderIsolationError",
+    "UnknownOpError",
+    "NoToleranceError",
 ]
 
 
@@ -48,3 +50,20 @@ class ProviderIsolationError(IrcoreError, RuntimeError):
     Raised inside a provider's import or hooks by ``register_impl``, ``unregister_impl``,
     ``set_priority`` and ``configure``; the provider is then ``invalid`` and rolled back.
     """
+
+
+class UnknownOpError(IrcoreError, KeyError):
+    """No op has this name; the message lists the ops there are.
+
+    A ``KeyError`` too, so ``except KeyError`` around ``ircore.get_op`` keeps working.
+    """
+
+    def __str__(self) -> str:  # KeyError's own str() would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class NoToleranceError(IrcoreError, KeyError):
+    """An op declares no tolerance for this dtype; the message names the dtypes it has."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import tempfile
 
@@ -21,34 +20,16 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from ircore import dispatch  # noqa: E402
 from ircore.op import all_ops  # noqa: E402
-
-_counter = itertools.count()
+from ircore.testing import isolated  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def isolated_dispatch():
-    """Snapshot every op's implementations and all priority state; restore after the test."""
-    state = dispatch.STATE
-    impls = {name: (dict(op.impls), dict(op.removed)) for name, op in all_ops().items()}
-    saved = (dict(state.api_priority), list(state.layers), dict(state.ranks), dict(state.blocked))
-    yield
-    for name, op in all_ops().items():
-        kept, removed = impls.get(name, ({}, {}))
-        op.impls.clear()
-        op.impls.update(kept)
-        op.removed.clear()
-        op.removed.update(removed)
-    state.api_priority, state.layers, state.ranks, state.blocked = (saved[0], saved[1], saved[2], saved[3])
-    dispatch._warned_predicates.clear()  # each test sees its own "supports_args raised" warning
-    dispatch.bump_generation()
-
-
-@pytest.fixture
-def unique_name():
-    """A fresh op name: torch keeps op definitions for the life of the process."""
-    return lambda stem="op": f"test_{stem}_{next(_counter)}"
+def isolated_state():
+    """Every test runs on a scratch copy of ircore's state (ops, implementations, priorities,
+    configuration, providers), undone afterwards."""
+    with isolated() as state:
+        yield state
 
 
 @pytest.fixture

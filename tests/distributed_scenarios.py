@@ -36,7 +36,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 
 import ircore
 from ircore.distributed import ROW_WISE_OPS
-from ircore.plugins import discovered_names
+from ircore.providers import HOST
 from ircore.testing import assert_close_to_reference
 
 REPO = Path(__file__).resolve().parent.parent
@@ -294,7 +294,7 @@ def ranks_running_different_providers_agree(group: Group) -> None:
         skip("needs two ranks")
     chosen = why = None
     if group.rank == 0:  # the other ranks keep IRCORE_PROVIDERS=none
-        if "vllm_c" in discovered_names():
+        if "vllm_c" in HOST.discovered():
             ircore.configure(providers=["vllm_c"])
             explanation = ircore.explain("rms_norm", torch.randn(4, 64, device=group.device), None, 1e-6)
             chosen, why = explanation.chosen, f"vllm_c is not chosen on rank 0: {explanation}"

@@ -26,7 +26,7 @@ TOOL_FIXTURES = Path(__file__).resolve().parent / "fixtures_tools"
 
 PROBE = r"""
 import json, sys, torch, ircore
-from ircore.plugins.manager import MANAGER
+from ircore.providers._manager import MANAGER
 result = {"error": None}
 try:
     x = torch.randn(2, 8)
@@ -46,7 +46,7 @@ print("PROBE" + json.dumps(result))
 # conformance=True an active provider also runs ircore.testing.check_provider.
 SCENARIO = r"""
 import contextlib, json, sys, torch, ircore, ircore.testing
-from ircore.plugins.manager import MANAGER
+from ircore.providers._manager import MANAGER
 provider, platform, conformance = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] == "1"
 if platform and "capability" in platform:
     platform["capability"] = tuple(platform["capability"])
@@ -64,7 +64,7 @@ print("SCENARIO" + json.dumps(out))
 # without that one; equal with and without it installed when it leaves the others alone.
 OTHERS = r"""
 import contextlib, json, sys, ircore, ircore.testing
-from ircore.plugins.manager import MANAGER
+from ircore.providers._manager import MANAGER
 provider, platform = sys.argv[1], json.loads(sys.argv[2])
 if platform and "capability" in platform:
     platform["capability"] = tuple(platform["capability"])
@@ -240,7 +240,7 @@ def standin_env(standins: Path, tmp: Path, provider: str) -> ProviderEnv:
 def simulated_active(provider: str, **platform: object) -> Iterator[object]:
     """This process as on ``platform`` (simulated), with ``provider`` loaded and ``active``."""
     import ircore.testing
-    from ircore.plugins.manager import MANAGER
+    from ircore.providers._manager import MANAGER
 
     with ircore.testing.simulated_platform(**platform) as simulated:
         MANAGER.ensure_loaded()

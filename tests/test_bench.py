@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import ircore
+from ircore.config import read_file
 from ircore.errors import ConfigError
-from ircore.plugins.config import read_file
 from ircore.tools import config_file
 from ircore.tools.bench import EAGER, Measurement, fastest_order, run_bench
 

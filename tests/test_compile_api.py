@@ -7,10 +7,10 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ircore
+from ircore import config
 from ircore.compile._passes import IrcorePostGradPass
 from ircore.compile._settings import effective_fusions, normalize_fusions
 from ircore.ops import fused_add_rms_norm, rms_norm
-from ircore.plugins import config
 
 from . import impls
 

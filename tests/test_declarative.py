@@ -13,8 +13,8 @@ import torch
 
 import ircore
 from ircore.errors import ImplRegistrationError
+from ircore.kit import Registrar
 from ircore.platform import Platform, current_platform
-from ircore.plugins.registrar import Registrar
 from ircore.testing import simulated_platform
 
 from .provider_env import FIXTURES, ProviderEnv, install_fixtures
@@ -116,7 +116,7 @@ def test_cli_lists_table_providers(penv):
 def test_simulated_platform_reloads_providers_on_entry_and_exit(penv):
     code = (
         "import torch, ircore, ircore.testing\n"
-        "from ircore.plugins.manager import MANAGER\n"
+        "from ircore.providers._manager import MANAGER\n"
         "x = torch.randn(2, 8)\n"
         "def now():\n"
         "    MANAGER.ensure_loaded()\n"

@@ -52,7 +52,7 @@ def test_supports_args_falls_through(x4096):
 def test_provider_ranks_decide_default_order():
     _register_ab()
     ircore.dispatch.STATE.ranks["rms_norm"] = {"prov_b": 5, "prov_a": 50}
-    ircore.dispatch.bump_generation()
+    ircore.dispatch.STATE.bump()
     assert ircore.get_priority("rms_norm") == ["prov_b", "prov_a", "native"]
 
 

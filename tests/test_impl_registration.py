@@ -113,7 +113,7 @@ def test_supports_args_defaults_must_be_the_native_ones_or_none():
 
 
 def test_an_installed_providers_name_is_not_the_users(monkeypatch):
-    monkeypatch.setattr(ircore.dispatch.STATE, "discovered", lambda: {"someone_installed"})
+    monkeypatch.setattr(ircore.dispatch.STATE.providers, "discovered", lambda: frozenset({"someone_installed"}))
     with pytest.raises(ImplRegistrationError, match="'someone_installed' is the name of an installed provider"):
         rms_norm.register_impl("someone_installed", rms_norm_a)
     assert "someone_installed" not in rms_norm.impls

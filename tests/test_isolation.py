@@ -24,7 +24,7 @@ RULE = "a provider registers only through the registrar its ircore_register hook
 MATRIX = r"""
 import contextlib, io, json, torch, ircore
 from ircore import cli
-from ircore.plugins.manager import MANAGER
+from ircore.providers._manager import MANAGER
 import ircore_fixture_good as good
 
 def cli_text(*argv):

@@ -11,8 +11,8 @@ import ircore
 from ircore.errors import OpDeclarationError
 
 
-def test_declared_op_is_a_torch_custom_op(unique_name):
-    name = unique_name("scale")
+def test_declared_op_is_a_torch_custom_op():
+    name = "scale"
 
     def native(x: torch.Tensor, factor: float) -> torch.Tensor:
         return x * factor
@@ -26,8 +26,8 @@ def test_declared_op_is_a_torch_custom_op(unique_name):
     assert op.schema == "(Tensor x, float factor) -> Tensor"
 
 
-def test_decorator_form_and_custom_fake(unique_name):
-    name = unique_name("twice")
+def test_decorator_form_and_custom_fake():
+    name = "twice"
     seen = []
 
     def fake(x):
@@ -73,40 +73,40 @@ def test_duplicate_name_rejected_with_both_places():
         ircore.register_op(rms_norm)
 
 
-def test_keyword_only_parameter_rejected(unique_name):
+def test_keyword_only_parameter_rejected():
     def native(x: torch.Tensor, *, eps: float) -> torch.Tensor:
         return x
 
     with pytest.raises(OpDeclarationError, match="'eps' is keyword-only"):
-        ircore.register_op(native, name=unique_name())
+        ircore.register_op(native, name="op")
 
 
-def test_var_args_rejected(unique_name):
+def test_var_args_rejected():
     def native(x: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
         return x
 
     with pytest.raises(OpDeclarationError, match=r"\*args/\*\*kwargs parameter 'rest'"):
-        ircore.register_op(native, name=unique_name())
+        ircore.register_op(native, name="op")
 
 
-def test_unannotated_native_rejected(unique_name):
+def test_unannotated_native_rejected():
     def native(x):
         return x
 
     with pytest.raises(OpDeclarationError, match="cannot infer a torch schema"):
-        ircore.register_op(native, name=unique_name())
+        ircore.register_op(native, name="op")
 
 
-def test_inplace_args_must_name_parameters(unique_name):
+def test_inplace_args_must_name_parameters():
     def native(x: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
         return x
 
     with pytest.raises(OpDeclarationError, match="inplace_args names 'z'"):
-        ircore.register_op(native, name=unique_name(), inplace_args=("z",))
+        ircore.register_op(native, name="op", inplace_args=("z",))
 
 
-def test_failed_declaration_leaves_nothing(unique_name):
-    name = unique_name()
+def test_failed_declaration_leaves_nothing():
+    name = "op"
 
     def native(x: torch.Tensor, *, k: int) -> torch.Tensor:
         return x
@@ -122,31 +122,31 @@ def test_get_op_unknown_lists_known():
         ircore.get_op("layer_norm")
 
 
-def test_an_op_without_tolerances_gets_the_dtype_defaults(unique_name):
+def test_an_op_without_tolerances_gets_the_dtype_defaults():
     def native(x: torch.Tensor) -> torch.Tensor:
         return x
 
-    op = ircore.register_op(native, name=unique_name("plain"))
+    op = ircore.register_op(native, name="plain")
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
         assert op.tolerance(dtype) == ircore.op.DEFAULT_TOLERANCES[dtype]
     assert op.tolerance(torch.float32) == ircore.Tolerance(atol=1e-5, rtol=1.3e-6)
 
 
-def test_declared_tolerances_extend_the_defaults(unique_name):
+def test_declared_tolerances_extend_the_defaults():
     def native(x: torch.Tensor) -> torch.Tensor:
         return x
 
     loose = ircore.Tolerance(atol=1e-2, rtol=1e-2)
-    op = ircore.register_op(native, name=unique_name("loose"), tolerances={torch.float32: loose})
+    op = ircore.register_op(native, name="loose", tolerances={torch.float32: loose})
     assert op.tolerance(torch.float32) == loose
     assert op.tolerance(torch.float16) == ircore.op.DEFAULT_TOLERANCES[torch.float16]
 
 
-def test_every_op_checks_its_argument_types_from_its_annotations(unique_name):
+def test_every_op_checks_its_argument_types_from_its_annotations():
     def native(x: torch.Tensor, factor: float, times: int | None = None) -> torch.Tensor:
         return x * factor
 
-    op = ircore.register_op(native, name=unique_name("typed"))
+    op = ircore.register_op(native, name="typed")
     x = torch.randn(3)
     for args, message in [
         (([1.0], 2.0), "argument 'x' must be a torch.Tensor, got list"),

@@ -31,7 +31,7 @@ def blocks(request, monkeypatch):
         monkeypatch.setattr(dispatch.PriorityBlock, "__enter__", dispatch._PyBlockBase.__enter__)
         monkeypatch.setattr(dispatch.PriorityBlock, "__exit__", dispatch._PyBlockBase.__exit__)
         monkeypatch.setattr(dispatch, "_request_key", dispatch._py_request_key)
-    monkeypatch.setattr(dispatch, "_blocks", {})  # blocks made under the other variant
+    monkeypatch.setattr(dispatch.STATE, "blocks", {})  # blocks made under the other variant
     impls.CALLS.clear()
     return request.param
 
@@ -61,7 +61,7 @@ def test_a_block_entered_again_finds_the_same_scope(blocks, two_providers):
 def test_a_new_scope_resolves_its_plans_on_entry(blocks, two_providers, monkeypatch):
     """The plans of the ops a never-seen block names are made when it is entered, so its first
     call finds them (a signature miss, as outside any block) and makes none."""
-    monkeypatch.setattr(dispatch, "_scopes", {})  # never seen: also not by the other variant
+    monkeypatch.setattr(dispatch.STATE, "scopes", {})  # never seen: also not by the other variant
     x, w = torch.randn(2, 64), torch.ones(64)
     with ircore.priority(rms_norm=["prov_b"], silu_and_mul=["native"]):
         scope = dispatch.SCOPE.get()
@@ -81,7 +81,7 @@ def test_a_new_scope_resolves_its_plans_on_entry(blocks, two_providers, monkeypa
 def test_a_scope_has_a_plan_for_exactly_the_ops_it_names(blocks, two_providers, monkeypatch):
     """The fast call takes an op missing from ``scope.plans`` to be one the scope does not name
     (ircore/csrc/fast_call.cpp): nesting and removing a setting keep the two in step."""
-    monkeypatch.setattr(dispatch, "_scopes", {})
+    monkeypatch.setattr(dispatch.STATE, "scopes", {})
     x, w = torch.randn(2, 64), torch.ones(64)
 
     def named():

@@ -54,7 +54,7 @@ def test_guide_provider_installs_and_reports(tmp_path):
         "row = p.IRCORE_IMPLEMENTATIONS['rms_norm']\n"
         "p.IRCORE_IMPLEMENTATIONS['rms_norm'] = dataclasses.replace(\n"
         "    row, supports_args=lambda x, weight, epsilon, variance_size: True)\n"
-        "from ircore.plugins.manager import MANAGER\n"
+        "from ircore.providers._manager import MANAGER\n"
         "with ircore.testing.simulated_platform(kind='cuda', capability=(9, 0)):\n"
         "    MANAGER.ensure_loaded()\n"
         "    x, w = torch.randn(2, 8), torch.randn(8)\n"

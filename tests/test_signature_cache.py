@@ -259,17 +259,17 @@ def test_a_scope_entered_again_after_a_change_decides_again(x4096):
 
 
 def test_remembered_scopes_are_bounded(x4096, monkeypatch):
-    monkeypatch.setattr(dispatch, "SCOPE_LIMIT", 2)
-    monkeypatch.setattr(dispatch, "_scopes", {})
-    monkeypatch.setattr(dispatch, "_blocks", {})
-    monkeypatch.setattr(dispatch, "_plans", {})
+    monkeypatch.setattr(dispatch.STATE, "cache_limit", 2)
+    monkeypatch.setattr(dispatch.STATE, "scopes", {})
+    monkeypatch.setattr(dispatch.STATE, "blocks", {})
+    monkeypatch.setattr(dispatch.STATE, "plans", {})
     rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
     rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
     x, w = x4096
     for order in (["prov_a"], ["prov_b"], ["native"], ["prov_b", "prov_a"]) * 2:
         with ircore.priority(rms_norm=order):
             rms_norm(x, w, 1e-6)
-        assert max(len(dispatch._scopes), len(dispatch._blocks), len(dispatch._plans)) <= 2
+        assert max(len(dispatch.STATE.scopes), len(dispatch.STATE.blocks), len(dispatch.STATE.plans)) <= 2
     assert impls.CALLS == ["a", "b", "b"] * 2
 
 
@@ -378,8 +378,8 @@ def _count_python_miss_path(monkeypatch, handler=dispatch.choose_and_cache):
 
 
 def test_the_eager_call_leaves_misses_to_its_fast_call(x4096, monkeypatch):
-    monkeypatch.setattr(dispatch, "_scopes", {})
-    monkeypatch.setattr(dispatch, "_blocks", {})
+    monkeypatch.setattr(dispatch.STATE, "scopes", {})
+    monkeypatch.setattr(dispatch.STATE, "blocks", {})
     rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
     rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
     python_path, _ = _count_python_miss_path(monkeypatch, None)
@@ -424,8 +424,8 @@ def test_the_fast_call_decides_a_miss_outside_scopes(x4096, monkeypatch):
 
 def test_the_fast_call_decides_a_miss_in_a_scope(x4096, monkeypatch):
     """With the scope's plan, where the choice is remembered (not in the process-wide table)."""
-    monkeypatch.setattr(dispatch, "_scopes", {})  # a never-seen scope: its plan is made on entry
-    monkeypatch.setattr(dispatch, "_blocks", {})
+    monkeypatch.setattr(dispatch.STATE, "scopes", {})  # a never-seen scope: its plan is made on entry
+    monkeypatch.setattr(dispatch.STATE, "blocks", {})
     rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
     rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
     python_path, handled = _count_python_miss_path(monkeypatch)
@@ -472,7 +472,7 @@ def test_a_change_inside_a_block_is_seen_by_its_next_call(x4096, change):
         if change == "set_priority":
             ircore.set_priority(silu_and_mul=["native"])  # another op: this op's list is the same
         elif change == "bump_generation":
-            dispatch.bump_generation()
+            dispatch.STATE.bump()
         else:
             rms_norm.unregister_impl("prov_a")  # the old plan's remembered choice is gone
         for _ in range(2):
@@ -493,7 +493,7 @@ def test_a_replaced_generation_says_it_is_stale():
     only the generation in effect holds True."""
     old = dispatch.STATE.generation
     assert old == [True]
-    dispatch.bump_generation()
+    dispatch.STATE.bump()
     assert old == [False] and dispatch.STATE.generation == [True] and dispatch.STATE.generation is not old
 
 
@@ -507,8 +507,8 @@ class _AttributeScope:
 def test_the_fast_call_reads_a_scope_of_another_type(x4096, monkeypatch):
     """`plans` is read from the slot of the scope type it last saw, through getattr for any
     other type; alternating types decide the same as each alone."""
-    monkeypatch.setattr(dispatch, "_scopes", {})  # the block's scope: made on entry, its plan current
-    monkeypatch.setattr(dispatch, "_blocks", {})
+    monkeypatch.setattr(dispatch.STATE, "scopes", {})  # the block's scope: made on entry, its plan current
+    monkeypatch.setattr(dispatch.STATE, "blocks", {})
     rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
     rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
     python_path, handled = _count_python_miss_path(monkeypatch)
@@ -591,12 +591,12 @@ def test_fast_call_holds_its_op_and_handler_for_the_gc():
 
 
 # ---------------------------------------------------------------------- declaration and loading
-def test_op_with_unsupported_parameter_type_cannot_promise(unique_name):
+def test_op_with_unsupported_parameter_type_cannot_promise():
     def native(x: torch.Tensor, mode: str) -> torch.Tensor:
         return x.clone()
 
     with pytest.raises(OpDeclarationError, match=r"cache_by_signature=True needs every parameter"):
-        ircore.register_op(native, name=unique_name(), cache_by_signature=True)
+        ircore.register_op(native, name="op", cache_by_signature=True)
 
 
 def test_build_for_another_torch_is_not_loaded(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Helpers for vendor adapters (ircore.plugins.vendor), on this CPU build of torch.
+"""Helpers for vendor adapters (ircore.kit), on this CPU build of torch.
 
 Among them the answer to "the XPU dispatch key needs safe registration": a kernel registered for
 a device this build lacks neither fails nor disturbs other devices, and a second registration is
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ircore.errors import ImplRegistrationError
-from ircore.plugins.vendor import (
+from ircore.kit import (
     call_form_problem,
     import_vendor,
     opaque_op,
@@ -25,8 +25,8 @@ from ircore.plugins.vendor import (
 
 
 @pytest.fixture
-def lib(unique_name):
-    namespace = unique_name("vendorns")
+def lib():
+    namespace = "ircore_test_vendorns"
     library = torch.library.Library(namespace, "DEF")
     library.define("f(Tensor x) -> Tensor")
     library.impl("f", lambda x: x + 1, "CPU")
@@ -107,10 +107,10 @@ def test_unit_weight_is_cached_but_never_a_traced_one():
     assert type(real) is torch.Tensor and torch.equal(real, torch.ones(16))  # the fake was not kept
 
 
-def test_opaque_op_runs_its_kernel_and_traces_through_its_fake(unique_name):
+def test_opaque_op_runs_its_kernel_and_traces_through_its_fake():
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    lib = torch.library.Library(unique_name("opaquens"), "DEF")
+    lib = torch.library.Library("ircore_test_opaquens", "DEF")
     calls = []
 
     def kernel(x):

@@ -24,6 +24,7 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ircore import config as _config
 from ircore.compile._report import CompileReport, report, reset_report
 
 __all__ = [
@@ -36,16 +37,11 @@ __all__ = [
     "reset_report",
 ]
 
-#: Every fusion by name, with what it rewrites. All are on by default; switch them with the
-#: config key ``fusions`` (``IRCORE_FUSIONS="add_rms_norm=off"``, ``ircore.configure(fusions=...)``,
-#: ``[fusions]`` in ircore.toml) or per compile (``ircore.compile(model, fusions=...)``).
-FUSIONS: Mapping[str, str] = types.MappingProxyType(
-    {
-        "add_rms_norm": "a + b feeding rms_norm -> fused_add_rms_norm(a, b) (the sum may have other users)",
-        "rms_norm_reshape": "rms_norm(x).reshape(-1, H) -> rms_norm(x.reshape(-1, H)), also for "
-        "fused_add_rms_norm, so kernels and later patterns see 2-D inputs",
-    }
-)
+#: Every fusion by name, with what it rewrites (:data:`ircore.config.FUSIONS`). All are on by
+#: default; switch them with the config key ``fusions`` (``IRCORE_FUSIONS="add_rms_norm=off"``,
+#: ``ircore.configure(fusions=...)``, ``[fusions]`` in ircore.toml) or per compile
+#: (``ircore.compile(model, fusions=...)``).
+FUSIONS = _config.FUSIONS
 
 FusionSetting = Mapping[str, bool] | Sequence[str] | str | None
 
@@ -84,11 +80,9 @@ def compile(model: Any = None, *, fusions: FusionSetting = None, **torch_compile
     if fusions is None:
         chosen: Any = "ircore"
     else:
-        from ircore.compile._settings import normalize_fusions
-
-        normalize_fusions(fusions, "ircore.compile(fusions=...)")  # fail here, not at first call
+        _config.normalize_fusions(fusions, "ircore.compile(fusions=...)")  # fail here, not at first call
         chosen = functools.partial(backend, fusions=fusions)
-        chosen.__name__ = "ircore"  # type: ignore[attr-defined]
+        chosen.__name__ = "ircore"
     return torch.compile(model, backend=chosen, **torch_compile_kwargs)
 
 

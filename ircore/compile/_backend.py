@@ -1,7 +1,7 @@
 """The ``ircore`` backend: Inductor with ircore's pass, and a guard on what it was lowered for.
 
 Dynamo recompiles a function that calls ``ircore.ops.*`` after any priority, configuration or
-provider change (it guards on ``dispatch.STATE.version``). Two cases it cannot see are handled
+provider change (it guards on ``STATE.version``, :mod:`ircore._state`). Two cases it cannot see are handled
 here, at run time, by running the graph uncompiled (its ircore ops then dispatch eagerly, by the
 rule in force): a ``with ircore.priority(...)`` scope that changes an op of the graph (a context
 variable, which Dynamo cannot guard on), and a graph that calls ``torch.ops.ircore.*`` directly
@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ircore import dispatch
+from ircore._state import SCOPE, STATE
 from ircore.op import get_op
 
 _log = logging.getLogger("ircore")
@@ -60,9 +61,9 @@ def compile_graph(
     user = patches.pop("post_grad_custom_post_pass", inductor_config.post_grad_custom_post_pass)
     patches["post_grad_custom_post_pass"] = IrcorePostGradPass(fusions, _user_passes(user))
     ops = _ircore_ops_in(gm)
-    version = dispatch.STATE.version
+    version = STATE.version
     lists = {name: dispatch.effective_priority(get_op(name), None)[0] for name in ops}
-    compiled = compile_fx(gm, example_inputs, config_patches=patches)
+    compiled: Callable[..., Any] = compile_fx(gm, example_inputs, config_patches=patches)  # type: ignore[assignment]
     if not ops:
         return compiled
     return _guarded(compiled, gm, version, lists)
@@ -70,7 +71,7 @@ def compile_graph(
 
 def _guarded(compiled: Any, gm: Any, version: int, lists: dict[str, tuple[str, ...]]) -> Callable[..., Any]:
     """``compiled``, or ``gm`` run eagerly when the lowering no longer matches the rule in force."""
-    state, scope_var = dispatch.STATE, dispatch.SCOPE
+    state, scope_var = STATE, SCOPE
     warned: set[str] = set()
 
     def stale() -> bool:

@@ -29,7 +29,7 @@ def full_args(node: Node, op: IrOp) -> list[Any]:
         elif name in node.kwargs:
             out.append(node.kwargs[name])
         else:
-            out.append(op._defaults[i])
+            out.append(op.defaults[i])
     return out
 
 

@@ -69,7 +69,7 @@ def _mutated_bases(node: Node, op: IrOp) -> list[tuple[Node, int]] | None:
     (``_<arg>_base_index``); an argument that is a view of a base (size/stride/slice entries) is
     left alone (the node then dispatches at run time, still correctly).
     """
-    kwargs = node.kwargs
+    kwargs: Any = node.kwargs  # auto_functionalized's: argument names -> values, and its own entries
     if "_all_bases" not in kwargs:  # v1: new values in the schema's order of mutable arguments
         order = [name for name in op.param_names if name in op.inplace_args]
         return [(kwargs[name], 1 + order.index(name)) for name in op.inplace_args]
@@ -104,7 +104,7 @@ def functionalize_maybe_inplace(graph: Graph) -> None:
             if name in op.inplace_args:
                 args.append(mutated[op.inplace_args.index(name)][0])
             else:
-                args.append(node.kwargs.get(name, op._defaults[i]))
+                args.append(node.kwargs.get(name, op.defaults[i]))
         new = call(graph, op.torch_op, tuple(args), node)
         single = len(op.inplace_args) == 1
         for i, (_, position) in enumerate(mutated):
@@ -121,11 +121,11 @@ def functionalize_maybe_inplace(graph: Graph) -> None:
 def choose(op: IrOp, args: list[Any]) -> tuple[str, Any, bool]:
     """(provider, function to trace in, whether it is an in-place implementation) for these args."""
     vals = tuple(value(a) for a in args)
-    entry, _ = dispatch.first_supported(op.name, dispatch.process_plan(op)[1], vals)
-    impl = op.impls.get(entry[0])
+    entry, _ = dispatch.first_supported(op.name, dispatch.plan_for(op, None).entries, vals)
+    impl = op.impls.get(entry.provider)
     if impl is not None and impl.inplace:
-        return entry[0], impl.fn, True
-    return entry[0], entry[1], False
+        return entry.provider, impl.fn, True
+    return entry.provider, entry.call, False
 
 
 def lower(graph: Graph) -> tuple[dict[str, tuple[str, str]], int]:
@@ -145,7 +145,7 @@ def lower(graph: Graph) -> tuple[dict[str, tuple[str, str]], int]:
         op = by_target[node.target]
         args = full_args(node, op)
         provider, fn, inplace = choose(op, args)
-        match = pattern.match(node)
+        match: Any = pattern.match(node)  # a Match (a one-node pattern matches its own target)
         if not match:  # pragma: no cover - a one-node pattern always matches its own target
             continue
         name = node.name

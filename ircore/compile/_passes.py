@@ -15,9 +15,11 @@ import torch
 from torch._inductor import custom_graph_pass
 
 from ircore import dispatch
+from ircore._version import __version__
 from ircore.compile import _fusion, _lowering, _report
 from ircore.compile._settings import effective_fusions
 from ircore.op import all_ops
+from ircore.providers._manager import MANAGER
 
 # 2.13 hands inference-aware passes ``is_inference``; 2.11 has no such base class.
 _Base: Any = getattr(custom_graph_pass, "CustomInferenceAwareGraphPass", custom_graph_pass.CustomGraphPass)
@@ -37,13 +39,10 @@ def lowering_state() -> dict[str, Any]:
     inactive providers left out), each with its distribution, version, state and a hash of its
     implementation's source; native ends every plan.
     """
-    from ircore import __version__
-    from ircore.plugins.manager import MANAGER
-
     dispatch.ensure_loaded()
     ops = {}
     for name, op in sorted(all_ops().items()):
-        plan = [entry[0] for entry in dispatch.process_plan(op)[1]]
+        plan = [entry.provider for entry in dispatch.plan_for(op, None).entries]
         ops[name] = [[p, op.impls[p].uuid() if p in op.impls else "native"] for p in plan]
     providers = {
         name: [r.distribution, r.version, r.state.value] for name, r in sorted(MANAGER.records.items())

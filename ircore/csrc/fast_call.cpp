@@ -8,15 +8,15 @@
 // the fast call has already done the signature and the lookups, so it hands the call to
 // `choose_and_cache(op, key, args, plan)` itself, with the plan that decides it: repeating
 // those steps in Python cost a first call inside a never-seen priority block more than a miss
-// outside one (issue 12, RESULTS.md section 1 run 5). The generated __call__
+// outside one (benchmarks/dispatch_overhead.py). The generated __call__
 // (ircore/_fastpath.py) calls a FastCall first and takes its Python path when the answer is the
 // `miss` sentinel: a call that needs the careful path (signature None), a scope whose plan is
 // stale, DEBUG logging on for a remembered call, keywords, or a miss when `choose` is None.
 //
 // FastCall(spec, cache, scope_var, name, log_cache, note_failure, miss, op, choose)
 //   spec          the op's signature spec (bytes)
-//   cache         op.signature_cache: {signature: entry} of the process-wide plan (its plan[2])
-//   scope_var     ircore.dispatch.SCOPE: a ContextVar holding None or a scope whose `plans` is a
+//   cache         op.signature_cache: {signature: entry} of the process-wide plan (its signatures)
+//   scope_var     ircore._state.SCOPE: a ContextVar holding None or a scope whose `plans` is a
 //                 dict: op name -> plan, with an entry for exactly the ops the scope names (a name
 //                 it lacks: not named there, the process-wide table decides). One lookup tells
 //                 both whether the scope names the op and its plan. `plans` is read from the
@@ -32,11 +32,11 @@
 //                 choose(op, signature, args tuple, plan): the scope's plan when a scope names
 //                 the op, else op._plan when it is current, else None (choose looks it up); None
 //                 here: misses return `miss` (the Python path decides; tests use this)
-// An entry is (provider, functional callable, ...); a plan is (generation, entries, {signature:
-// entry}). The same structures as ircore.dispatch; choose_and_cache fills them, this only reads.
-// A plan's stamp (its generation, a one-element list that bump_generation turns from [True] to
-// [False]) tells whether the plan is current (ircore::is_current_generation, signature.h): the
-// dispatch state itself is never read here.
+// An entry is ircore.dispatch.Entry (provider, call, ...) and a plan ircore.dispatch.Plan
+// (generation, entries, {signature: entry}): named tuples, read here by position (PyTuple_Check
+// admits the subclass); choose_and_cache fills them, this only reads. A plan's stamp (its
+// generation, a one-element list that State.bump turns from [True] to [False]) tells whether the
+// plan is current (ircore::is_current_generation, signature.h): the state itself is never read.
 #include "signature.h"
 
 #include <Python.h>
@@ -121,7 +121,7 @@ PyObject* decision_table(FastCall* self, PyObject** plan_out) {
     if (plan == nullptr) {
       if (!PyErr_Occurred()) table = Py_NewRef(self->cache);  // not named here: the process-wide table
     } else {
-      if (PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 3 &&
+      if (PyTuple_Check(plan) && PyTuple_GET_SIZE(plan) == 3 &&
           ircore::is_current_generation(PyTuple_GET_ITEM(plan, 0)) && PyDict_CheckExact(PyTuple_GET_ITEM(plan, 2))) {
         table = Py_NewRef(PyTuple_GET_ITEM(plan, 2));
         *plan_out = Py_NewRef(plan);
@@ -157,7 +157,7 @@ void note_failure(FastCall* self, PyObject* provider) {
 PyObject* process_plan(FastCall* self) {
   PyObject* plan = PyObject_GetAttr(self->op, g_plan);
   if (plan == nullptr) PyErr_Clear();  // None: looked up in Python
-  const bool current = plan != nullptr && PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 3 &&
+  const bool current = plan != nullptr && PyTuple_Check(plan) && PyTuple_GET_SIZE(plan) == 3 &&
                        ircore::is_current_generation(PyTuple_GET_ITEM(plan, 0)) && PyTuple_GET_ITEM(plan, 2) == self->cache;
   if (current) return plan;
   Py_XDECREF(plan);
@@ -219,7 +219,7 @@ PyObject* fast_call(PyObject* callable, PyObject* const* args, size_t nargsf, Py
   }
   Py_DECREF(key);
   Py_XDECREF(plan);
-  if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < 2 || debug_logging_may_be_on(self)) {
+  if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 2 || debug_logging_may_be_on(self)) {
     Py_DECREF(entry);
     return miss(self);
   }

@@ -10,8 +10,8 @@ namespace ircore {
 PyObject* call_signature(PyObject* spec, PyObject* const* args, Py_ssize_t nargs);
 
 // Whether `generation` (what a plan or a remembered scope is stamped with) is the current one:
-// ircore.dispatch.DispatchState keeps each generation a one-element list, [True] until
-// bump_generation replaces it. Anything else (None: never resolved) is not current.
+// ircore._state.State keeps each generation a one-element list, [True] until State.bump
+// replaces it. Anything else (None: never resolved) is not current.
 inline bool is_current_generation(PyObject* generation) {
   return PyList_CheckExact(generation) && PyList_GET_SIZE(generation) == 1 && PyList_GET_ITEM(generation, 0) == Py_True;
 }

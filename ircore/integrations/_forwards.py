@@ -34,7 +34,7 @@ def norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     bf16 input: fp32 out) where ``rms_norm`` keeps the input's: the module's own forward runs.
     """
 
-    def forward(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    def forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
         if self.weight.dtype != hidden_states.dtype:
             return original(self, hidden_states)
         return rms_norm(hidden_states, self.weight, self.variance_epsilon)
@@ -43,7 +43,7 @@ def norm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     return forward
 
 
-def mlp_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     """``down(silu(gate(x)) * up(x))`` as one matmul over the merged weights and ``silu_and_mul``."""
     gate_up = F.linear(x, getattr(self, GATE_UP_WEIGHT), getattr(self, GATE_UP_BIAS))
     return self.down_proj(silu_and_mul(gate_up))
@@ -59,7 +59,8 @@ def merge_gate_up(module: nn.Module) -> None:
     into them keep working; the merged tensors are non-persistent buffers, so ``.to()`` moves
     them with the model (each converted on its own: the views become copies, memory doubles).
     """
-    gate, up = module.gate_proj, module.up_proj
+    gate: Any = module.gate_proj
+    up: Any = module.up_proj
     with torch.no_grad():
         for param, buffer in (("weight", GATE_UP_WEIGHT), ("bias", GATE_UP_BIAS)):
             g, u = getattr(gate, param), getattr(up, param)
@@ -74,7 +75,8 @@ def merge_gate_up(module: nn.Module) -> None:
 def split_gate_up(module: nn.Module) -> None:
     """Gate and up get their own storage again (as loaded), and the merged buffers go."""
     with torch.no_grad():
-        for layer in (module.gate_proj, module.up_proj):
+        layers: tuple[Any, ...] = (module.gate_proj, module.up_proj)
+        for layer in layers:
             for param in (layer.weight, layer.bias):
                 if param is not None:
                     param.data = param.data.clone()

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import MethodType, ModuleType
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -101,7 +101,7 @@ def _mlp_problem(module: nn.Module) -> str | None:
     layers = [getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
     if not all(isinstance(layer, nn.Linear) for layer in layers):
         return f"{cls.__name__}: gate_proj, up_proj and down_proj are not all nn.Linear"
-    gate, up = layers[0], layers[1]
+    gate, up = cast(nn.Linear, layers[0]), cast(nn.Linear, layers[1])
     act = getattr(module, "act_fn", None)
     if not (isinstance(act, nn.SiLU) or (isinstance(act, nn.Module) and form_of(type(act), "silu"))):
         return f"{cls.__name__}: the activation {type(act).__name__} is not SiLU"
@@ -245,7 +245,7 @@ def apply_to_classes(*targets: str | ModuleType | type) -> PatchSummary:
                 summary.left_alone[name] = _UNKNOWN_FORM.format(cls.__name__)
                 continue
             _CLASS_PATCHES[cls] = vars(cls).get("forward")
-            cls.forward = norm_forward(cls.forward)
+            setattr(cls, "forward", norm_forward(getattr(cls, "forward")))  # noqa: B009, B010 - a class, typed as type
             summary.rms_norm.append(name)
             summary.forms[form] += 1
     _log.info("ircore.integrations.transformers.apply_to_classes:\n%s", summary)
@@ -260,8 +260,8 @@ def undo_classes(classes: Iterable[type] | None = None) -> int:
             continue
         own = _CLASS_PATCHES.pop(cls)
         if own is None:
-            del cls.forward
+            delattr(cls, "forward")
         else:
-            cls.forward = own
+            setattr(cls, "forward", own)  # noqa: B010 - a class, typed as type
         restored += 1
     return restored

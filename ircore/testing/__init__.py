@@ -7,7 +7,9 @@ plugin, ``pytest --ircore-provider NAME``, are built on them); ``simulated_platf
 runs providers as if on another platform (stand-in tests); ``beyond_fp32_rows(hidden, ...)``
 gives inputs for the norms' fp32-overflow rule at any width, for a kernel's own tests;
 ``pdl_problems(ptx)`` finds kernels that would race under programmatic dependent launch, and
-``assert_pdl_chain_matches(chain, inputs, set_pdl)`` checks dependent calls on the GPU.
+``assert_pdl_chain_matches(chain, inputs, set_pdl)`` checks dependent calls on the GPU;
+``isolated()`` gives a test a scratch copy of ircore's state (ops, implementations, priorities,
+configuration, providers), undone on exit.
 """
 
 from ircore.testing._compare import Comparison, assert_close_to_reference, compare_to_reference
@@ -20,6 +22,7 @@ from ircore.testing._conformance import (
     run_case,
 )
 from ircore.testing._inputs import beyond_fp32_rows
+from ircore.testing._isolated import isolated
 from ircore.testing._pdl import assert_pdl_chain_matches, pdl_problems
 from ircore.testing._platform import simulated_platform
 
@@ -33,6 +36,7 @@ __all__ = [
     "beyond_fp32_rows",
     "check_provider",
     "compare_to_reference",
+    "isolated",
     "iter_cases",
     "pdl_problems",
     "run_case",

@@ -24,7 +24,10 @@ from typing import Any
 import torch
 
 from ircore import dispatch
+from ircore.errors import IrcoreError
 from ircore.op import Impl, IrOp, all_ops, get_op
+from ircore.providers._manager import MANAGER
+from ircore.providers._records import ProviderState
 from ircore.testing._compare import compare_to_reference
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -248,3 +251,29 @@ def check_provider(
             _check_differentiable_call(get_op(case.op), provider, args, str(case))
         report.checked[case.op] += 1
     return report
+
+
+def select_providers(requested: Sequence[str] | None) -> tuple[list[str], list[dict[str, str]]]:
+    """The active providers to verify (all, or those named), and the others with their state.
+
+    A named provider that is unknown or not active is a usage error naming its state and reason.
+    """
+    MANAGER.ensure_loaded()
+    records = {record.name: record for record in MANAGER.current_records()}
+    for name in requested or ():
+        if name not in records:
+            raise IrcoreError(f"unknown provider {name!r}; installed providers: {sorted(records) or 'none'}")
+        record = records[name]
+        if record.state is not ProviderState.ACTIVE:
+            raise IrcoreError(
+                f"provider {name!r} is {record.state}: {record.reason}; nothing to verify "
+                "(`ircore list` shows every provider)"
+            )
+    names = sorted(requested or records)
+    active = [n for n in names if records[n].state is ProviderState.ACTIVE]
+    others = [
+        {"name": n, "state": records[n].state.value, "reason": records[n].reason}
+        for n in names
+        if records[n].state is not ProviderState.ACTIVE
+    ]
+    return active, others

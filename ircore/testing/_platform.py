@@ -20,7 +20,7 @@ from ircore.platform import Platform
 
 
 def _reload_providers() -> None:
-    from ircore.plugins.manager import MANAGER
+    from ircore.providers._manager import MANAGER
 
     MANAGER.reload()
 

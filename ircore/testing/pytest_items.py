@@ -14,8 +14,15 @@ from typing import Any
 import pytest
 
 from ircore.errors import IrcoreError
-from ircore.testing._conformance import DECLINED, FAILED, Case, iter_cases, present_devices, run_case
-from ircore.tools.verify import select_providers
+from ircore.testing._conformance import (
+    DECLINED,
+    FAILED,
+    Case,
+    iter_cases,
+    present_devices,
+    run_case,
+    select_providers,
+)
 
 
 class CaseFailed(AssertionError):

@@ -22,13 +22,13 @@ from typing import Any
 import torch
 
 from ircore import dispatch
-from ircore.cli import EXIT_OK, _parse_dtype, _parse_shape, _table
 from ircore.errors import IrcoreError
 from ircore.op import IrOp, all_ops
 from ircore.platform import current_platform
-from ircore.plugins.manager import MANAGER
+from ircore.providers._manager import MANAGER
 from ircore.testing._conformance import dtype_name
 from ircore.tools import config_file, timing
+from ircore.tools.common import EXIT_OK, parse_dtype, parse_shape, table
 from ircore.tools.progress import Progress
 from ircore.tools.verify import check_devices
 
@@ -254,7 +254,7 @@ def _print_text(report: BenchReport) -> None:
         for kind in m.times
     ]
     print(f"{report.platform}, torch {torch.__version__}; median time per call (speed-up over native)")
-    print(_table(rows, ["op", "shape", "dtype", "timing", *candidates]))
+    print(table(rows, ["op", "shape", "dtype", "timing", *candidates]))
     for m in report.measurements:
         for who, why in [*m.skipped.items(), *m.failed.items()]:
             print(f"  {m.op} {_shape(m.shape)} {dtype_name(m.dtype)}: {who} not timed: {why}")
@@ -347,12 +347,12 @@ def add_parser(sub: Any) -> None:
         "--shape",
         action="extend",
         nargs="+",
-        type=_parse_shape,
+        type=parse_shape,
         metavar="TxH",
         help="shapes of x (default: 1x4096 16x4096 256x4096 on CPU; up to 16384x8192 on a GPU)",
     )
     p.add_argument(
-        "--dtype", action="extend", nargs="+", type=_parse_dtype, help="dtypes (default: bfloat16)"
+        "--dtype", action="extend", nargs="+", type=parse_dtype, help="dtypes (default: bfloat16)"
     )
     p.add_argument("--device", help="torch device (default: this machine's accelerator, else cpu)")
     p.add_argument("--rounds", type=int, default=15, help="interleaved rounds per shape (default 15)")

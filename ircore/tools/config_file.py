@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ircore.config import KNOWN_KEYS, read_file
 from ircore.errors import ConfigError
-from ircore.plugins.config import KNOWN_KEYS, read_file
 
 
 def check_writable(path: Path) -> None:

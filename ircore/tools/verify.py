@@ -18,11 +18,8 @@ from typing import Any
 
 import torch
 
-from ircore.cli import EXIT_OK, EXIT_PROBLEMS, _parse_dtype, _table
 from ircore.errors import IrcoreError
 from ircore.op import all_ops
-from ircore.plugins.manager import MANAGER
-from ircore.plugins.records import ProviderState
 from ircore.testing._conformance import (
     DTYPES,
     FAILED,
@@ -32,7 +29,9 @@ from ircore.testing._conformance import (
     iter_cases,
     present_devices,
     run_case,
+    select_providers,
 )
+from ircore.tools.common import EXIT_OK, EXIT_PROBLEMS, parse_dtype, table
 from ircore.tools.progress import Progress
 
 
@@ -143,32 +142,6 @@ def verify(
     return report
 
 
-def select_providers(requested: Sequence[str] | None) -> tuple[list[str], list[dict[str, str]]]:
-    """The active providers to verify (all, or those named), and the others with their state.
-
-    A named provider that is unknown or not active is a usage error naming its state and reason.
-    """
-    MANAGER.ensure_loaded()
-    records = MANAGER.records
-    for name in requested or ():
-        if name not in records:
-            raise IrcoreError(f"unknown provider {name!r}; installed providers: {sorted(records) or 'none'}")
-        record = records[name]
-        if record.state is not ProviderState.ACTIVE:
-            raise IrcoreError(
-                f"provider {name!r} is {record.state}: {record.reason}; nothing to verify "
-                "(`ircore list` shows every provider)"
-            )
-    names = sorted(requested or records)
-    active = [n for n in names if records[n].state is ProviderState.ACTIVE]
-    others = [
-        {"name": n, "state": records[n].state.value, "reason": records[n].reason}
-        for n in names
-        if records[n].state is not ProviderState.ACTIVE
-    ]
-    return active, others
-
-
 def _check_ops(names: Sequence[str] | None) -> None:
     known = sorted(all_ops())
     for name in names or ():
@@ -180,7 +153,7 @@ def _print_text(report: VerifyReport) -> None:
     rows = report.rows()
     if rows:
         print(
-            _table(
+            table(
                 [
                     [
                         r.provider,
@@ -270,7 +243,7 @@ def add_parser(sub: Any) -> None:
         "--dtype",
         action="extend",
         nargs="+",
-        type=_parse_dtype,
+        type=parse_dtype,
         help="only these dtypes (default: all three)",
     )
     p.add_argument("--seeds", type=int, default=2, metavar="N", help="sample seeds per dtype (default 2)")

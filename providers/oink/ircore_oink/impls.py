@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 import ircore
-from ircore.plugins.vendor import tracing
+from ircore.kit import tracing
 
 __all__ = ["fused_add_rms_norm", "fused_add_rms_norm_supports", "rms_norm", "rms_norm_supports"]
 

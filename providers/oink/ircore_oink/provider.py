@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import ircore
-from ircore.plugins.vendor import call_form_problem, import_vendor, torch_op
+from ircore.kit import call_form_problem, import_vendor, torch_op
 
 if TYPE_CHECKING:
     from ircore.platform import Platform

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ircore.plugins.vendor import register_device_kernel
+from ircore.kit import register_device_kernel
 
 from . import kernels
 

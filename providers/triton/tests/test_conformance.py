@@ -9,7 +9,7 @@ from conftest import GPU
 from ircore_triton.provider import IRCORE_IMPLEMENTATIONS
 
 import ircore
-from ircore.plugins.registrar import Registrar
+from ircore.kit import Registrar
 
 DEVICE = GPU or "cpu"
 

@@ -90,7 +90,7 @@ def test_bad_input_is_stopped_by_the_core_first() -> None:
     op = ircore.get_op("rms_norm")
     impl = op.validate_impl("triton_probe", impls.rms_norm, supports_args=probe)
     op.impls["triton_probe"] = impl
-    ircore.dispatch.bump_generation()
+    ircore.dispatch.STATE.bump()
     try:
         with ircore.priority(rms_norm=["triton_probe"]):
             for bad in [
@@ -106,7 +106,7 @@ def test_bad_input_is_stopped_by_the_core_first() -> None:
             assert len(calls) == 1
     finally:
         del op.impls["triton_probe"]
-        ircore.dispatch.bump_generation()
+        ircore.dispatch.STATE.bump()
 
 
 @pytest.mark.skipif(GPU is None, reason="needs a GPU: on CPU, the interpreter makes CPU a Triton device")

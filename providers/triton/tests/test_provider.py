@@ -9,8 +9,8 @@ from pathlib import Path
 import pluggy
 import pytest
 
-from ircore.plugins import hookspecs
-from ircore.plugins.registrar import Registrar
+from ircore.kit import Registrar
+from ircore.providers import hookspecs
 
 PROVIDER_ROOT = Path(__file__).resolve().parents[1]
 

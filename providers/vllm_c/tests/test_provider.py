@@ -17,8 +17,8 @@ if not hasattr(ircore, "hookimpl"):
 
 from ircore_vllm_c import provider  # noqa: E402
 
+from ircore.kit import Registrar  # noqa: E402
 from ircore.platform import Platform  # noqa: E402
-from ircore.plugins.registrar import Registrar  # noqa: E402
 
 CPU = Platform(kind="cpu", device_type="cpu", device_name="x86_64", capability=None, torch_version="2")
 ROCM = Platform(

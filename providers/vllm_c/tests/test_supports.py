@@ -96,7 +96,7 @@ def test_bad_input_never_reaches_the_kernels(op_name, make, monkeypatch):
     impl = op.validate_impl("vllm_c_probe", getattr(impls, op_name), supports_args=pred,
                             inplace=op_name == "fused_add_rms_norm")
     monkeypatch.setitem(op.impls, "vllm_c_probe", dataclasses.replace(impl, supports_args=recording_pred))
-    ircore.dispatch.bump_generation()
+    ircore.dispatch.STATE.bump()
     try:
         with ircore.priority(**{op_name: ["vllm_c_probe"]}):
             op(*op.make_inputs((2, 64), torch.float32, "cpu"))  # a valid call reaches the predicate
@@ -106,5 +106,5 @@ def test_bad_input_never_reaches_the_kernels(op_name, make, monkeypatch):
                 op(*make())
     finally:
         monkeypatch.undo()
-        ircore.dispatch.bump_generation()
+        ircore.dispatch.STATE.bump()
     assert calls == []

@@ -20,7 +20,7 @@ ircore = pytest.importorskip("ircore", reason="the ircore core package is not im
 if "vllm_c" not in {ep.name for ep in metadata.entry_points(group="ircore.providers")}:
     pytest.skip("ircore-provider-vllm-c is not installed (no entry point)", allow_module_level=True)
 try:
-    from ircore.plugins.config import read_file
+    from ircore.config import read_file
     from ircore.tools import bench  # noqa: F401
 except ImportError:
     pytest.skip("this ircore has no verify/bench tools", allow_module_level=True)

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 import ircore
-from ircore.plugins.vendor import opaque_op, tracing, unit_weight
+from ircore.kit import opaque_op, tracing, unit_weight
 
 __all__ = [
     "fused_add_rms_norm",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 import ircore
-from ircore.plugins.vendor import call_form_problem, import_vendor, torch_op
+from ircore.kit import call_form_problem, import_vendor, torch_op
 
 if TYPE_CHECKING:
     from ircore.platform import Platform

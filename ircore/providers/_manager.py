@@ -10,6 +10,7 @@ registered.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import os
@@ -17,19 +18,21 @@ import threading
 import traceback
 from collections import defaultdict
 from types import TracebackType
+from typing import Any
 
 import pluggy
 
-from ircore import _ownership, dispatch
+from ircore import _ownership, config
+from ircore._state import STATE, PriorityLayer
+from ircore._version import __version__
+from ircore.config import Settings
 from ircore.errors import ImplRegistrationError, ProviderLoadError
-from ircore.op import all_ops
 from ircore.platform import current_platform
-from ircore.plugins import hookspecs
-from ircore.plugins.config import Settings, resolve_settings
-from ircore.plugins.discovery import Candidate, discover, incompatibility, name_problem
-from ircore.plugins.records import BROKEN_STATES, ProviderRecord, ProviderState
-from ircore.plugins.registrar import Registrar
-from ircore.plugins.table import TABLE_ATTRIBUTE
+from ircore.providers import hookspecs
+from ircore.providers._discovery import Candidate, discover, incompatibility, name_problem
+from ircore.providers._records import BROKEN_STATES, ProviderRecord, ProviderState
+from ircore.providers._registrar import Registrar
+from ircore.providers._table import TABLE_ATTRIBUTE
 
 _log = logging.getLogger("ircore")
 _IGNORED_DIRS = tuple(
@@ -61,8 +64,9 @@ class ProviderManager:
         self._lock = threading.RLock()
         self.records: dict[str, ProviderRecord] = {}
         self.settings: Settings | None = None
-        self._current = False
-        self._active_reason: dict[str, str] = {}
+        # STATE.config_version that the states were decided for (None: decide on next use)
+        self._loaded_for: int | None = None
+        self._registered: dict[str, tuple[str, ...]] = {}  # active provider -> the ops it registered
 
     # ------------------------------------------------------------------ discovery
     def candidates(self) -> tuple[Candidate, ...]:
@@ -75,36 +79,31 @@ class ProviderManager:
         Also a no-op inside a provider's own code (an op called from a hook runs with the
         providers loaded so far), so that one provider's hooks never run inside another's.
         """
-        if self._current or _ownership.current() is not None:
+        if self._loaded_for == STATE.config_version or _ownership.current() is not None:
             return
         with self._lock:
-            if self._current:
+            version = STATE.config_version
+            if self._loaded_for == version:
                 return
             self._load()  # a ConfigError leaves us not current: every later use raises it again
-            dispatch.bump_generation()
+            STATE.bump()
             self._enforce_strict()  # likewise: strict mode keeps refusing until fixed
-            self._current = True
-
-    def settings_changed(self) -> None:
-        """Configuration changed (``ircore.configure``): re-decide states on next use."""
-        with self._lock:
-            self._current = False
-        dispatch.bump_generation()
+            self._loaded_for = version
 
     def _load(self) -> None:
-        from ircore import __version__
-
-        settings = resolve_settings()
+        settings = config.resolve_settings()
         by_name: dict[str, list[Candidate]] = defaultdict(list)
         for cand in self.candidates():
             by_name[cand.name].append(cand)
-        settings.check_names(set(by_name), set(all_ops()))
+        settings.check_names(set(by_name), set(STATE.ops))
         self.settings = settings
-        dispatch.STATE.layers = [
-            dispatch.PriorityLayer(source.where("priority"), source.values["priority"])
+        layers = [
+            PriorityLayer(source.where("priority"), source.values["priority"])
             for source in settings.sources[1:]
             if "priority" in source.values
         ]
+        fusions = tuple(tuple(sorted(layer.items())) for layer in config.fusion_layers(settings))
+        STATE.set_configured(layers, fusions)
         for name in sorted(by_name):
             cands = by_name[name]
             record = self.records.get(name)
@@ -134,9 +133,9 @@ class ProviderManager:
                 continue
             if not record.imported:
                 self._activate(record)
-            elif name in self._active_reason and record.state is ProviderState.DISABLED:
-                dispatch.STATE.blocked.pop(name, None)  # re-enabled: its implementations are still there
-                record.state, record.reason = ProviderState.ACTIVE, self._active_reason[name]
+            elif name in self._registered and record.state is ProviderState.DISABLED:
+                STATE.block(name, None)  # re-enabled: its implementations are still there
+                record.state, record.reason = ProviderState.ACTIVE, self._implements(record)
 
     def _settle(self, record: ProviderRecord, state: ProviderState, reason: str) -> None:
         record.state, record.reason = state, reason
@@ -145,7 +144,7 @@ class ProviderManager:
 
     def _disable(self, record: ProviderRecord, why: str) -> None:
         if record.state is ProviderState.ACTIVE:
-            dispatch.STATE.blocked[record.name] = f"provider {record.name!r} is disabled: {why}"
+            STATE.block(record.name, f"provider {record.name!r} is disabled: {why}")
             record.state, record.reason = ProviderState.DISABLED, why
         elif not record.imported:
             self._settle(record, ProviderState.DISABLED, why)
@@ -169,16 +168,25 @@ class ProviderManager:
             return
         registrar, ranks = outcome
         registrar.commit()
-        for op_name, rank in ranks.items():
-            dispatch.STATE.ranks.setdefault(op_name, {})[record.name] = rank
-        record.ops, record.ranks = registrar.op_names, dict(ranks)
-        self._active_reason[record.name] = self._implements(record)
-        self._settle(record, ProviderState.ACTIVE, self._active_reason[record.name])
+        STATE.set_ranks(record.name, ranks)
+        self._registered[record.name] = record.ops = registrar.op_names
+        record.ranks = dict(ranks)
+        self._settle(record, ProviderState.ACTIVE, self._implements(record))
 
     def _implements(self, record: ProviderRecord) -> str:
-        """An active provider's reason: what it implements here, and what was removed since."""
+        """An active provider's reason: what it implements here, and what was removed since.
+
+        Also brings ``record.ops`` and ``record.removed`` up to date with the ops' own records of
+        ``unregister_impl`` (``IrOp.removed``).
+        """
+        registered = self._registered.get(record.name, ())
+        removed = {
+            op: how for op in registered if (how := STATE.ops[op].removed.get(record.name)) is not None
+        }
+        record.ops = tuple(op for op in registered if op not in removed)
+        record.removed = removed
         text = f"implements {', '.join(record.ops) or 'nothing'} on {current_platform().describe()}"
-        return "; ".join([text, *(f"{op} {how}" for op, how in record.removed.items())])
+        return "; ".join([text, *(f"{op} {how}" for op, how in removed.items())])
 
     def _run_hooks(
         self, record: ProviderRecord, run: _ownership.ProviderRun
@@ -296,15 +304,11 @@ class ProviderManager:
         """
         with self._lock:
             for name in self.records:
-                for op in all_ops().values():
-                    op.impls.pop(name, None)
-                for ranks in dispatch.STATE.ranks.values():
-                    ranks.pop(name, None)
-                dispatch.STATE.blocked.pop(name, None)
+                STATE.forget_provider(name)
             self.records.clear()
-            self._active_reason.clear()
-            self._current = False
-        dispatch.bump_generation()
+            self._registered.clear()
+            self._loaded_for = None
+        STATE.bump()
 
     # ------------------------------------------------------------------ introspection
     def status_of(self, name: str) -> str | None:
@@ -313,24 +317,32 @@ class ProviderManager:
             return None
         return f"provider {name!r} is {record.state}: {record.reason}"
 
-    def note_removed(self, op_name: str, provider: str, how: str) -> None:
-        """An implementation of ``provider`` was removed after it registered: its record says so."""
-        record = self.records.get(provider)
-        if record is None or op_name not in record.ops:
-            return
-        record.ops = tuple(o for o in record.ops if o != op_name)
-        record.removed[op_name] = how
-        self._active_reason[provider] = self._implements(record)
-        if record.state is ProviderState.ACTIVE:
-            record.reason = self._active_reason[provider]
+    def snapshot(self) -> tuple[Any, ...]:
+        """What :meth:`restore` puts back: every record (copied), the settings, what was loaded."""
+        with self._lock:
+            records = {
+                name: dataclasses.replace(r, ranks=dict(r.ranks), removed=dict(r.removed))
+                for name, r in self.records.items()
+            }
+            return records, self.settings, self._loaded_for, dict(self._registered)
+
+    def restore(self, snapshot: tuple[Any, ...]) -> None:
+        with self._lock:
+            records, self.settings, self._loaded_for, registered = snapshot
+            self.records.clear()
+            self.records.update(records)
+            self._registered.clear()
+            self._registered.update(registered)
+
+    def current_records(self) -> list[ProviderRecord]:
+        """Every provider's record, by name, with what was removed since it registered."""
+        with self._lock:
+            for record in self.records.values():
+                if record.state is ProviderState.ACTIVE:
+                    record.reason = self._implements(record)
+                elif record.name in self._registered:
+                    self._implements(record)
+            return [self.records[name] for name in sorted(self.records)]
 
 
 MANAGER = ProviderManager()
-
-
-def ensure_loaded() -> None:
-    MANAGER.ensure_loaded()
-
-
-def settings_changed() -> None:
-    MANAGER.settings_changed()

@@ -13,8 +13,12 @@ Keys (the same in every source):
 
 For ``providers``, ``disable`` and ``strict`` the highest source that sets the key decides; for
 ``priority`` the highest source that names the op decides, for ``fusions`` the highest source that
-names the fusion. Files: ``IRCORE_CONFIG``, else
-``./ircore.toml``, else ``[tool.ircore]`` in ``./pyproject.toml``.
+names the fusion. Files: ``IRCORE_CONFIG``, else ``./ircore.toml``, else ``[tool.ircore]`` in
+``./pyproject.toml``.
+
+The environment and the file are read when the provider loader next needs the settings
+(:func:`resolve_settings`); what ``configure`` sets is kept in ``ircore._state.STATE`` with the rest
+of the state, and a change tells the loader to decide provider states again on next use.
 """
 
 from __future__ import annotations
@@ -22,15 +26,17 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ircore import _ownership
+from ircore import _ownership, dispatch
+from ircore._state import STATE
 from ircore.errors import ConfigError
 
-__all__ = ["configure", "Settings", "ConfigSource", "KNOWN_KEYS"]
+__all__ = ["FUSIONS", "KNOWN_KEYS", "ConfigSource", "Settings", "configure", "normalize_fusions"]
 
 KNOWN_KEYS = ("providers", "disable", "priority", "strict", "fusions")
 ENV_VARS = {
@@ -42,6 +48,17 @@ ENV_VARS = {
 }
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+
+#: Every compile-time fusion by name, with what it rewrites (``ircore.compile`` runs them). All are
+#: on by default; switch them with the key ``fusions`` or per compile (``ircore.compile(model,
+#: fusions=...)``).
+FUSIONS: Mapping[str, str] = types.MappingProxyType(
+    {
+        "add_rms_norm": "a + b feeding rms_norm -> fused_add_rms_norm(a, b) (the sum may have other users)",
+        "rms_norm_reshape": "rms_norm(x).reshape(-1, H) -> rms_norm(x.reshape(-1, H)), also for "
+        "fused_add_rms_norm, so kernels and later patterns see 2-D inputs",
+    }
+)
 
 
 @dataclass
@@ -111,6 +128,55 @@ def _parse_priority(value: Any, where: str) -> dict[str, tuple[str, ...]]:
     return out
 
 
+_ON = {"1", "on", "true", "yes"}
+_OFF = {"0", "off", "false", "no"}
+
+
+def normalize_fusions(value: Any, where: str) -> dict[str, bool]:
+    """One fusion setting as ``{name: on}``; the names it does not mention are absent.
+
+    Accepted: ``"all"``/``"none"``; a mapping name -> bool (``{"add_rms_norm": False}``); a
+    string ``"add_rms_norm=off,rms_norm_reshape=on"``; a list of names to run (the others off).
+    """
+    names = tuple(FUSIONS)
+    if isinstance(value, str) and value.strip() in ("all", "none"):
+        return dict.fromkeys(names, value.strip() == "all")
+    if isinstance(value, str) and "=" in value:
+        parsed: dict[str, Any] = {}
+        for part in value.split(","):
+            name, sep, switch = part.partition("=")
+            if not sep or switch.strip().lower() not in _ON | _OFF:
+                raise ConfigError(
+                    f"{where}: cannot read {part.strip()!r}; expected NAME=on|off entries separated "
+                    f"by ',', e.g. 'add_rms_norm=off'; fusions: {', '.join(names)}"
+                )
+            parsed[name.strip()] = switch.strip().lower() in _ON
+        value = parsed
+    if isinstance(value, Mapping):
+        out: dict[str, bool] = {}
+        for name, on in value.items():
+            _check_fusion_name(name, where, names)
+            if not isinstance(on, bool):
+                raise ConfigError(f"{where}: fusion {name!r} must be true or false, got {on!r}")
+            out[name] = on
+        return out
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        for name in value:
+            _check_fusion_name(name, where, names)
+        return {name: name in value for name in names}
+    raise ConfigError(
+        f"{where}: expected 'all', 'none', a list of fusion names or a table of name = true/false, "
+        f"got {value!r}; fusions: {', '.join(names)}"
+    )
+
+
+def _check_fusion_name(name: Any, where: str, names: tuple[str, ...]) -> None:
+    if name not in names:
+        raise ConfigError(f"{where}: unknown fusion {name!r}; fusions: {', '.join(names)}")
+
+
 def parse_values(raw: Mapping[str, Any], source: ConfigSource) -> ConfigSource:
     """Check the keys of ``raw`` and parse each into ``source``; errors name source and key."""
     for key, value in raw.items():
@@ -122,8 +188,6 @@ def parse_values(raw: Mapping[str, Any], source: ConfigSource) -> ConfigSource:
         elif key == "priority":
             source.values[key] = _parse_priority(value, where)
         elif key == "fusions":
-            from ircore.compile._settings import normalize_fusions
-
             # merged: configure(fusions={"a": False}) then {"b": False} switches both off
             source.values[key] = {**source.values.get(key, {}), **normalize_fusions(value, where)}
         else:
@@ -142,9 +206,7 @@ def read_environment(environ: Mapping[str, str] | None = None) -> ConfigSource:
     unknown = sorted(
         v
         for v in environ
-        if v.startswith("IRCORE_")
-        and v not in ENV_VARS.values()
-        and v not in _OTHER_ENV_VARS
+        if v.startswith("IRCORE_") and v not in ENV_VARS.values() and v not in _OTHER_ENV_VARS
     )
     if unknown:
         import logging
@@ -250,12 +312,16 @@ class Settings:
 
 
 _api_lock = threading.Lock()
-_API = ConfigSource("ircore.configure()")
+
+
+def api_source() -> ConfigSource:
+    """What ``configure`` set, as a source (its values live in ``STATE.config_api``)."""
+    return ConfigSource("ircore.configure()", STATE.config_api)
 
 
 def resolve_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Settings:
     """Read environment and file, stack them under the API settings, decide each key."""
-    sources = [_API, read_environment(environ)]
+    sources = [api_source(), read_environment(environ)]
     path = find_config_file(environ, cwd)
     if path is not None:
         sources.append(read_file(path))
@@ -267,6 +333,12 @@ def resolve_settings(environ: Mapping[str, str] | None = None, cwd: Path | None 
                 setattr(settings, f"{key}_from", source.where(key))
                 break
     return settings
+
+
+def fusion_layers(settings: Settings | None) -> list[dict[str, bool]]:
+    """The ``fusions`` setting of each source that has one, highest first."""
+    sources = settings.sources if settings is not None else [api_source()]
+    return [source.values["fusions"] for source in sources if "fusions" in source.values]
 
 
 def configure(
@@ -287,10 +359,7 @@ def configure(
     use. Compiled functions recompile on their next call after any change. A provider's own code
     (its import and hooks) may not call it.
     """
-    from ircore import dispatch
-
     _ownership.refuse_inside_provider("ircore.configure()")
-
     raw: dict[str, Any] = {}
     if providers is not None:
         raw["providers"] = providers
@@ -300,22 +369,16 @@ def configure(
         raw["strict"] = strict
     if fusions is not None:
         raw["fusions"] = fusions
-    with _api_lock:
-        if raw:
-            parse_values(raw, _API)
-            from ircore.plugins import manager
-
-            manager.settings_changed()
+    if raw:
+        with _api_lock:
+            parse_values(raw, api_source())
+        STATE.config_changed()
     if priority is not None:
         dispatch.set_priority(priority)
-    elif raw:
-        dispatch.bump_generation()
 
 
 def reset_api_settings() -> None:
     """Forget everything ``configure`` set (for tests and long-lived tools); re-read the rest."""
     with _api_lock:
-        _API.values.clear()
-    from ircore.plugins import manager
-
-    manager.settings_changed()
+        STATE.config_api.clear()
+    STATE.config_changed()

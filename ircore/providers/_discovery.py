@@ -6,6 +6,8 @@ import functools
 from dataclasses import dataclass
 from importlib import metadata
 
+from ircore._validation import NAME_PATTERN, RESERVED_PROVIDER_NAMES
+
 ENTRY_POINT_GROUP = "ircore.providers"
 
 
@@ -69,8 +71,6 @@ def incompatibility(candidate: Candidate, core_version: str) -> str | None:
 
 def name_problem(name: str) -> str | None:
     """Why an entry point's name cannot be a provider's name, or None."""
-    from ircore.op import NAME_PATTERN, RESERVED_PROVIDER_NAMES
-
     if not NAME_PATTERN.match(name):
         return f"entry point name {name!r} is not a valid provider name (must match {NAME_PATTERN.pattern})"
     if name in RESERVED_PROVIDER_NAMES:

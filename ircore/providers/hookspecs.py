@@ -13,7 +13,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from ircore.platform import Platform
-    from ircore.plugins.registrar import Registrar
+    from ircore.providers._registrar import Registrar
 
 PROJECT_NAME = "ircore"
 API_VERSION = 1

@@ -10,9 +10,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ircore import _ownership
+from ircore._state import STATE
 from ircore.errors import ImplRegistrationError
-from ircore.op import Impl, IrOp, all_ops
-from ircore.plugins.table import TABLE_ATTRIBUTE, ImplSpec, resolve
+from ircore.op import Impl, IrOp
+from ircore.providers._table import TABLE_ATTRIBUTE, ImplSpec, resolve
 
 
 class Registrar:
@@ -34,8 +35,8 @@ class Registrar:
         cache_by_signature: bool = False,
     ) -> None:
         """Offer ``fn`` as this provider's implementation of ``op`` (see ``IrOp.register_impl``)."""
-        ops = all_ops()
-        target = ops.get(op)
+        ops = STATE.ops
+        target: IrOp[..., Any] | None = ops.get(op)
         if target is None:
             raise ImplRegistrationError(
                 f"provider {self.provider!r} registers unknown op {op!r}; known ops: {sorted(ops)}"
@@ -48,7 +49,7 @@ class Registrar:
         self._pending.append((target, impl))
 
     def register_table(self, table: Mapping[str, ImplSpec]) -> None:
-        """Register every row of a declarative table ``{op: ImplSpec}`` (see ircore.plugins.table)."""
+        """Register every row of a declarative table ``{op: ImplSpec}`` (see ircore.providers._table)."""
         if not isinstance(table, Mapping):
             raise ImplRegistrationError(
                 f"provider {self.provider!r}: {TABLE_ATTRIBUTE} is a {type(table).__name__}; "
@@ -81,9 +82,5 @@ class Registrar:
 
     def commit(self) -> None:
         """Attach every validated implementation to its op (ircore does, after the hooks return)."""
-        from ircore import dispatch
-
         _ownership.refuse_inside_provider(f"Registrar({self.provider!r}).commit()")
-        for op, impl in self._pending:
-            op.impls[impl.provider] = impl
-        dispatch.bump_generation()
+        STATE.add_impls(self.impls)

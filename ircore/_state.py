@@ -1,0 +1,307 @@
+"""The one owner of ircore's mutable state: the op table, the priority sources, the caches.
+
+Everything a dispatch decision is computed from lives in :data:`STATE`, and every change to it
+goes through a method here that replaces the *generation*: the token that plans, remembered
+per-signature choices and remembered priority blocks are stamped with. A stamp that is not the
+current generation is stale, so one identity check (or, from compiled code, one flag) tells the
+eager path that what it remembered still holds.
+
+The provider loader sits above this module. Dispatch reaches it through one small interface,
+:class:`ProviderHost`, that the loader installs (``ircore/__init__.py``); it writes back through
+the methods of :class:`State` (``add_impls``, ``forget_provider``, ``block`` ...), never into
+the attributes directly.
+
+Tests and tools get a scratch copy of all of it with ``ircore.testing.isolated()``, which
+restores the contents of these objects in place: a module that holds a reference to the op
+table or to :data:`STATE` never sees a stale copy.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
+from typing import Any, NamedTuple, Protocol
+
+from ircore.errors import UnknownOpError
+
+__all__ = ["STATE", "SCOPE", "State", "ProviderHost", "PriorityLayer", "Scope", "Snapshot"]
+
+
+class ProviderHost(Protocol):
+    """What dispatch asks of the provider loader: load, and say what is known without loading."""
+
+    def ensure_loaded(self) -> None:
+        """Discover and load ops and providers as configuration allows (idempotent)."""
+
+    def discovered(self) -> frozenset[str]:
+        """Names of every installed provider, whatever its state (for priority validation)."""
+
+    def status_of(self, name: str) -> str | None:
+        """Why a known provider cannot run (its state and reason), or None."""
+
+
+class _NoProviders:
+    """The host before the loader is attached: nothing to load, no provider known."""
+
+    def ensure_loaded(self) -> None:
+        pass
+
+    def discovered(self) -> frozenset[str]:
+        return frozenset()
+
+    def status_of(self, name: str) -> str | None:
+        return None
+
+
+class PriorityLayer(NamedTuple):
+    """Priority lists from one configuration source, e.g. ``IRCORE_PRIORITY``."""
+
+    source: str
+    priorities: Mapping[str, tuple[str, ...]]
+
+
+class Scope:
+    """The priorities in effect inside a ``with ircore.priority(...)`` block (merged with the
+    enclosing blocks'), the scope to go back to on exit, and the plans resolved under it.
+
+    ``plans`` has an entry for exactly the ops ``priorities`` names: the fast call
+    (ircore/csrc/fast_call.cpp) reads only ``plans``, from its slot, and takes a name missing
+    there to mean "not named here, the process-wide plan decides".
+    """
+
+    __slots__ = ("outer", "plans", "priorities")
+
+    def __init__(self, priorities: dict[str, tuple[str, ...]], outer: Scope | None) -> None:
+        self.priorities = priorities
+        self.outer = outer
+        self.plans: dict[str, Any] = {}
+
+
+#: The priority scope of this thread or asyncio task (``with ircore.priority(...)``), or None.
+SCOPE: ContextVar[Scope | None] = ContextVar("ircore_priority_scope", default=None)
+
+
+class Snapshot(NamedTuple):
+    """The contents of :data:`STATE` at one moment (see :meth:`State.snapshot`)."""
+
+    ops: dict[str, Any]
+    impls: dict[str, dict[str, Any]]
+    removed: dict[str, dict[str, str]]
+    api_priority: dict[str, tuple[str, ...]]
+    layers: list[PriorityLayer]
+    ranks: dict[str, dict[str, int]]
+    blocked: dict[str, str]
+    fusions: object
+    config_api: dict[str, Any]
+
+    def settings(self) -> tuple[Any, ...]:
+        """What a provider's code must leave alone, for the guard to compare (ircore._ownership)."""
+        return (
+            sorted(self.ops),
+            self.impls,
+            self.api_priority,
+            [(layer.source, dict(layer.priorities)) for layer in self.layers],
+            self.ranks,
+            self.blocked,
+        )
+
+
+class State:
+    """Everything dispatch decisions are computed from, and what is remembered from them."""
+
+    def __init__(self) -> None:
+        #: Every declared op by name. Never replaced, only changed in place.
+        self.ops: dict[str, Any] = {}
+        # The stamp of everything remembered per configuration. A one-element list, [True]
+        # while current and [False] once replaced, so compiled code (ircore/csrc) tells a
+        # stale stamp from the stamp alone; Python compares identities.
+        self.generation: list[bool] = [True]
+        # An int fingerprint of everything compiled graphs depend on (see fingerprint()), kept
+        # with the generation: Dynamo guards on an int's value, so a change recompiles and a
+        # change back finds the graph compiled before.
+        self.version = 0
+        self.lock = threading.RLock()
+        self.api_priority: dict[str, tuple[str, ...]] = {}
+        self.layers: list[PriorityLayer] = []  # env, then file (ircore.config)
+        self.ranks: dict[str, dict[str, int]] = {}  # op -> provider -> suggested rank
+        self.blocked: dict[str, str] = {}  # provider -> why configuration stops it
+        #: The configured fusion switches (ircore.config): compiled graphs depend on them.
+        self.fusions: object = None
+        #: What ``ircore.configure`` set, parsed (ircore.config); the highest configuration source.
+        self.config_api: dict[str, Any] = {}
+        #: Counts changes to it: the loader re-decides provider states when this moves.
+        self.config_version = 0
+        self.providers: ProviderHost = _NoProviders()
+        # Remembered so that a priority block entered again costs a few lookups (ircore.dispatch).
+        self.blocks: dict[tuple[Any, ...], Any] = {}
+        self.scopes: dict[tuple[Scope | None, tuple[Any, ...]], Scope] = {}
+        self.plans: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self.known: tuple[object, frozenset[str]] = (None, frozenset())
+        # Distinct entries each of those caches holds before it starts over (a bound, not a
+        # tuning knob: an engine sees a few dozen).
+        self.cache_limit = 256
+        self.warned_predicates: set[tuple[str, str]] = set()
+
+    # ------------------------------------------------------------------ the generation
+    def bump(self) -> None:
+        """Make every plan, remembered choice and remembered block stale."""
+        with self.lock:
+            self.generation[0] = False
+            self.generation = [True]
+            self.version = self.fingerprint()
+            for op in self.ops.values():
+                op.signature_cache.clear()
+
+    def fingerprint(self) -> int:
+        """Priorities, ranks, blocked providers, implementations and fusion switches, as an int.
+
+        Equal configurations give equal values within a process, so a compiled function that went
+        through priorities A, B and back to A reuses its graph for A instead of compiling a third.
+        """
+        impls = tuple(
+            (name, tuple((provider, id(impl)) for provider, impl in op.impls.items()))
+            for name, op in sorted(self.ops.items())
+        )
+        return hash(
+            (
+                tuple(sorted(self.api_priority.items())),
+                tuple((layer.source, tuple(sorted(layer.priorities.items()))) for layer in self.layers),
+                tuple(sorted((op, tuple(sorted(r.items()))) for op, r in self.ranks.items())),
+                tuple(sorted(self.blocked)),
+                impls,
+                self.fusions,
+            )
+        )
+
+    # ------------------------------------------------------------------ the op table
+    def op(self, name: str) -> Any:
+        """The op called ``name``; :class:`~ircore.errors.UnknownOpError` lists the ops there are."""
+        try:
+            return self.ops[name]
+        except KeyError:
+            raise UnknownOpError(f"no ircore op named {name!r}; known ops: {sorted(self.ops)}") from None
+
+    def add_op(self, op: Any) -> None:
+        with self.lock:
+            self.ops[op.name] = op
+            self.bump()
+
+    def known_providers(self) -> frozenset[str]:
+        """Providers a priority list may name: those with implementations, and installed ones."""
+        generation = self.generation
+        if self.known[0] is not generation:
+            names = {p for op in self.ops.values() for p in op.impls}
+            self.known = (generation, frozenset(names | self.providers.discovered()))
+        return self.known[1]
+
+    # ------------------------------------------------------------------ what the loader writes
+    def add_impls(self, impls: Iterable[Any]) -> None:
+        """Attach validated implementations (each names its op and provider)."""
+        with self.lock:
+            for impl in impls:
+                op = self.ops[impl.op_name]
+                op.impls[impl.provider] = impl
+                op.removed.pop(impl.provider, None)
+            self.bump()
+
+    def remove_impl(self, op_name: str, provider: str, how: str) -> bool:
+        """Remove one implementation, remembering ``how`` for ``list``/``explain``/``doctor``."""
+        with self.lock:
+            op = self.op(op_name)
+            if op.impls.pop(provider, None) is None:
+                return False
+            op.removed[provider] = how
+            self.bump()
+            return True
+
+    def forget_provider(self, provider: str) -> None:
+        """Drop everything ``provider`` registered or was told (to load it again from scratch)."""
+        with self.lock:
+            for op in self.ops.values():
+                op.impls.pop(provider, None)
+            for ranks in self.ranks.values():
+                ranks.pop(provider, None)
+            self.blocked.pop(provider, None)
+            self.bump()
+
+    def set_ranks(self, provider: str, ranks: Mapping[str, int]) -> None:
+        with self.lock:
+            for op_name, rank in ranks.items():
+                self.ranks.setdefault(op_name, {})[provider] = rank
+            self.bump()
+
+    def block(self, provider: str, why: str | None) -> None:
+        """Stop ``provider``'s implementations from running (``why``), or let them again (None)."""
+        with self.lock:
+            if why is None:
+                self.blocked.pop(provider, None)
+            else:
+                self.blocked[provider] = why
+            self.bump()
+
+    def set_configured(self, layers: list[PriorityLayer], fusions: object) -> None:
+        """The priority layers and fusion switches read from the environment and the file."""
+        with self.lock:
+            self.layers = layers
+            self.fusions = fusions
+            self.bump()
+
+    def config_changed(self) -> None:
+        """The configuration API changed something: the loader decides states again on next use."""
+        with self.lock:
+            self.config_version += 1
+            self.bump()
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot(self) -> Snapshot:
+        """Copies of the op table, every op's implementations and every priority setting."""
+        with self.lock:
+            return Snapshot(
+                dict(self.ops),
+                {name: dict(op.impls) for name, op in self.ops.items()},
+                {name: dict(op.removed) for name, op in self.ops.items()},
+                dict(self.api_priority),
+                list(self.layers),
+                {name: dict(ranks) for name, ranks in self.ranks.items()},
+                dict(self.blocked),
+                self.fusions,
+                {key: _copy(value) for key, value in self.config_api.items()},
+            )
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Put back what :meth:`snapshot` copied, in place, and make everything remembered stale."""
+        with self.lock:
+            self.ops.clear()
+            self.ops.update(snapshot.ops)
+            for name, op in self.ops.items():
+                op.impls.clear()
+                op.impls.update(snapshot.impls.get(name, {}))
+                op.removed.clear()
+                op.removed.update(snapshot.removed.get(name, {}))
+            self.api_priority = dict(snapshot.api_priority)
+            self.layers = list(snapshot.layers)
+            self.ranks = {name: dict(ranks) for name, ranks in snapshot.ranks.items()}
+            self.blocked = dict(snapshot.blocked)
+            self.fusions = snapshot.fusions
+            if self.config_api != snapshot.config_api:
+                self.config_api.clear()
+                self.config_api.update(snapshot.config_api)
+                self.config_version += 1
+            self.warned_predicates.clear()
+            self.bump()
+
+    def remember(self, table: dict[Any, Any], key: Any, value: Any) -> Any:
+        """``table[key] = value`` in a cache of at most ``cache_limit`` entries."""
+        if len(table) >= self.cache_limit:
+            table.clear()
+        table[key] = value
+        return value
+
+
+def _copy(value: Any) -> Any:
+    """A copy of a configuration value deep enough that changing the original leaves it alone."""
+    return dict(value) if isinstance(value, dict) else value
+
+
+STATE = State()

@@ -1,0 +1,176 @@
+"""Checks of what users and providers hand to ircore: native functions, implementations, predicates.
+
+Each check raises one error that names the op, the provider where there is one, ``file:line`` of
+the offending function, what is wrong and what is expected, so the mistake can be fixed from the
+message alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import os
+import re
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ircore import _signature
+from ircore.errors import ImplRegistrationError, OpDeclarationError
+
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+RESERVED_PROVIDER_NAMES = frozenset({"native", "unfused"})
+
+
+def source_of(obj: object) -> str:
+    """``file:line`` of a function, for messages that must say where something is."""
+    target = inspect.unwrap(obj) if callable(obj) else obj
+    code = getattr(target, "__code__", None)
+    if code is not None:
+        return f"{code.co_filename}:{code.co_firstlineno}"
+    overload_name = getattr(target, "_name", None)
+    if isinstance(target, torch._ops.OpOverload) and overload_name:
+        return f"torch.ops.{overload_name.replace('::', '.')}"
+    return getattr(target, "__module__", None) or repr(target)
+
+
+def file_digest(obj: object) -> str:
+    """sha256 of the file that defines ``obj`` (its ``file:line`` if the file cannot be read)."""
+    try:
+        path = inspect.getsourcefile(inspect.unwrap(obj))  # type: ignore[arg-type]
+    except TypeError:
+        path = None
+    if not path:
+        return source_of(obj)
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return source_of(obj)
+    return _digest_cached(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _digest_cached(path: str, mtime_ns: int, size: int) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def infer_schema(fn: Callable[..., Any], mutates_args: Sequence[str] = ()) -> str:
+    return torch.library.infer_schema(fn, mutates_args=tuple(mutates_args))
+
+
+def _same_default(a: object, b: object) -> bool:
+    """Defaults are the same object, or equal values of one type (``1`` is not ``True``)."""
+    return a is b or (type(a) is type(b) and a == b)
+
+
+# ---------------------------------------------------------------------- native functions
+def check_native(
+    name: str | None, native: Callable[..., Any], inplace_args: Sequence[str], declared: Mapping[str, Any]
+) -> str:
+    """Validate a native function for ``register_op``; return the op's name."""
+    if not callable(native):
+        raise OpDeclarationError(f"register_op needs a function, got {native!r}")
+    op_name = getattr(native, "__name__", "") if name is None else name
+    where = source_of(native)
+    if not isinstance(op_name, str) or not NAME_PATTERN.match(op_name):
+        raise OpDeclarationError(f"op name {op_name!r} ({where}) must match {NAME_PATTERN.pattern}")
+    if op_name in declared:
+        raise OpDeclarationError(
+            f"op {op_name!r} ({where}) is already declared by {source_of(declared[op_name].native)}"
+        )
+    params = inspect.signature(native).parameters
+    for param in params.values():
+        if param.kind is param.KEYWORD_ONLY:
+            raise OpDeclarationError(
+                f"op {op_name!r} ({where}): parameter {param.name!r} is keyword-only; ops take "
+                "positional-or-keyword parameters only, so every call can be positional"
+            )
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise OpDeclarationError(
+                f"op {op_name!r} ({where}): *args/**kwargs parameter {param.name!r} is not "
+                "allowed; declare every parameter"
+            )
+    if not params:
+        raise OpDeclarationError(f"op {op_name!r} ({where}) takes no arguments")
+    for arg in inplace_args:
+        if arg not in params:
+            raise OpDeclarationError(
+                f"op {op_name!r} ({where}): inplace_args names {arg!r}, which is not a "
+                f"parameter (parameters: {list(params)})"
+            )
+    try:
+        infer_schema(native)
+    except Exception as exc:
+        raise OpDeclarationError(
+            f"op {op_name!r} ({where}): cannot infer a torch schema from its annotations: {exc}"
+        ) from None
+    return op_name
+
+
+def signature_spec(op_name: str, native: Callable[..., Any], param_names: Sequence[str]) -> bytes:
+    """The per-parameter kinds ``ircore._signature`` reads; refuses parameter types it cannot."""
+    hints = typing.get_type_hints(native)
+    annotations = [hints.get(name) for name in param_names]
+    spec = _signature.spec_for(annotations)
+    if spec is None:
+        raise OpDeclarationError(
+            f"op {op_name!r} ({source_of(native)}): cache_by_signature=True needs every parameter to be "
+            f"a Tensor, an int, a bool or a float (each optional or not); got {annotations}"
+        )
+    return spec
+
+
+# ---------------------------------------------------------------------- implementations
+def reject(op: str, provider: str, fn: object, why: str) -> ImplRegistrationError:
+    return ImplRegistrationError(
+        f"cannot register the implementation of op {op!r} by provider {provider!r} ({source_of(fn)}): {why}"
+    )
+
+
+def check_provider_name(op: str, provider: object, fn: object) -> str:
+    if not isinstance(provider, str) or not NAME_PATTERN.match(provider):
+        raise reject(op, str(provider), fn, f"provider name {provider!r} must match {NAME_PATTERN.pattern}")
+    if provider in RESERVED_PROVIDER_NAMES:
+        raise reject(
+            op, provider, fn, f"{provider!r} is reserved (reserved names: {sorted(RESERVED_PROVIDER_NAMES)})"
+        )
+    return provider
+
+
+def check_predicate(
+    op: str, provider: str, fn: object, supports_args: object, native_signature: inspect.Signature
+) -> None:
+    """``supports_args`` takes exactly the op's parameters, positionally, with native defaults."""
+    if not callable(supports_args):
+        raise reject(op, provider, fn, f"supports_args {supports_args!r} is not callable")
+    try:
+        params = inspect.signature(supports_args).parameters
+    except (TypeError, ValueError) as exc:
+        raise reject(op, provider, fn, f"cannot read supports_args' signature: {exc}") from None
+    where = source_of(supports_args)
+    native_params = native_signature.parameters
+    if tuple(params) != tuple(native_params):
+        raise reject(
+            op,
+            provider,
+            fn,
+            f"supports_args ({where}) takes ({', '.join(params)}) but must take the op's parameters "
+            f"({', '.join(native_params)})",
+        )
+    # ircore passes every argument positionally, so a keyword-only parameter would fail every
+    # call; a default must be the native one (or none), as the call it describes is the same.
+    for param in params.values():
+        if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            why = f"has {param.kind.description} parameter {param.name!r}; every parameter must be positional"
+            raise reject(op, provider, fn, f"supports_args ({where}) {why}")
+        native_default = native_params[param.name].default
+        if param.default is not param.empty and not _same_default(param.default, native_default):
+            wanted = (
+                "no default" if native_default is param.empty else f"the native default {native_default!r}"
+            )
+            why = f"gives {param.name!r} the default {param.default!r}; expected {wanted} (or none)"
+            raise reject(op, provider, fn, f"supports_args ({where}) {why}")

@@ -1,0 +1,34 @@
+"""Providers: finding them, loading them, and the states they end in.
+
+``hookspecs`` is the contract providers implement (re-exported, with everything else a provider
+author needs, by :mod:`ircore.kit`); the rest is private machinery. :data:`HOST` is how dispatch
+reaches it (``ircore._state.ProviderHost``): the manager behind it is imported on first use, so
+``import ircore`` stays cheap (pluggy, tomllib, entry-point scans).
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["HOST"]
+
+
+class _Host:
+    """The loader as dispatch sees it: load on first need; say what is installed and why not."""
+
+    def ensure_loaded(self) -> None:
+        from ircore.providers._manager import MANAGER
+
+        MANAGER.ensure_loaded()
+
+    def discovered(self) -> frozenset[str]:
+        from ircore.providers._discovery import discover
+
+        return frozenset(candidate.name for candidate in discover())
+
+    def status_of(self, name: str) -> str | None:
+        manager = sys.modules.get("ircore.providers._manager")  # nothing loaded yet: nothing to say
+        return None if manager is None else manager.MANAGER.status_of(name)
+
+
+HOST = _Host()

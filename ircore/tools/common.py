@@ -1,0 +1,44 @@
+"""What the ``ircore`` command and its tools share: exit codes, argument types, tables."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+__all__ = ["EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "parse_dtype", "parse_shape", "table"]
+
+#: 0 fine; 1 a problem found (``doctor``, ``verify``); 2 bad usage or bad configuration.
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    """Aligned columns, indented by two spaces."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  " + "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]
+    )
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(p) for p in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shape {text!r}: expected sizes like 16x4096") from None
+    if not shape or any(s < 0 for s in shape):
+        raise argparse.ArgumentTypeError(f"--shape {text!r}: expected sizes like 16x4096")
+    return shape
+
+
+def parse_dtype(text: str) -> torch.dtype:
+    aliases = {
+        "fp32": "float32",
+        "fp16": "float16",
+        "bf16": "bfloat16",
+        "half": "float16",
+        "float": "float32",
+    }
+    dtype = getattr(torch, aliases.get(text, text), None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise argparse.ArgumentTypeError(f"--dtype {text!r}: expected float32, float16 or bfloat16")
+    return dtype
