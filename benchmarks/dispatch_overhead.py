@@ -167,7 +167,7 @@ def measure_ircore(
 
 
 def measure_scopes(rounds: int, calls: int, stub: bool = False) -> list[dict[str, Any]]:
-    """What a ``with ircore.priority(...)`` block costs around one call (issue 12).
+    """What a ``with ircore.priority(...)`` block costs around one call.
 
     Variants, interleaved, x 16x4096 under ``torch.inference_mode()``: the call under the
     process-wide priority (``global``); the same call inside a block whose contents were entered

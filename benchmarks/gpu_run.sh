@@ -5,15 +5,15 @@
 # core; ~4 min cap), (b) benchmarks/kernels_gpu.py with the no-PDL columns (~8 min cap), (compile) the compile-path
 # tests and benchmarks/e2e_decoder.py (~9 min), or (transformers) the Hugging Face tests and
 # benchmarks/e2e_transformers.py (~6 min; Liger-Kernel from .whl/). Step logs, JSON and markdown go
-# to $OUT (set-up logs to $SETUP). (session) is the short GPU pass of 2026-12-03's issues in one call (~9 min): every
+# to $OUT (set-up logs to $SETUP). (session, ~9 min) a short pass over many checks in one call: every
 # provider's `ircore list` reason here, the DTensor tests on nccl, e2e_transformers, the
 # CUDA-graph path of `ircore bench`, the fp32-overflow and bad-input tests on torch 2.11.
 # (pdl, ~7 min) the core fast-path tests on Python 3.12 / torch 2.11, both providers' GPU tests
 # (PDL on), and vllm_c's launch sweep at T <= 1024 with PDL on and off. (checks, ~5 min) the
 # automatic-config and PDL tests, the bad-input matrix on CPU and CUDA tensors and the DTensor
-# tests on nccl, with room for the compiled variant's Inductor build. (tune, ~8 min) issue 12's
-# open rows at T <= 1024 side by side with the anchors, then triton's and vllm_c's launch sweeps
-# at those rows. (profile, ~5 min) Nsight Compute counters for those rows (ours, Inductor,
+# tests on nccl, with room for the compiled variant's Inductor build. (tune, ~8 min) the norm
+# rows at T = 128 and 1024 (where the providers are closest to the anchors) side by side with
+# the anchors, then triton's and vllm_c's launch sweeps at those rows. (profile, ~5 min) Nsight Compute counters for those rows (ours, Inductor,
 # Liger), then both providers' PDL and forced-config GPU tests. (remeasure, ~9 min) triton's GPU
 # tests (SKIP_TESTS=1: not), then benchmarks/kernels_gpu.py over every row, graph replay only
 # (no no-PDL columns).
@@ -100,7 +100,8 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
   run_step tests_core 120 python3 -m pytest -q -p no:cacheprovider tests -k "not plugins"
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
-  # --pdl-ab: the providers also without programmatic dependent launch, side by side (issue 12)
+  # --pdl-ab: the providers also without programmatic dependent launch, side by side, to show what
+  # it is worth at each size
   run_step kernels_gpu 500 python3 benchmarks/kernels_gpu.py --pdl-ab --budget-s 430 \
     --json "$OUT/kernels_gpu.json" --markdown "$OUT/kernels_gpu.md"
 fi
@@ -165,7 +166,7 @@ if [ "$WHAT" = pdl ]; then
   run_step tests_vllm_c 150 python3 -m pytest -q -p no:cacheprovider -rf --tb=short providers/vllm_c/tests \
     -k "not compiles_for_sm90"  # nvcc without a GPU: CI runs it
 fi
-if [ "$WHAT" = checks ]; then  # issue 13's matrix on CPU and CUDA tensors, issue 14's nccl run
+if [ "$WHAT" = checks ]; then  # the bad-input matrix on CPU and CUDA tensors, the DTensor tests on nccl
   install_editable
   wait $BUILD_PID; note "$(tail -1 "$SETUP/vllm_c_build.log")"
   run_step tests_auto_config 60 python3 -m pytest -q -p no:cacheprovider -rf --tb=short \
@@ -175,7 +176,7 @@ if [ "$WHAT" = checks ]; then  # issue 13's matrix on CPU and CUDA tensors, issu
   run_step tests_distributed 280 python3 -m pytest -q -p no:cacheprovider -rA --tb=short --durations=5 \
     tests/test_distributed.py
 fi
-if [ "$WHAT" = tune ]; then  # issue 12's rows still over the best anchor at T <= 1024
+if [ "$WHAT" = tune ]; then  # the rows at T <= 1024 where the providers are closest to the best anchor
   install_editable
   wait $BUILD_PID; note "$(tail -1 "$SETUP/vllm_c_build.log")"
   run_step open_rows 200 python3 benchmarks/kernels_gpu.py --no-do-bench --tokens 128 1024 --hidden 4096 8192 \

@@ -12,8 +12,8 @@ Run on the GPU machine (repo root)::
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \\
         --csv --page details python3 benchmarks/profile_small_t.py > ncu.csv
 
-A row is ``op:dtype:TxH:col,col,...``; the default rows are the ones RESULTS.md §3 (run 4) lists
-as not closed. The profiled order is printed to stderr.
+A row is ``op:dtype:TxH:col,col,...``; the default rows are those where ircore's kernels once
+trailed the best anchor at T <= 1024 (kernels_gpu.py). The profiled order is printed to stderr.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A Llama-style decoder calling ircore ops, and its tensor + sequence parallel plan.
 
-The README's "Tensor parallelism" section shows the parts between "README" markers verbatim (a
-test checks it); tests/test_distributed.py runs the model on two processes against one.
+docs/tensor-parallel.md shows the parts between "README" markers verbatim (a test checks it);
+tests/test_distributed.py runs the model on two processes against one.
 """
 
 import torch

@@ -45,7 +45,7 @@ COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=30)
 
 
 def _load_example() -> Any:
-    """examples/tensor_parallel.py: the README's model and plan (examples/ is not a package)."""
+    """examples/tensor_parallel.py: the model and plan of docs/tensor-parallel.md (examples/ is not a package)."""
     spec = importlib.util.spec_from_file_location("tensor_parallel_example", REPO / "examples" / "tensor_parallel.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -142,7 +142,7 @@ BATCH, SEQUENCE = 2, 8
 
 
 def _block_matches_one_process(variant: str, group: Group) -> None:
-    """The README's two-layer model, tensor + sequence parallel, gives the one-process result."""
+    """The two-layer model of docs/tensor-parallel.md, tensor + sequence parallel, gives the one-process result."""
     torch.manual_seed(0)
     model = example.Decoder(**SIZES).to(group.device)
     with torch.no_grad():  # norm weights that are not all ones, so a wrong weight shows

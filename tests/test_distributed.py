@@ -145,10 +145,10 @@ def test_a_failing_registration_warns_and_never_fails_the_users_import():
 
 
 # ---------------------------------------------------------------------- docs
-def test_readme_shows_the_example_model_verbatim():
+def test_docs_show_the_example_model_verbatim():
     example = (REPO / "examples" / "tensor_parallel.py").read_text()
     regions = re.findall(r"# --- README \(begin\)\n(.*?)# --- README \(end\)\n", example, re.S)
-    readme = (REPO / "README.md").read_text()
+    page = (REPO / "docs" / "tensor-parallel.md").read_text()
     assert len(regions) == 2
     for region in regions:
-        assert region in readme, f"README's tensor-parallel code differs from examples/tensor_parallel.py:\n{region}"
+        assert region in page, f"docs/tensor-parallel.md's code differs from examples/tensor_parallel.py:\n{region}"

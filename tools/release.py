@@ -8,7 +8,7 @@ Projects: the repository root (``ircore``) and every ``providers/*/`` folder wit
 then the wheel from that sdist, so a file missing from the sdist breaks the wheel), without
 build isolation but with ``IRCORE_NO_BUILD=1``: no ahead-of-time compiled part is built, so
 every wheel is pure Python (``py3-none-any``) and works with any supported torch, CPU or GPU;
-compiled parts come from their sources at install or first use (see the README, "Releases").
+compiled parts come from their sources at install or first use (see docs/development.md, "Releases").
 
 The check reads each wheel's metadata and fails, naming the artifact and the field, unless it
 has a summary, a readme (long description with its content type), a license and its license

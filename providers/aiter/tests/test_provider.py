@@ -88,7 +88,7 @@ def test_aiter_import_raising_runtime_error(penv, tmp_path):
 
 
 def test_newer_release_with_added_parameters_works(penv):
-    """HEAD of 2026-08 added gemma_norm (7th) and limit: the six-positional call still fits."""
+    """AITER's head after 0.1.7 added gemma_norm (7th) and limit: the six-positional call still fits."""
     result = penv.scenario("aiter", GFX942, env={"IRCORE_STANDIN_AITER_FORM": "head"}, conformance=True)
     assert result["state"] == "active", result
     assert "rms_norm: " in result["conformance"] and "silu_and_mul: " in result["conformance"]

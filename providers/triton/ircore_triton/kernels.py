@@ -437,11 +437,10 @@ def _norm_candidates(n: int, rows: int, elem_bytes: int, sm_count: int) -> list[
                 out.append(NormConfig(bm, bn, w, resident))
     if bn >= 8192 and rows >= sm_count and aligned:
         # Wide rows over a wave or more: also eight 16-byte vectors per thread (half the warps of
-        # the fewest above). H200 sweep (bench_gpu.py --sweep, 2026-12-03): at 1024x8192 it was
-        # the fastest or within 1% of it for both norms and dtypes (rms_norm bf16 6.98 us against
-        # 7.06 with eight warps). The two-pass kernel in 2048/4096-element chunks, tried there
-        # too for its lower register count, was 1-5% slower at every such row, and is not a
-        # candidate (benchmarks/RESULTS.md section 3, run 5).
+        # the fewest above). H200 sweep (bench_gpu.py --sweep): at 1024x8192 it was the fastest
+        # or within 1% of it for both norms and dtypes (rms_norm bf16 6.98 us against 7.06 with
+        # eight warps). The two-pass kernel in 2048/4096-element chunks, tried there too for its
+        # lower register count, was 1-5% slower at every such row, so it is not a candidate.
         fewest = min(_warp_choices(bn, elem_bytes))
         if fewest > 1 and bn // (32 * vec * (fewest // 2)) <= 8:
             out.append(NormConfig(1, bn, fewest // 2))
@@ -497,8 +496,8 @@ def _time_candidates(launches: list[Callable[[], None]], device: torch.device) -
     :data:`_TUNE_WARMUP_MS`, then the minimum of interleaved rounds is kept (noise only adds),
     each timed behind a short GPU busy-wait so the host's enqueue time is not counted.
     Without that, the first call of a process on the H200 once picked a config 14% slower than
-    the best (rms_norm 1024x8192; a first replay's set-up and clocks ramping up from idle are
-    the likely causes: benchmarks/RESULTS.md section 3, run 5).
+    the best (rms_norm 1024x8192); a first replay's set-up and clocks ramping up from idle are
+    the likely causes.
     """
     mod = getattr(torch, device.type)
     for fn in launches:  # compile and warm up

@@ -143,7 +143,7 @@ def test_bucket_table() -> None:
 def test_wide_rows_over_a_wave_also_try_eight_vectors_per_thread() -> None:
     """Rows of 8192+ elements over a wave or more: also half the warps of the fewest otherwise
     tried (eight 16-byte vectors per thread); never more than eight, never the chunked kernel
-    there (measured slower, RESULTS.md section 3 run 5)."""
+    there (bench_gpu.py --sweep on the H200: 1-5% slower at every such row)."""
     wide = kernels._norm_candidates(8192, 1024, 2, 132)
     assert kernels.NormConfig(1, 8192, 4) in wide and min(c.num_warps for c in wide) == 4
     fp32 = kernels._norm_candidates(8192, 1024, 4, 132)

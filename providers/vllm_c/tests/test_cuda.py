@@ -124,8 +124,8 @@ def test_rows_per_group_on_the_elementwise_path(forced_config, dtype):
 
 
 # The automatic choice (nv, tpr, block, rows, minb, elements per vector), bf16, on the H200's 132
-# SMs: chosen from the H200 sweeps of 2026-12-02 and -03 (see pick_norm_config and
-# benchmarks/RESULTS.md).
+# SMs: chosen from the H200 launch sweeps (bench_gpu.py --sweep; the measurements behind each
+# choice are in pick_norm_config's comments).
 AUTO = [
     ("rms_norm", 16, 4096, "x", [2, 256, 256, 1, 1, 8]),  # one wave: two loads per thread
     ("rms_norm", 1, 8192, "x", [2, 512, 512, 1, 1, 8]),

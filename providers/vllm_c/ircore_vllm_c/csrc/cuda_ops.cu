@@ -597,7 +597,7 @@ NormConfig pick_norm_config(int64_t rows, int nvec, int sms, bool fused, bool wi
     if (static_cast<int64_t>(c.tpr) * c.nv < nvec || (c.nv > 1 && c.tpr > 512)) c.nv = 0;
   } else {
     // One 16-byte vector per thread and as many threads per row as the row has vectors: measured
-    // on the H200 (bench_gpu.py --sweep, 2026-12-02), this beat two or four vectors per thread at
+    // on the H200 (bench_gpu.py --sweep), this beat two or four vectors per thread at
     // every T x H from 1x4096 to 32768x8192 (bf16), by up to 1.6x for fused_add_rms_norm at 8192
     // rows -- when two vectors per thread took 52-66 registers (1024 threads per SM), before
     // the packed registers (Pk). More vectors per thread only where the row needs it.
@@ -608,7 +608,7 @@ NormConfig pick_norm_config(int64_t rows, int nvec, int sms, bool fused, bool wi
     } else {
       c.nv = nv;
       // More 16-byte loads in flight per thread, from the H200 sweep (bench_gpu.py --sweep,
-      // 2026-12-02, bf16, packed registers): at mid sizes (up to ~8 waves of vectors, e.g.
+      // bf16, with packed registers): at mid sizes (up to ~8 waves of vectors, e.g.
       // 1024 rows) four vectors per thread: rms_norm 1024x8192 7.84 vs 8.18 us, fused 1024x4096
       // 6.51 vs 7.30 us. In the bandwidth regime rms_norm takes two (8192x4096: 34.3 vs 43.6 us
       // with one; one load of x in flight per thread left HBM latency uncovered, 64-76% of copy
@@ -616,16 +616,16 @@ NormConfig pick_norm_config(int64_t rows, int nvec, int sms, bool fused, bool wi
       const bool mid = rows * static_cast<int64_t>(nvec) <= static_cast<int64_t>(sms) * 2048 * 8;
       if (one_wave && wide && frows == 0 && nv == 1 && nvec >= 512) {
         // Latency regime (decode), from the H200 sweep with PDL (bench_gpu.py --sweep --pdl
-        // both, 2026-12-03, bf16, H 4096 / 8192, T 1-128): two vectors per thread, half the
+        // both, bf16, H 4096 / 8192, T 1-128): two vectors per thread, half the
         // threads (a shorter cross-warp reduction) beat one per thread at every size, by
         // 0.01-0.07 us at 4096 and 0.15-0.20 us at 8192 (rms_norm 128x8192: 2.43 vs 2.61 us).
         c.nv = nv = 2;
       } else if (!one_wave && wide && frows == 0 && nv == 1) {
         if (mid && nvec >= 256 && !fused && nvec <= 512) {
           // rms_norm at 1024x4096: two vectors of one row per thread. H200 sweeps (bench_gpu.py
-          // --sweep): 4.00 us against 4.26 with four vectors (2026-12-03, before the packed
-          // residual add and per-vector variance test); after them, one row beat two rows of two
-          // vectors by 4-6% (bf16 3.89 vs 4.06 us, fp16 3.95 vs 4.19; 2026-12-03, session 7).
+          // --sweep): 4.00 us against 4.26 with four vectors (before the packed residual add and
+          // the per-vector variance test); with them, one row beat two rows of two vectors by
+          // 4-6% (bf16 3.89 vs 4.06 us, fp16 3.95 vs 4.19).
           // fused_add_rms_norm keeps four vectors (6.22 us, within 0.02 of the best there).
           c.nv = nv = 2;
         } else if (mid && nvec >= 256) {

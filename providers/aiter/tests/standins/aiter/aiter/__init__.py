@@ -15,7 +15,7 @@ or an error here as it would on the GPU:
 - a launch with no rows fails, as an empty grid does on HIP.
 
 ``IRCORE_STANDIN_AITER_FORM`` picks the release modelled: ``0.1.7`` (default), ``head``
-(2026-08: ``gemma_norm`` 7th parameter of rmsnorm2d_fwd_with_add, ``limit`` of silu_and_mul) or
+(AITER's head after 0.1.7: ``gemma_norm`` 7th parameter of rmsnorm2d_fwd_with_add, ``limit`` of silu_and_mul) or
 ``changed`` (a hypothetical release that swapped ``weight`` and ``epsilon``, which ircore must
 refuse). ``CALLS`` counts kernel launches per function.
 """
