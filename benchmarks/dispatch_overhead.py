@@ -202,9 +202,13 @@ def measure_scopes(rounds: int, calls: int, stub: bool = False) -> list[dict[str
     ircore.set_priority(rms_norm=[provider])
     cache = op.signature_cache
 
-    def forget_scopes() -> None:  # (getattr: also runs against a checkout from before these tables)
-        for name in ("_blocks", "_scopes", "_plans"):
-            getattr(dispatch, name, {}).clear()
+    def forget_scopes() -> None:
+        """Forget every remembered block, scope and plan (the state's; module tables in older checkouts)."""
+        for name in ("blocks", "scopes", "plans"):
+            table = getattr(dispatch.STATE, name, None)
+            if not isinstance(table, dict):
+                table = getattr(dispatch, f"_{name}", {})
+            table.clear()
 
     rows = []
     for dtype in (torch.float32, torch.bfloat16):

@@ -1,17 +1,29 @@
-"""The torch side of an op: ``torch.ops.ircore.<name>`` and its ``maybe_inplace`` overload.
+"""The torch side of ops and implementations: the ops that graphs hold.
 
-Graphs (``torch.compile``, ``make_fx``), tensor subclasses (DTensor) and torch's own dispatcher
-see an op through these. Each op is defined in a ``torch.library.Library`` fragment of its own,
-so that an op whose declaration was undone (``ircore.testing.isolated()``, a provider rolled
-back) can be declared again under the same name: the stale definition is destroyed first.
+- ``torch.ops.ircore.<name>`` and its ``maybe_inplace`` overload, for each op (:func:`define`):
+  graphs (``torch.compile``, ``make_fx``), tensor subclasses (DTensor) and torch's own dispatcher
+  see an op through these.
+- ``torch.ops.ircore_<provider>.<name>``, for each provider implementation (:func:`impl_op`):
+  what the compile-time lowering puts in a graph in place of the ircore op, an opaque op whose
+  kernel calls the implementation on real tensors and whose fake is the op's. Built by the core
+  from the op's schema, so a provider writes only its kernel; an implementation that is itself a
+  torch op is used as it is (given the op's fake if it has none). Defined when the
+  implementation is attached (eager calls never use it; a graph from Inductor's cache does).
+
+Each is defined in a ``torch.library.Library`` fragment of its own, so that an op whose
+declaration was undone (``ircore.testing.isolated()``, a rolled-back provider), or an
+implementation replaced by another, can be defined again under the same name: the stale
+definition is destroyed first.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
+from torch.utils._pytree import tree_map
 
 from ircore import dispatch
 
@@ -19,6 +31,9 @@ NAMESPACE = "ircore"
 
 # op name -> the library fragment that defines torch.ops.ircore.<name>
 _LIBRARIES: dict[str, torch.library.Library] = {}
+# (provider, op name) -> (the implementation, the fragment the core defined for it or None, the op)
+_IMPL_OPS: dict[tuple[str, str], tuple[Any, torch.library.Library | None, Any]] = {}
+_lock = threading.RLock()
 
 
 class DefinedOp(dispatch.OpLike, Protocol):
@@ -29,15 +44,34 @@ class DefinedOp(dispatch.OpLike, Protocol):
     param_names: tuple[str, ...]
     inplace_args: tuple[str, ...]
     inplace_indices: tuple[int, ...]
+    fake: Callable[..., Any] | None
+
+    def functional_call(self, impl: Any) -> Callable[..., Any]: ...
 
     def bind_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]: ...
 
 
-def define(op: DefinedOp, fake: Callable[..., Any] | None) -> tuple[Any, Any]:
+def op_fake(op: DefinedOp) -> Callable[..., Any]:
+    """The op's fake: the one declared (``register_op(fake=...)``), else native on fake tensors."""
+    if op.fake is not None:
+        return op.fake
+    native, check, arity = op.native, op.check_args, len(op.param_names)
+
+    def fake(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != arity:
+            args = op.bind_args(args, kwargs)
+        check(*args)
+        return native(*args)
+
+    fake.__qualname__ = f"ircore.{op.name}[fake]"
+    return fake
+
+
+def define(op: DefinedOp) -> tuple[Any, Any]:
     """Define ``torch.ops.ircore.<name>`` (and ``.maybe_inplace`` where the op has one).
 
     Returns both overloads (the second None where the op has none). The kernel, for every
-    device, runs the eager dispatch; the fake is ``fake`` or native on fake tensors.
+    device, runs the eager dispatch; the fake is :func:`op_fake`.
     """
     undefine(op.name)  # a stale definition: its op's declaration was undone
     lib = torch.library.Library(NAMESPACE, "FRAGMENT")
@@ -51,16 +85,7 @@ def define(op: DefinedOp, fake: Callable[..., Any] | None) -> tuple[Any, Any]:
 
     kernel.__qualname__ = f"ircore.{op.name}[kernel]"
     lib.impl(op.name, kernel, "CompositeExplicitAutograd")
-    native, check = op.native, op.check_args
-    if fake is None:
-
-        def fake(*args: Any, **kwargs: Any) -> Any:
-            if kwargs or len(args) != arity:
-                args = op.bind_args(args, kwargs)
-            check(*args)
-            return native(*args)
-
-    torch.library.register_fake(f"{NAMESPACE}::{op.name}", fake, lib=lib)
+    torch.library.register_fake(f"{NAMESPACE}::{op.name}", op_fake(op), lib=lib)
     _LIBRARIES[op.name] = lib
     packet = getattr(getattr(torch.ops, NAMESPACE), op.name)
     return packet.default, _define_maybe_inplace(op, lib, packet)
@@ -121,3 +146,110 @@ def _define_maybe_inplace(op: DefinedOp, lib: torch.library.Library, packet: Any
     lib.impl(f"{op.name}.maybe_inplace", kernel, "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{op.name}.maybe_inplace", fake, lib=lib)
     return packet.maybe_inplace
+
+
+# ---------------------------------------------------------------------- implementations
+def impl_op(op: DefinedOp, impl: Any) -> Any:
+    """The op compiled graphs hold for ``impl`` (an ``ircore.Impl`` of ``op``), defined once.
+
+    An implementation that is a torch op is its own (given :func:`op_fake` if it has no fake);
+    for a Python function the core defines ``torch.ops.ircore_<provider>.<op>`` with the op's
+    schema, or its in-place schema for an in-place implementation (the kernel writes the results
+    into the in-place arguments, as ``maybe_inplace`` does), a kernel for every device that calls
+    the implementation, and a fake: ``impl.fake``, else the op's with contiguous outputs (what
+    kernels return; ``ircore verify`` checks that the real outputs agree).
+    """
+    key = (impl.provider, op.name)
+    with _lock:
+        cached = _IMPL_OPS.get(key)
+        if cached is not None and cached[0] is impl:
+            return cached[2]
+        if cached is not None and cached[1] is not None:
+            cached[1]._destroy()  # an earlier implementation of this provider's: replaced
+        lib, overload = _define_impl_op(op, impl)
+        _IMPL_OPS[key] = (impl, lib, overload)
+        return overload
+
+
+def impl_op_name(provider: str, op_name: str) -> str:
+    """``ircore_<provider>::<op>``: where the core defines a Python implementation's op."""
+    return f"{NAMESPACE}_{provider}::{op_name}"
+
+
+def impl_op_taken(provider: str, op_name: str) -> str | None:
+    """Where a Python implementation's op would go, if something other than ircore defined it
+    there (the provider's own library of that namespace), else None."""
+    qualname = impl_op_name(provider, op_name)
+    with _lock:
+        ours = _IMPL_OPS.get((provider, op_name))
+        if ours is not None and ours[1] is not None:
+            return None
+        return qualname if torch._C._jit_get_schemas_for_operator(qualname) else None
+
+
+def _define_impl_op(op: DefinedOp, impl: Any) -> tuple[torch.library.Library | None, Any]:
+    if isinstance(impl.fn, torch._ops.OpOverload):
+        return _give_fake(op, impl), impl.fn
+    namespace, name = impl_op_name(impl.provider, op.name).split("::")
+    lib = torch.library.Library(namespace, "FRAGMENT")
+    schema = inplace_schema(op) if impl.inplace else None
+    if schema is not None:
+        lib.define(name + schema)
+        kernel, fake = _writing_kernel(op, impl.run), _checking_fake(op)
+    else:  # functional (an in-place implementation of an op without an in-place schema: on clones)
+        lib.define(name + op.schema)
+        kernel, fake = op.functional_call(impl), impl.fake or _contiguous(op_fake(op))
+    lib.impl(name, kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{namespace}::{name}", fake, lib=lib)
+    return lib, getattr(getattr(torch.ops, namespace), name).default
+
+
+def _give_fake(op: DefinedOp, impl: Any) -> torch.library.Library | None:
+    """A torch op given as an implementation gets the op's fake, unless it has a fake of its own."""
+    qualname = impl.fn._name
+    if torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel is not None or any(
+        torch._C._dispatch_has_kernel_for_dispatch_key(qualname, key)
+        for key in ("Meta", "CompositeImplicitAutograd", "CompositeExplicitAutograd")
+    ):
+        return None
+    lib = torch.library.Library(qualname.split("::")[0], "FRAGMENT")
+    fake = impl.fake or (_checking_fake(op) if impl.inplace else _contiguous(op_fake(op)))
+    torch.library.register_fake(qualname, fake, lib=lib)
+    return lib
+
+
+def _writing_kernel(op: DefinedOp, run: Callable[..., Any]) -> Callable[..., None]:
+    """A kernel for an in-place schema: runs the implementation, leaves its results in the
+    in-place arguments (copying any output that is not already its argument)."""
+    indices, arity = op.inplace_indices, len(op.param_names)
+
+    def kernel(*args: Any, **kwargs: Any) -> None:
+        if kwargs or len(args) != arity:  # the dispatcher leaves trailing defaults out
+            args = op.bind_args(args, kwargs)
+        outs = run(*args)
+        for i, out in zip(indices, outs if len(indices) > 1 else (outs,)):
+            if out is not args[i]:
+                args[i].copy_(out)
+
+    return kernel
+
+
+def _checking_fake(op: DefinedOp) -> Callable[..., None]:
+    check, arity = op.check_args, len(op.param_names)
+
+    def fake(*args: Any, **kwargs: Any) -> None:
+        if kwargs or len(args) != arity:
+            args = op.bind_args(args, kwargs)
+        check(*args)
+
+    return fake
+
+
+def _contiguous(fake: Callable[..., Any]) -> Callable[..., Any]:
+    """``fake`` with each output tensor a fresh contiguous one (what kernels return)."""
+
+    def contiguous_fake(*args: Any, **kwargs: Any) -> Any:
+        out = fake(*args, **kwargs)
+        return tree_map(lambda t: t.new_empty(t.shape) if isinstance(t, torch.Tensor) else t, out)
+
+    return contiguous_fake

@@ -62,6 +62,41 @@ def infer_schema(fn: Callable[..., Any], mutates_args: Sequence[str] = ()) -> st
     return torch.library.infer_schema(fn, mutates_args=tuple(mutates_args))
 
 
+def as_torch_op(fn: object) -> torch._ops.OpOverload | None:
+    """``fn`` as a torch op overload, if it is one (a packet means its default overload)."""
+    if isinstance(fn, torch._ops.OpOverloadPacket):
+        return getattr(fn, "default", None)
+    return fn if isinstance(fn, torch._ops.OpOverload) else None
+
+
+def _schema_shape(schema: torch._C.FunctionSchema) -> tuple[Any, ...]:
+    """What a positional caller depends on: each argument's type, mutability, default and
+    keyword-only-ness, and the return types; not the names."""
+    args = tuple(
+        (
+            str(a.type),
+            bool(a.alias_info is not None and a.alias_info.is_write),
+            repr(a.default_value) if a.has_default_value() else None,
+            a.kwarg_only,
+        )
+        for a in schema.arguments
+    )
+    return args, tuple(str(r.type) for r in schema.returns)
+
+
+def torch_op_schema_problem(fn: torch._ops.OpOverload, expected: str) -> str | None:
+    """Why the torch op ``fn`` cannot serve where the schema ``expected`` (``(args) -> returns``)
+    is wanted, or None. Argument names may differ: ircore passes every argument by position."""
+    wanted = torch._C.parse_schema(f"ircore::_{expected}")
+    if _schema_shape(fn._schema) == _schema_shape(wanted):
+        return None
+    got = str(fn._schema).split("(", 1)[1]
+    return (
+        f"its schema ({got} differs from the schema it must have, {expected} (argument types, "
+        "mutability, defaults and returns must match; names may differ)"
+    )
+
+
 def _same_default(a: object, b: object) -> bool:
     """Defaults are the same object, or equal values of one type (``1`` is not ``True``)."""
     return a is b or (type(a) is type(b) and a == b)

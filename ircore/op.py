@@ -83,12 +83,24 @@ class Impl:
 
     op_name: str
     provider: str
+    #: the function (or torch op) as registered
     fn: Callable[..., Any]
     supports_args: Callable[..., bool] | None
+    #: ``fn`` writes its results into the op's ``inplace_args``
     inplace: bool
     source: str
     #: supports_args' answer depends only on the call signature (see ircore._signature)
     cache_by_signature: bool = False
+    #: what runs: ``fn``, or for an in-place torch op that returns nothing, ``fn`` and then its
+    #: in-place arguments (the op's outputs); None: ``fn``
+    kernel: Callable[..., Any] | None = None
+    #: the fake of the op that graphs hold for it (None: the op's own, see ircore._torch_ops.impl_op)
+    fake: Callable[..., Any] | None = None
+
+    @property
+    def run(self) -> Callable[..., Any]:
+        """What dispatch calls for this implementation (``kernel``, else ``fn``)."""
+        return self.fn if self.kernel is None else self.kernel
 
     def uuid(self) -> str:
         """A hash of the source files of ``fn`` and ``supports_args``: changes when their code does.
@@ -168,6 +180,8 @@ class IrOp(Generic[P, R]):
         self.signature_cache: dict[bytes, Entry] = {}
         #: the process-wide plan (dispatch.plan_for); never current before its first call
         self._plan = Plan(None, (), self.signature_cache)
+        #: the fake implementation declared with the op (None: native on fake tensors)
+        self.fake: Callable[..., Any] | None = None
         self.torch_op: Any = None
         #: torch.ops.ircore.<name>.maybe_inplace, where the outputs map onto ``inplace_args``
         self.torch_inplace_op: Any = None
@@ -252,13 +266,13 @@ class IrOp(Generic[P, R]):
             return Entry(dispatch.NATIVE, self.native, self.native, None, True)
         impl = self.impls[provider]
         cacheable = impl.supports_args is None or impl.cache_by_signature
-        return Entry(provider, self._functional_call(impl), impl.fn, impl.supports_args, cacheable)
+        return Entry(provider, self.functional_call(impl), impl.run, impl.supports_args, cacheable)
 
-    def _functional_call(self, impl: Impl) -> Callable[..., Any]:
+    def functional_call(self, impl: Impl) -> Callable[..., Any]:
         """What dispatch calls for ``impl`` from a functional caller: clones inputs it may mutate."""
+        fn = impl.run
         if not impl.inplace:
-            return impl.fn
-        fn = impl.fn
+            return fn
         indices = self.inplace_indices
 
         def call_on_clones(*args: Any) -> Any:
@@ -279,6 +293,7 @@ class IrOp(Generic[P, R]):
         inplace: bool = False,
         *,
         cache_by_signature: bool = False,
+        fake: Callable[..., Any] | None = None,
     ) -> Impl:
         """Attach ``provider``'s implementation ``fn``; validate everything first.
 
@@ -303,8 +318,10 @@ class IrOp(Generic[P, R]):
                 f"{provider!r} is the name of an installed provider; only that provider registers "
                 "under it, through its registrar. Register under a name of your own",
             )
-        impl = self.validate_impl(provider, fn, supports_args, inplace, cache_by_signature=cache_by_signature)
-        STATE.add_impls([impl])
+        impl = self.validate_impl(
+            provider, fn, supports_args, inplace, cache_by_signature=cache_by_signature, fake=fake
+        )
+        attach_impls([impl])
         return impl
 
     def validate_impl(
@@ -315,12 +332,17 @@ class IrOp(Generic[P, R]):
         inplace: bool = False,
         *,
         cache_by_signature: bool = False,
+        fake: Callable[..., Any] | None = None,
     ) -> Impl:
         """Check an implementation without registering it; returns the :class:`Impl`.
 
-        ``fn`` must have the native function's schema (parameter names, annotations, defaults);
-        ``supports_args`` the op's parameters, positionally; ``inplace`` only where the op
-        declares ``inplace_args``; and the provider must not have implemented the op already.
+        ``fn`` must have the native function's schema (parameter names, annotations, defaults),
+        or be a torch op (``torch.ops.ns.name.default``) of the op's schema (names may differ),
+        or of its in-place schema for an in-place implementation (``Tensor(a!)`` for each of the
+        ``inplace_args``, returning nothing); ``supports_args`` takes the op's parameters,
+        positionally; ``inplace`` only where the op declares ``inplace_args``; and the provider
+        must not have implemented the op already. ``fake`` replaces the op's own fake in the op
+        compiled graphs hold for this implementation (see ``ircore._torch_ops.impl_op``).
         """
         provider = _validation.check_provider_name(self.name, provider, fn)
         if provider in self.impls:
@@ -333,6 +355,45 @@ class IrOp(Generic[P, R]):
             )
         if not callable(fn):
             raise reject(self.name, provider, fn, f"{fn!r} is not callable")
+        if inplace and not self.inplace_args:
+            raise reject(
+                self.name,
+                provider,
+                fn,
+                f"op {self.name!r} does not allow in-place implementations (it declares no inplace_args)",
+            )
+        torch_op = _validation.as_torch_op(fn)
+        kernel = None
+        if torch_op is not None:
+            fn, kernel = torch_op, self._torch_op_kernel(provider, torch_op, inplace)
+        else:
+            self._check_python_fn(provider, fn)
+            taken = _torch_ops.impl_op_taken(provider, self.name)
+            if taken is not None:
+                why = (
+                    f"torch.ops.{taken.replace('::', '.')} is already defined, and that is where ircore "
+                    "defines the op compiled graphs hold for this implementation; give that torch op "
+                    "itself as the implementation (its schema must be the op's), or name it differently"
+                )
+                raise reject(self.name, provider, fn, why)
+        if supports_args is not None:
+            _validation.check_predicate(self.name, provider, fn, supports_args, self.signature)
+        if fake is not None and not callable(fake):
+            raise reject(self.name, provider, fn, f"fake {fake!r} is not callable")
+        return Impl(
+            op_name=self.name,
+            provider=provider,
+            fn=fn,
+            supports_args=supports_args,
+            inplace=bool(inplace),
+            source=source_of(fn),
+            cache_by_signature=bool(cache_by_signature),
+            kernel=kernel,
+            fake=fake,
+        )
+
+    def _check_python_fn(self, provider: str, fn: Callable[..., Any]) -> None:
+        """A Python ``fn`` has the native schema: the same parameters, annotations and defaults."""
         try:
             schema = _validation.infer_schema(fn)
         except Exception as exc:
@@ -344,27 +405,38 @@ class IrOp(Generic[P, R]):
                 f"function: {self.name}{self.signature}",
             ) from None
         if schema != self.schema:
-            raise reject(
-                self.name, provider, fn, f"its schema {schema} differs from the native schema {self.schema}"
+            why = f"its schema {schema} differs from the native schema {self.schema}"
+            raise reject(self.name, provider, fn, why)
+
+    def _torch_op_kernel(
+        self, provider: str, torch_op: torch._ops.OpOverload, inplace: bool
+    ) -> Callable[..., Any] | None:
+        """Check a torch op given as ``fn``; for an in-place one, what runs it and returns the outputs."""
+        if not inplace:
+            problem = _validation.torch_op_schema_problem(torch_op, self.schema)
+            if problem:
+                raise reject(self.name, provider, torch_op, problem)
+            return None
+        schema = _torch_ops.inplace_schema(self)
+        if schema is None:
+            why = (
+                f"op {self.name!r} does not return one tensor per in-place argument "
+                f"({', '.join(self.inplace_args)}), so no in-place torch op can stand for it; give a "
+                "Python function that returns the outputs"
             )
-        if supports_args is not None:
-            _validation.check_predicate(self.name, provider, fn, supports_args, self.signature)
-        if inplace and not self.inplace_args:
-            raise reject(
-                self.name,
-                provider,
-                fn,
-                f"op {self.name!r} does not allow in-place implementations (it declares no inplace_args)",
-            )
-        return Impl(
-            op_name=self.name,
-            provider=provider,
-            fn=fn,
-            supports_args=supports_args,
-            inplace=bool(inplace),
-            source=source_of(fn),
-            cache_by_signature=bool(cache_by_signature),
-        )
+            raise reject(self.name, provider, torch_op, why)
+        problem = _validation.torch_op_schema_problem(torch_op, schema)
+        if problem:
+            raise reject(self.name, provider, torch_op, f"in place: {problem}")
+        indices = self.inplace_indices
+
+        def kernel(*args: Any) -> Any:
+            torch_op(*args)
+            outs = tuple(args[i] for i in indices)
+            return outs if len(outs) > 1 else outs[0]
+
+        kernel.__qualname__ = f"{provider}.{self.name}[{torch_op._name}, in place]"
+        return kernel
 
     def unregister_impl(self, provider: str) -> None:
         """Remove ``provider``'s implementation; ``ircore list``, ``explain`` and ``doctor`` say so.
@@ -456,7 +528,8 @@ def register_op(
             reference=reference,
             cache_by_signature=bool(cache_by_signature),
         )
-        op.torch_op, op.torch_inplace_op = _torch_ops.define(op, fake)
+        op.fake = fake
+        op.torch_op, op.torch_inplace_op = _torch_ops.define(op)
         cls.__call__ = build_eager_call(op)  # type: ignore[method-assign]
         STATE.add_op(op)
         return op
@@ -464,6 +537,14 @@ def register_op(
     if native is not None:
         return declare(native)
     return declare
+
+
+def attach_impls(impls: Sequence[Impl]) -> None:
+    """Attach validated implementations to their ops, with the op each needs in compiled graphs
+    (``ircore._torch_ops.impl_op``: defined now, so a graph from Inductor's cache finds it)."""
+    STATE.add_impls(impls)
+    for impl in impls:
+        _torch_ops.impl_op(STATE.ops[impl.op_name], impl)
 
 
 def get_op(name: str) -> IrOp[..., Any]:

@@ -13,7 +13,8 @@ def rms_norm_a(
     x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> torch.Tensor:
     CALLS.append("a")
-    return ircore.ops.rms_norm.native(x, weight, epsilon, variance_size)
+    # contiguous, as a kernel's output is (what the op compiled graphs hold for it declares)
+    return ircore.ops.rms_norm.native(x, weight, epsilon, variance_size).contiguous()
 
 
 def rms_norm_b(

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import ircore
+from ircore import _signature
 from ircore.testing import check_provider
 
 from .impls import fused_inplace, only_fp32, rms_norm_a
@@ -29,6 +30,45 @@ def test_wrong_numerics_are_caught():
     ircore.ops.rms_norm.register_impl("kit_bad", sloppy)
     with pytest.raises(AssertionError, match=r"kit_bad.rms_norm \[5x256 variance_size=96\]"):
         check_provider("kit_bad", dtypes=(torch.float32,), seeds=(0,))
+
+
+def test_outputs_that_differ_from_the_compiled_ops_fake_are_caught():
+    def strided(x: torch.Tensor, weight: Optional[torch.Tensor], epsilon: float, variance_size: Optional[int] = None) -> torch.Tensor:
+        return ircore.ops.rms_norm.native(x, weight, epsilon, variance_size)  # keeps a transposed x's layout
+
+    ircore.ops.rms_norm.register_impl("kit_strided", strided)
+    with pytest.raises(AssertionError) as err:
+        check_provider("kit_strided", seeds=(0,), dtypes=(torch.float32,))
+    message = str(err.value)
+    assert "[6x64 transposed (last-dim stride 6)]" in message
+    assert "strides (1, 6), but torch.ops.ircore_kit_strided.rms_norm" in message and "strides (64, 1)" in message
+
+
+def test_a_fake_that_fails_is_caught_before_torch_compile_is():
+    def fine(x: torch.Tensor, weight: Optional[torch.Tensor], epsilon: float, variance_size: Optional[int] = None) -> torch.Tensor:
+        return ircore.ops.rms_norm.native(x, weight, epsilon, variance_size).contiguous()
+
+    def broken_fake(x, weight, epsilon, variance_size=None):
+        raise NotImplementedError("no meta kernel")
+
+    ircore.ops.rms_norm.register_impl("kit_nofake", fine, fake=broken_fake)
+    with pytest.raises(AssertionError) as err:
+        check_provider("kit_nofake", seeds=(0,), dtypes=(torch.float32,))
+    message = str(err.value)
+    assert "torch.ops.ircore_kit_nofake.rms_norm (what compiled graphs hold for it) fails on fake tensors" in message
+    assert "NotImplementedError: no meta kernel" in message
+
+
+@pytest.mark.skipif(_signature.signature is None, reason="needs the call-signature helper (signatures to compare)")
+def test_a_cache_by_signature_claim_that_depends_on_the_rows_is_caught():
+    def few_rows(x, weight, epsilon, variance_size):
+        return x.shape[0] < 5  # the number of rows is not part of the call signature
+
+    ircore.ops.rms_norm.register_impl("kit_rows", rms_norm_a, supports_args=few_rows, cache_by_signature=True)
+    with pytest.raises(AssertionError) as err:
+        check_provider("kit_rows", seeds=(0,), dtypes=(torch.float32,))
+    message = str(err.value)
+    assert "the same call signature with another number of rows" in message and "cache_by_signature=True" in message
 
 
 def test_mutating_functional_impl_is_caught():

@@ -29,7 +29,7 @@ F32 = (torch.float32,)
 def sloppy_rms_norm(
     x: torch.Tensor, weight: Optional[torch.Tensor], epsilon: float, variance_size: Optional[int] = None
 ) -> torch.Tensor:
-    return (ircore.ops.rms_norm.native(x, weight, epsilon, variance_size).float() * 1.01).to(x.dtype)
+    return (ircore.ops.rms_norm.native(x, weight, epsilon, variance_size).float() * 1.01).to(x.dtype).contiguous()
 
 
 # ---------------------------------------------------------------------- in process

@@ -5,8 +5,9 @@ plan) applied to the node's fake values, so ``ircore.explain`` on tensors with t
 gives the same answer. What is put in the node's place:
 
 - ``native``: its function traced into aten ops, which Inductor fuses with its neighbours;
-- a functional provider implementation: traced, so its kernel appears as its own (opaque) op;
-- an in-place implementation: traced under functionalization, so its mutating kernel appears as
+- a functional provider implementation: the opaque op the core built for it
+  (``torch.ops.ircore_<provider>.<op>``, or the implementation itself when it is a torch op);
+- an in-place implementation: its in-place op, traced under functionalization, so it appears as
   ``auto_functionalized``; Inductor's re-inplacing later lets it write into inputs that are dead
   afterwards and copies only where they are not.
 
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 from torch.fx import Graph, Node
 
-from ircore import dispatch
+from ircore import _torch_ops, dispatch
 from ircore.compile._graph import call, full_args, ircore_ops_by_target, value
 from ircore.op import IrOp, all_ops
 
@@ -56,6 +57,7 @@ def functional_trace(fn: Any, args: Any) -> torch.fx.GraphModule:
 # ---------------------------------------------------------------------- maybe_inplace nodes
 # What auto_functionalized_v2 records when a mutated argument is a view of its base, not the base.
 _VIEW_INFO = ("alias", "size", "stride", "storage_offset", "slice_dim", "slice_start", "slice_end")
+
 
 def _inplace_ops() -> dict[Any, IrOp]:
     return {op.torch_inplace_op: op for op in all_ops().values() if op.torch_inplace_op is not None}
@@ -118,18 +120,37 @@ def functionalize_maybe_inplace(graph: Graph) -> None:
 
 
 # ---------------------------------------------------------------------- lowering
-def choose(op: IrOp, args: list[Any]) -> tuple[str, Any, bool]:
-    """(provider, function to trace in, whether it is an in-place implementation) for these args."""
-    vals = tuple(value(a) for a in args)
-    entry, _ = dispatch.first_supported(op.name, dispatch.plan_for(op, None).entries, vals)
+def replacement(op: IrOp, entry: dispatch.Entry) -> tuple[Any, bool]:
+    """(what to trace in place of an ircore node for ``entry``, whether to trace it functionalized).
+
+    ``native`` is traced into aten ops; a provider's implementation becomes the op the core built
+    for it (``ircore._torch_ops.impl_op``): one opaque node, whose kernel runs the implementation
+    at run time. An in-place one is its in-place op followed by its in-place arguments, traced
+    under functionalization (``auto_functionalized``).
+    """
     impl = op.impls.get(entry.provider)
-    if impl is not None and impl.inplace:
-        return entry.provider, impl.fn, True
-    return entry.provider, entry.call, False
+    if impl is None:
+        return entry.call, False
+    target = _torch_ops.impl_op(op, impl)
+    if not (impl.inplace and _torch_ops.inplace_schema(op) is not None):
+        return target, False
+    indices = op.inplace_indices
+
+    def in_place(*args: Any) -> Any:
+        target(*args)
+        outs = tuple(args[i] for i in indices)
+        return outs if len(outs) > 1 else outs[0]
+
+    return in_place, True
 
 
 def lower(graph: Graph) -> tuple[dict[str, tuple[str, str]], int]:
     """Replace every ircore node; returns ``{node name: (op, provider)}`` and how many are left.
+
+    Each node gets what the eager rule chooses for its fake values (``dispatch.first_supported``
+    over the op's process-wide plan). A provider's op whose fake fails on them (it would fail the
+    compile) is passed over with a WARNING naming it, and the walk goes on to the next
+    implementation that accepts the call (``native`` at the latest).
 
     Run :func:`functionalize_maybe_inplace` first: ``maybe_inplace`` nodes are lowered as the
     functional op they become.
@@ -144,16 +165,31 @@ def lower(graph: Graph) -> tuple[dict[str, tuple[str, str]], int]:
             continue
         op = by_target[node.target]
         args = full_args(node, op)
-        provider, fn, inplace = choose(op, args)
+        vals = tuple(value(a) for a in args)
         match: Any = pattern.match(node)  # a Match (a one-node pattern matches its own target)
-        if not match:  # pragma: no cover - a one-node pattern always matches its own target
-            continue
-        name = node.name
-        if inplace:
-            match.replace_by_example(fn, args, trace_fn=functional_trace)
-        else:
-            match.replace_by_example(fn, args)
-        chosen[name] = (op.name, provider)
+        entries = dispatch.plan_for(op, None).entries
+        while True:
+            entry = dispatch.first_supported(op.name, entries, vals)[0]
+            fn, functionalized = replacement(op, entry)
+            try:
+                match.replace_by_example(fn, args, trace_fn=functional_trace if functionalized else None)
+                break
+            except Exception as exc:
+                if entry.provider == dispatch.NATIVE:
+                    raise
+                _log.warning(
+                    "ircore lowering: provider %r's op for %s failed on %s's fake values (%s: %s); "
+                    "lowering it to the next implementation instead (`ircore verify --provider %s` "
+                    "checks its fake)",
+                    entry.provider,
+                    op.name,
+                    node.name,
+                    type(exc).__name__,
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+                    entry.provider,
+                )
+                entries = entries[entries.index(entry) + 1 :]
+        chosen[node.name] = (op.name, entry.provider)
     left = leftover(graph)
     if left:
         _log.warning(

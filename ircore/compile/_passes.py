@@ -27,8 +27,9 @@ _Base: Any = getattr(custom_graph_pass, "CustomInferenceAwareGraphPass", custom_
 
 @functools.cache
 def _source_hash() -> str:
-    """The passes' own code: a change to it must miss the FX graph cache."""
-    files = sorted(Path(__file__).parent.glob("*.py"))
+    """ircore's own code (the passes, and the ops and dispatch they lower by): a change to it must
+    miss the FX graph cache, even without a new version."""
+    files = sorted(Path(__file__).parents[1].rglob("*.py"))
     return custom_graph_pass.get_hash_for_files(tuple(str(f) for f in files)).hex()
 
 

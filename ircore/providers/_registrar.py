@@ -12,7 +12,7 @@ from typing import Any
 from ircore import _ownership
 from ircore._state import STATE
 from ircore.errors import ImplRegistrationError
-from ircore.op import Impl, IrOp
+from ircore.op import Impl, IrOp, attach_impls
 from ircore.providers._table import TABLE_ATTRIBUTE, ImplSpec, resolve
 
 
@@ -83,4 +83,4 @@ class Registrar:
     def commit(self) -> None:
         """Attach every validated implementation to its op (ircore does, after the hooks return)."""
         _ownership.refuse_inside_provider(f"Registrar({self.provider!r}).commit()")
-        STATE.add_impls(self.impls)
+        attach_impls(self.impls)

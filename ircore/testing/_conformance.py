@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ircore import dispatch
+from ircore import _signature, _torch_ops, dispatch
 from ircore.errors import IrcoreError
 from ircore.op import Impl, IrOp, all_ops, get_op
 from ircore.providers._manager import MANAGER
@@ -165,7 +165,7 @@ def _predicate_problem(impl: Impl, args: tuple) -> tuple[bool, str | None]:
 
 def _inplace_problem(op: IrOp, impl: Impl, args: tuple, where: str) -> tuple[float, str | None]:
     work = _clone_args(args)
-    returned = impl.fn(*work)
+    returned = impl.run(*work)
     outs = returned if isinstance(returned, tuple) else (returned,)
     comparison = compare_to_reference(op, returned, args, where=where + " (in place)")
     if comparison.problem is not None:
@@ -180,8 +180,95 @@ def _inplace_problem(op: IrOp, impl: Impl, args: tuple, where: str) -> tuple[flo
     return comparison.worst, None
 
 
+def _fake_problem(op: IrOp, impl: Impl, args: tuple, out: Any) -> str | None:
+    """What ``torch.compile`` would trip over in the op graphs hold for ``impl``, or None.
+
+    That op (``ircore._torch_ops.impl_op``) is run on fake copies of ``args``, as the compile-time
+    lowering runs it: its fake must not raise, and a functional one must say what the kernel
+    returned (shape, dtype, strides), or a compiled graph fails (Inductor checks the layout of
+    each output against the fake's) or reads it wrongly.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    target = _torch_ops.impl_op(op, impl)
+    name = getattr(target, "_name", repr(target)).replace("::", ".")
+    try:
+        with FakeTensorMode() as mode:
+            fake_args = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args)
+            fake_out = target(*fake_args)
+    except Exception as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return (
+            f"torch.ops.{name} (what compiled graphs hold for it) fails on fake tensors: "
+            f"{type(exc).__name__}: {message}; torch.compile would fail (or, with backend='ircore', "
+            "lower this call to the next implementation); give ImplSpec(fake=...) or fix its fake"
+        )
+    if fake_out is None:  # an in-place op: its outputs are its arguments
+        return None
+    reals = out if isinstance(out, tuple) else (out,)
+    fakes = fake_out if isinstance(fake_out, tuple) else (fake_out,)
+    for i, (real, fake) in enumerate(zip(reals, fakes)):
+        got = (tuple(real.shape), real.dtype, real.stride())
+        said = (tuple(fake.shape), fake.dtype, fake.stride())
+        if got != said:
+            return (
+                f"output {i} is {got[1]} of shape {got[0]}, strides {got[2]}, but torch.ops.{name} "
+                f"(what compiled graphs hold for it) says {said[1]} of shape {said[0]}, strides {said[2]}: "
+                "a compiled graph would fail or misread it; return contiguous outputs (what the core's "
+                "op declares), or give ImplSpec(fake=...) that says what the kernel returns"
+            )
+    return None
+
+
+def _signature_variants(op: IrOp, args: tuple) -> Iterator[tuple[str, tuple]]:
+    """Arguments with the call signature of ``args`` but other values: other row counts (every
+    tensor with the first tensor's shape sliced or repeated alike along dimension 0), and every
+    float argument scaled. ``(what differs, arguments)``."""
+    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    if first is not None and first.dim() >= 2 and first.shape[0] >= 1:
+        shape = first.shape
+
+        def rows(fn: Any) -> tuple:
+            return tuple(fn(a) if isinstance(a, torch.Tensor) and a.shape == shape else a for a in args)
+
+        yield "the number of rows", rows(lambda t: t[:1])
+        yield "the number of rows", rows(lambda t: torch.cat([t, t]) if t.is_contiguous() else t)
+    floats = [i for i, a in enumerate(args) if isinstance(a, float)]
+    if floats:
+        yield (
+            "the value of a float argument",
+            tuple(a * 10 + 1e-3 if i in floats else a for i, a in enumerate(args)),
+        )
+
+
+def _cache_claim_problem(op: IrOp, impl: Impl, args: tuple, verdict: bool) -> str | None:
+    """A ``cache_by_signature`` claim that does not hold: ``supports_args`` answers differently
+    for arguments of the same call signature (ircore would reuse the first answer for both)."""
+    if not impl.cache_by_signature or impl.supports_args is None or op.signature_spec is None:
+        return None
+    if _signature.signature is None:  # no compiled helper: no signatures to compare
+        return None
+    key = _signature.signature(op.signature_spec, *args)
+    for what, variant in _signature_variants(op, args):
+        if _signature.signature(op.signature_spec, *variant) != key:
+            continue
+        try:
+            answer = bool(impl.supports_args(*variant))
+        except Exception:
+            continue  # reported as its own failure where it matters
+        if answer != verdict:
+            return (
+                f"supports_args answers {verdict} here and {answer} for the same call signature with "
+                f"another {what.removeprefix('the ')}; it is registered with cache_by_signature=True, so "
+                "ircore would reuse one answer for both (and explain, the lowering and the eager call "
+                "would disagree): read only what the call signature holds, or drop the claim"
+            )
+    return None
+
+
 def run_case(case: Case, args: tuple[Any, ...] | None = None) -> CaseResult:
     """Run one case through dispatch (priority forced to its provider) and judge the result."""
+    dispatch.ensure_loaded()  # the providers (a simulated_platform block may have reloaded them)
     op = get_op(case.op)
     impl = op.impls.get(case.provider)
     where = str(case)
@@ -191,6 +278,7 @@ def run_case(case: Case, args: tuple[Any, ...] | None = None) -> CaseResult:
         )
     args = case.args() if args is None else args
     accepted, problem = _predicate_problem(impl, args)
+    problem = problem or _cache_claim_problem(op, impl, args, accepted)
     if problem is not None:
         return CaseResult(case, FAILED, f"{where}: {problem}")
     if not accepted:
@@ -212,6 +300,9 @@ def run_case(case: Case, args: tuple[Any, ...] | None = None) -> CaseResult:
         if problem is None and impl.inplace:
             inplace_worst, problem = _inplace_problem(op, impl, args, where)
             worst = max(worst, inplace_worst)
+        if problem is None:
+            fake_problem = _fake_problem(op, impl, args, out)
+            problem = f"{where}: {fake_problem}" if fake_problem else None
     except Exception as exc:
         return CaseResult(case, FAILED, f"{where}: raised {type(exc).__name__}: {exc}")
     return CaseResult(case, FAILED if problem else PASSED, problem or "", worst)

@@ -1,7 +1,8 @@
 """The implementations registered with ircore, and the predicates saying which calls they take.
 
-Each function has exactly the native op's signature and calls this provider's torch op
-(``torch.ops.ircore_vllm_c.*``, loaded by :func:`ircore_vllm_c.kernels.load_kernels`).
+Each implementation is this provider's compiled torch op (``torch.ops.ircore_vllm_c.*``, loaded by
+:func:`ircore_vllm_c.kernels.load_kernels` before ircore imports this module), whose schema is the
+op's (``fused_add_rms_norm``'s the in-place one: ``Tensor(a!) x, Tensor(b!) residual -> ()``).
 
 The predicates run on every eager call, after the core's own argument check (so x is a
 float32/float16/bfloat16 tensor with a non-empty last dimension, the weight is 1-D of size
@@ -16,9 +17,6 @@ last dimension is even). On top of that, what the kernels handle:
   where aligned, element-wise paths elsewhere);
 - variance_size: None or 1 <= variance_size <= hidden;
 - silu_and_mul: an even last dimension.
-
-Annotations are deliberately not postponed (no ``from __future__ import annotations``): the
-core infers a torch schema from them and compares it with the native one.
 """
 
 import torch
@@ -37,17 +35,17 @@ __all__ = [
 _F32 = torch.float32
 
 
-# The predicates below are written out in one expression each: they run on every eager call.
-def rms_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    epsilon: float,
-    variance_size: int | None = None,
-) -> torch.Tensor:
-    """RMSNorm by the compiled kernel (fp32 math, one rounding)."""
-    return torch.ops.ircore_vllm_c.rms_norm.default(x, weight, epsilon, variance_size)
+# The kernels are the compiled torch ops themselves (loaded before this module is imported): ircore
+# calls them directly in eager mode, and compiled graphs hold them as they are, with the op's fake.
+#: RMSNorm by the compiled kernel (fp32 math, one rounding).
+rms_norm = torch.ops.ircore_vllm_c.rms_norm.default
+#: In place, like vLLM: the residual sum goes into ``x_residual``, the output into ``x``.
+fused_add_rms_norm = torch.ops.ircore_vllm_c.fused_add_rms_norm.default
+#: ``silu(x[..., :d]) * x[..., d:]`` by the compiled kernel (fp32 math).
+silu_and_mul = torch.ops.ircore_vllm_c.silu_and_mul.default
 
 
+# The predicates are written out in one expression each: they run on every eager call.
 def rms_norm_supports(
     x: torch.Tensor,
     weight: torch.Tensor | None,
@@ -58,18 +56,6 @@ def rms_norm_supports(
     return (weight is None or weight.dtype is x.dtype or weight.dtype is _F32) and (
         (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
     )
-
-
-def fused_add_rms_norm(
-    x: torch.Tensor,
-    x_residual: torch.Tensor,
-    weight: torch.Tensor | None,
-    epsilon: float,
-    variance_size: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """In place, like vLLM: the residual sum goes into ``x_residual``, the output into ``x``."""
-    torch.ops.ircore_vllm_c.fused_add_rms_norm.default(x, x_residual, weight, epsilon, variance_size)
-    return x, x_residual
 
 
 def fused_add_rms_norm_supports(
@@ -83,11 +69,6 @@ def fused_add_rms_norm_supports(
     return (weight is None or weight.dtype is x.dtype or weight.dtype is _F32) and (
         (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
     )
-
-
-def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    """``silu(x[..., :d]) * x[..., d:]`` by the compiled kernel (fp32 math)."""
-    return torch.ops.ircore_vllm_c.silu_and_mul.default(x)
 
 
 def silu_and_mul_supports(x: torch.Tensor) -> bool:

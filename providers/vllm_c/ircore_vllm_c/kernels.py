@@ -217,23 +217,12 @@ def _aot_library(kind: str) -> Path | None:
 
 
 def _register_fakes() -> None:
-    """Meta implementations, so torch.compile can trace calls to the ops."""
+    """Fakes of the ``_out`` variants, so torch.compile can trace calls to them (the ops ircore
+    calls get the op's fake from ircore)."""
     global _fakes_registered
     if _fakes_registered:
         return
     _fakes_registered = True
-
-    @torch.library.register_fake(f"{NAMESPACE}::rms_norm")
-    def _rms_norm_fake(x, weight, epsilon, variance_size=None):
-        return x.new_empty(x.shape)
-
-    @torch.library.register_fake(f"{NAMESPACE}::fused_add_rms_norm")
-    def _fused_fake(x, residual, weight, epsilon, variance_size=None):
-        return None
-
-    @torch.library.register_fake(f"{NAMESPACE}::silu_and_mul")
-    def _silu_fake(x):
-        return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
 
     @torch.library.register_fake(f"{NAMESPACE}::rms_norm_out")
     def _rms_norm_out_fake(out, x, weight, epsilon, variance_size=None):

@@ -7,6 +7,8 @@ import torch
 from conftest import DEVICES
 from ircore_vllm_c import impls
 
+import ircore
+
 ops = torch.ops.ircore_vllm_c
 
 TOKENS = [1, 3, 16, 257]
@@ -210,12 +212,14 @@ def test_fused_layouts(target, dtype):
     _check_fused(base[:, 8:], _randn((6, hidden), dtype, target, 6), w, 1e-6, None, dtype)
 
 
-def test_fused_impl_returns_its_inputs(target):
+def test_fused_impl_writes_in_place_and_ircore_returns_its_inputs(target):
     x = _randn((3, 64), torch.float16, target, 1)
     r = _randn((3, 64), torch.float16, target, 2)
     w = _weight(64, torch.float16, target)
     expected_out, expected_res = _ref.fused_add_rms_norm(x, r, w, 1e-6)
-    out, res = impls.fused_add_rms_norm(x, r, w, 1e-6)
+    # the kernel is the in-place torch op (it returns nothing); what dispatch runs returns x, r
+    impl = ircore.ops.fused_add_rms_norm.validate_impl("check_vllm_c", impls.fused_add_rms_norm, inplace=True)
+    out, res = impl.run(x, r, w, 1e-6)
     assert out is x and res is r
     _ref.assert_close(out, expected_out, torch.float16)
     torch.testing.assert_close(res, expected_res, atol=0, rtol=0)
