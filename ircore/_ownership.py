@@ -27,6 +27,10 @@ _RULE = (
     "a provider registers only through the registrar its ircore_register hook receives, and "
     "changes neither other providers' registrations nor the configuration"
 )
+_OP_LIBRARY_RULE = (
+    "an op library declares ops (ircore.register_op) and changes neither implementations nor the "
+    "configuration"
+)
 
 
 def caller_location() -> str:
@@ -49,18 +53,26 @@ _SNAPSHOT_PARTS = (
 
 
 class ProviderRun:
-    """One provider's import and hooks: where it is, and what it tried that it may not.
+    """One provider's (or op library's) import and hooks: where it is, what it tried that it may not.
 
-    A plain class: a dataclass would cost ~0.7 ms of ``import ircore`` to create.
+    An op library (an ``ircore.ops`` entry point) may declare ops; a provider may not. A plain
+    class: a dataclass would cost ~0.7 ms of ``import ircore`` to create.
     """
 
     def __init__(
-        self, provider: str, during: str = "while being imported", before: Snapshot | None = None
+        self,
+        provider: str,
+        during: str = "while being imported",
+        before: Snapshot | None = None,
+        declares_ops: bool = False,
     ) -> None:
         self.provider = provider
         self.during = during
         self.refused: list[str] = []
         self.before = STATE.snapshot() if before is None else before
+        self.declares_ops = declares_ops
+        self.kind = "op library" if declares_ops else "provider"
+        self.rule = _OP_LIBRARY_RULE if declares_ops else _RULE
 
     def __repr__(self) -> str:
         return f"ProviderRun(provider={self.provider!r}, during={self.during!r}, refused={self.refused!r})"
@@ -70,7 +82,7 @@ class ProviderRun:
         if self.refused:
             more = len(self.refused) - 1
             return self.refused[0] + (f" (and {more} more refused call(s))" if more else "")
-        before, now = self.before.settings(), STATE.snapshot().settings()
+        before, now = self._settings(self.before), self._settings(STATE.snapshot())
         if now == before:
             return None
         parts = [
@@ -78,7 +90,21 @@ class ProviderRun:
             for part, old, new in zip(_SNAPSHOT_PARTS, before, now)
             if old != new
         ]
-        return f"changed the {' and the '.join(parts)} directly, while ircore loaded it; {_RULE} (all undone)"
+        changed = " and the ".join(parts)
+        return f"changed the {changed} directly, while ircore loaded it; {self.rule} (all undone)"
+
+    def _settings(self, snapshot: Snapshot) -> tuple[object, ...]:
+        """What this run must leave alone: for an op library, all but the ops it declares."""
+        settings = snapshot.settings()
+        if not self.declares_ops:
+            return settings
+        known = set(self.before.ops)
+        ops, impls, *rest = settings
+        return ([n for n in ops if n in known], {n: i for n, i in impls.items() if n in known}, *rest)
+
+    def declared(self) -> list[str]:
+        """The ops declared since the run began."""
+        return sorted(set(STATE.ops) - set(self.before.ops))
 
     def undo(self) -> None:
         """Put back everything the snapshot holds (a no-op when nothing changed)."""
@@ -104,9 +130,10 @@ def current() -> ProviderRun | None:
 
 
 @contextlib.contextmanager
-def provider_code(provider: str) -> Iterator[ProviderRun]:
-    """Run a provider's import and hooks under the rules above; the caller judges ``run.verdict()``."""
-    run = ProviderRun(provider)
+def provider_code(provider: str, declares_ops: bool = False) -> Iterator[ProviderRun]:
+    """Run a provider's (or, ``declares_ops``, an op library's) code under the rules above; the
+    caller judges ``run.verdict()``."""
+    run = ProviderRun(provider, declares_ops=declares_ops)
     token = _RUNNING.set(run)
     try:
         yield run
@@ -119,6 +146,20 @@ def refuse_inside_provider(action: str) -> None:
     run = _RUNNING.get()
     if run is None:
         return
-    message = f"called {action} (at {caller_location()}, {run.during}); {_RULE}"
+    message = f"called {action} (at {caller_location()}, {run.during}); {run.rule}"
+    run.refused.append(message)
+    raise ProviderIsolationError(f"{run.kind} {run.provider!r} {message}")
+
+
+def refuse_op_declaration(name: str) -> None:
+    """``register_op`` inside a provider's code: refused (an op library's is what it is for)."""
+    run = _RUNNING.get()
+    if run is None or run.declares_ops:
+        return
+    message = (
+        f"called ircore.register_op() for {name!r} (at {caller_location()}, {run.during}); a provider "
+        "implements ops, it does not declare them: declare ops in a module named by an `ircore.ops` "
+        "entry point of your distribution (loaded before every provider), and implement them here"
+    )
     run.refused.append(message)
     raise ProviderIsolationError(f"provider {run.provider!r} {message}")

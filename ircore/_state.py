@@ -113,6 +113,8 @@ class State:
     def __init__(self) -> None:
         #: Every declared op by name. Never replaced, only changed in place.
         self.ops: dict[str, Any] = {}
+        #: Counts ops declared (or undone): the loader looks at providers again when it moves.
+        self.ops_version = 0
         # The stamp of everything remembered per configuration. A one-element list, [True]
         # while current and [False] once replaced, so compiled code (ircore/csrc) tells a
         # stale stamp from the stamp alone; Python compares identities.
@@ -185,6 +187,7 @@ class State:
     def add_op(self, op: Any) -> None:
         with self.lock:
             self.ops[op.name] = op
+            self.ops_version += 1
             self.bump()
 
     def known_providers(self) -> frozenset[str]:
@@ -272,6 +275,8 @@ class State:
     def restore(self, snapshot: Snapshot) -> None:
         """Put back what :meth:`snapshot` copied, in place, and make everything remembered stale."""
         with self.lock:
+            if self.ops.keys() != snapshot.ops.keys():
+                self.ops_version += 1
             self.ops.clear()
             self.ops.update(snapshot.ops)
             for name, op in self.ops.items():

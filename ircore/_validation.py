@@ -146,6 +146,37 @@ def check_native(
     return op_name
 
 
+#: How ircore calls each callback of ``register_op`` (beyond the op's own parameters).
+CALLBACK_CALLS = {
+    "sample_inputs": ("dtype", "device", "seed"),
+    "make_inputs": ("shape", "dtype", "device"),
+}
+
+
+def check_callbacks(op_name: str, native: Callable[..., Any], callbacks: Mapping[str, Any]) -> None:
+    """Each ``register_op`` callback can be called as ircore calls it: ``check_args``,
+    ``reference`` and ``fake`` with the op's arguments, positionally; ``sample_inputs(dtype,
+    device, seed)``; ``make_inputs(shape, dtype, device)``. Refused now, not at its first use."""
+    params = tuple(inspect.signature(native).parameters)
+    for role, callback in callbacks.items():
+        if callback is None:
+            continue
+        where = f"op {op_name!r} ({source_of(native)}): {role}"
+        if not callable(callback):
+            raise OpDeclarationError(f"{where} is {callback!r}, not a function")
+        call = CALLBACK_CALLS.get(role, params)
+        try:
+            inspect.signature(callback).bind(*call)
+        except TypeError as exc:
+            takes = f"({', '.join(inspect.signature(callback).parameters)})"
+            raise OpDeclarationError(
+                f"{where} ({source_of(callback)}) takes {takes} but ircore calls it as "
+                f"{role}({', '.join(call)}): {exc}"
+            ) from None
+        except ValueError:  # a builtin without a readable signature: called as it is
+            continue
+
+
 def signature_spec(op_name: str, native: Callable[..., Any], param_names: Sequence[str]) -> bytes:
     """The per-parameter kinds ``ircore._signature`` reads; refuses parameter types it cannot."""
     hints = typing.get_type_hints(native)

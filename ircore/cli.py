@@ -56,12 +56,24 @@ def _ops() -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------- commands
+def _op_libraries() -> list[dict[str, Any]]:
+    records = MANAGER.op_libraries.records
+    return [records[name].to_dict() for name in sorted(records)]
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     MANAGER.ensure_loaded()
-    providers, ops = _providers(), _ops()
+    providers, ops, libraries = _providers(), _ops(), _op_libraries()
     if args.json:
-        print(json.dumps({"providers": providers, "ops": ops}, indent=2))
+        print(json.dumps({"providers": providers, "op_libraries": libraries, "ops": ops}, indent=2))
         return EXIT_OK
+    if libraries:  # distributions declaring ops of their own (`ircore.ops` entry points)
+        print("op libraries:")
+        rows = [
+            [p["name"], f"{p['distribution']} {p['version']}", p["state"], p["reason"]] for p in libraries
+        ]
+        print(table(rows, ["name", "distribution", "state", "reason"]))
+        print()
     print("providers:")
     if providers:
         rows = [
@@ -131,6 +143,8 @@ def _doctor_report() -> dict[str, Any]:
         "config_error": config_error,
         "providers": providers,
         "not_active": [p for p in providers if p["state"] != ProviderState.ACTIVE.value],
+        # distributions declaring ops of their own; a broken one is a problem as a provider is
+        "op_libraries": _op_libraries(),
         # what strict mode refuses: broken providers, and unavailable ones the configuration names
         "broken": sorted(r.name for r in MANAGER.problems()),
         "removed": {p["name"]: p["removed"] for p in providers if p["removed"]},
@@ -163,6 +177,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     print(f"active providers: {', '.join(active) or 'none'}")
     for p in report["not_active"]:
         print(f"  {p['name']} ({p['distribution']} {p['version']}): {p['state']}: {p['reason']}")
+    for p in report["op_libraries"]:
+        print(f"op library {p['name']} ({p['distribution']} {p['version']}): {p['state']}: {p['reason']}")
     for name, removed in report["removed"].items():
         for op, how in removed.items():
             print(f"  {name}: its implementation of {op} was {how}")

@@ -150,7 +150,9 @@ class IrOp(Generic[P, R]):
         self.tolerances = tolerances
         self.sample_inputs = sample_inputs
         self.make_inputs = make_inputs
-        self.reference = reference
+        #: the op in fp64, unrounded (what the conformance kit compares against); takes the op's
+        #: arguments as the op does (keywords, defaults)
+        self.reference = None if reference is None else self._completing(reference)
         self.cache_by_signature = cache_by_signature
         self.__doc__ = native.__doc__
         self.signature = inspect.signature(native)
@@ -185,6 +187,16 @@ class IrOp(Generic[P, R]):
         self.torch_op: Any = None
         #: torch.ops.ircore.<name>.maybe_inplace, where the outputs map onto ``inplace_args``
         self.torch_inplace_op: Any = None
+
+    def _completing(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn``, called with the op's arguments bound as a call of the op binds them."""
+
+        def completed(*args: Any, **kwargs: Any) -> Any:
+            return fn(*self.bind_args(args, kwargs))
+
+        completed.__wrapped__ = fn  # type: ignore[attr-defined]
+        completed.__doc__ = fn.__doc__
+        return completed
 
     # ------------------------------------------------------------------ calls
     def bind_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -292,7 +304,7 @@ class IrOp(Generic[P, R]):
         supports_args: Callable[..., bool] | None = None,
         inplace: bool = False,
         *,
-        cache_by_signature: bool = False,
+        cache_by_signature: bool | None = None,
         fake: Callable[..., Any] | None = None,
     ) -> Impl:
         """Attach ``provider``'s implementation ``fn``; validate everything first.
@@ -303,7 +315,8 @@ class IrOp(Generic[P, R]):
         ``inplace_args`` (allowed only where the op declares some). ``cache_by_signature=True``
         promises that ``supports_args`` answers from the call's signature alone (devices, dtypes,
         dimensions, last-dimension size and layout, int arguments: see :mod:`ircore._signature`),
-        so its answer may be cached per signature: a cheaper eager call.
+        so its answer may be cached per signature: a cheaper eager call (None: true when
+        ``supports_args`` is made by ``ircore.kit.supports``, which reads nothing else).
 
         An installed provider's name is that provider's alone: it registers through the registrar
         its hook receives, and a provider's own code (its import and hooks) may not call this.
@@ -331,7 +344,7 @@ class IrOp(Generic[P, R]):
         supports_args: Callable[..., bool] | None = None,
         inplace: bool = False,
         *,
-        cache_by_signature: bool = False,
+        cache_by_signature: bool | None = None,
         fake: Callable[..., Any] | None = None,
     ) -> Impl:
         """Check an implementation without registering it; returns the :class:`Impl`.
@@ -380,6 +393,8 @@ class IrOp(Generic[P, R]):
             _validation.check_predicate(self.name, provider, fn, supports_args, self.signature)
         if fake is not None and not callable(fake):
             raise reject(self.name, provider, fn, f"fake {fake!r} is not callable")
+        if cache_by_signature is None:  # a predicate of ready-made pieces reads only the signature
+            cache_by_signature = bool(getattr(supports_args, "__ircore_signature_only__", False))
         return Impl(
             op_name=self.name,
             provider=provider,
@@ -514,7 +529,10 @@ def register_op(
     """
 
     def declare(fn: Callable[P, R]) -> IrOp[P, R]:
+        _ownership.refuse_op_declaration(str(name or getattr(fn, "__name__", "?")))
         op_name = _validation.check_native(name, fn, inplace_args, STATE.ops)
+        callbacks = {"check_args": check_args, "sample_inputs": sample_inputs, "make_inputs": make_inputs}
+        _validation.check_callbacks(op_name, fn, {**callbacks, "reference": reference, "fake": fake})
         # A class per op, whose __call__ (made below, from the op) has the native signature.
         cls: type[IrOp[P, R]] = type(f"IrOp[{op_name}]", (IrOp,), {})
         op = cls(
@@ -548,7 +566,13 @@ def attach_impls(impls: Sequence[Impl]) -> None:
 
 
 def get_op(name: str) -> IrOp[..., Any]:
-    """The op called ``name``; :class:`~ircore.errors.UnknownOpError` lists the ops there are."""
+    """The op called ``name``; :class:`~ircore.errors.UnknownOpError` lists the ops there are.
+
+    An op not declared yet may come from an op library (an ``ircore.ops`` entry point): those are
+    loaded first, then asked again.
+    """
+    if name not in STATE.ops:
+        dispatch.ensure_loaded()
     return STATE.op(name)  # type: ignore[no-any-return]
 
 

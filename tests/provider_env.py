@@ -9,12 +9,11 @@ exactly as in a user's process.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -228,23 +227,13 @@ def standin_env(standins: Path, tmp: Path, provider: str) -> ProviderEnv:
     ``ircore.testing.simulated_platform``); subprocess scenarios see them through PYTHONPATH,
     with ``provider`` enabled.
     """
-    site = tmp / "site"
-    install_fixtures(site, standins)
-    sys.path.insert(0, str(site))
-    importlib.invalidate_caches()
-    return ProviderEnv(site, tmp, enabled=(provider,))
+    from ircore.testing import install_standins
+
+    return ProviderEnv(install_standins(standins, tmp / "site"), tmp, enabled=(provider,))
 
 
-
-@contextlib.contextmanager
-def simulated_active(provider: str, **platform: object) -> Iterator[object]:
+def simulated_active(provider: str, **platform: object) -> contextlib.AbstractContextManager[object]:
     """This process as on ``platform`` (simulated), with ``provider`` loaded and ``active``."""
-    import ircore.testing
-    from ircore.providers._manager import MANAGER
+    from ircore.testing import simulated_active as active
 
-    with ircore.testing.simulated_platform(**platform) as simulated:
-        MANAGER.ensure_loaded()
-        record = MANAGER.records.get(provider)
-        assert record is not None, f"provider {provider!r} is not installed here: run make setup"
-        assert record.state.value == "active", record
-        yield simulated
+    return active(provider, **platform)

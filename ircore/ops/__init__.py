@@ -1,9 +1,26 @@
 """The op library: each op is declared by its native semantics (see the op's docstring).
 
-``ircore.ops.rms_norm(x, weight, eps)`` runs the best implementation available for the call.
+``ircore.ops.rms_norm(x, weight, eps)`` runs the best implementation available for the call. Ops
+that installed distributions declare (op libraries, the ``ircore.ops`` entry point group) are
+``ircore.ops.<name>`` too, loaded on first use.
 """
+
+from typing import Any
 
 from ircore.ops._activation import silu_and_mul
 from ircore.ops._norm import fused_add_rms_norm, rms_norm
 
-__all__ = ["rms_norm", "fused_add_rms_norm", "silu_and_mul"]
+__all__ = ["fused_add_rms_norm", "rms_norm", "silu_and_mul"]
+
+
+def __getattr__(name: str) -> Any:
+    """An op declared elsewhere (an op library, or ``ircore.register_op``), by its name."""
+    from ircore._state import STATE
+
+    if name.startswith("__"):  # not an op: a module attribute Python itself looks for
+        raise AttributeError(f"module 'ircore.ops' has no attribute {name!r}")
+    if name not in STATE.ops:
+        STATE.providers.ensure_loaded()  # op libraries declare theirs when loaded
+    if name in STATE.ops:
+        return STATE.ops[name]
+    raise AttributeError(f"ircore.ops has no op {name!r}; known ops: {sorted(STATE.ops)}")

@@ -1,4 +1,4 @@
-"""Finding providers from installed distribution metadata, without importing any of them."""
+"""Finding providers and op libraries from installed distribution metadata, importing none of them."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from importlib import metadata
 from ircore._validation import NAME_PATTERN, RESERVED_PROVIDER_NAMES
 
 ENTRY_POINT_GROUP = "ircore.providers"
+#: Distributions that declare ops of their own name a module here (loaded before providers).
+OPS_ENTRY_POINT_GROUP = "ircore.ops"
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """An entry point in the ``ircore.providers`` group and the distribution that declares it."""
+    """An entry point (``ircore.providers`` or ``ircore.ops``) and the distribution declaring it."""
 
     name: str
     module: str
@@ -22,14 +24,14 @@ class Candidate:
     requires: tuple[str, ...]
 
 
-@functools.lru_cache(maxsize=1)
-def discover() -> tuple[Candidate, ...]:
-    """Every provider entry point of every installed distribution (first on sys.path wins).
+@functools.lru_cache(maxsize=4)
+def discover(group: str = ENTRY_POINT_GROUP) -> tuple[Candidate, ...]:
+    """Every entry point of ``group`` (providers by default) in every installed distribution.
 
     Reads metadata only; cached for the life of the process (``discover.cache_clear()`` rescans).
     """
     found: list[Candidate] = []
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for ep in metadata.entry_points(group=group):
         # One read of the METADATA file per distribution: its `version` and `requires` properties
         # would each parse it again (~0.1 ms a time, more than the entry-point scan for 10).
         meta = ep.dist.metadata if ep.dist is not None else None

@@ -13,11 +13,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
-import os
 import threading
-import traceback
 from collections import defaultdict
-from types import TracebackType
 from typing import Any
 
 import pluggy
@@ -30,31 +27,12 @@ from ircore.errors import ImplRegistrationError, ProviderLoadError
 from ircore.platform import current_platform
 from ircore.providers import hookspecs
 from ircore.providers._discovery import Candidate, discover, incompatibility, name_problem
-from ircore.providers._records import BROKEN_STATES, ProviderRecord, ProviderState
+from ircore.providers._op_libraries import OpLibraries
+from ircore.providers._records import BROKEN_STATES, ProviderRecord, ProviderState, describe_failure
 from ircore.providers._registrar import Registrar
 from ircore.providers._table import TABLE_ATTRIBUTE
 
 _log = logging.getLogger("ircore")
-_IGNORED_DIRS = tuple(
-    os.path.dirname(p) + os.sep
-    for p in (os.path.dirname(hookspecs.__file__), pluggy.__file__, importlib.__file__)
-)
-
-
-def _where(tb: TracebackType | None) -> str:
-    """``file:line`` of the deepest frame outside ircore, pluggy and importlib: the provider's."""
-    location = "?"
-    for frame in traceback.extract_tb(tb):
-        name = frame.filename
-        if name.startswith("<frozen") or name.startswith(_IGNORED_DIRS):
-            continue
-        location = f"{name}:{frame.lineno}"
-    return location
-
-
-def _describe(exc: BaseException, during: str) -> str:
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {message} (at {_where(exc.__traceback__)}, {during})"
 
 
 class ProviderManager:
@@ -64,8 +42,11 @@ class ProviderManager:
         self._lock = threading.RLock()
         self.records: dict[str, ProviderRecord] = {}
         self.settings: Settings | None = None
-        # STATE.config_version that the states were decided for (None: decide on next use)
-        self._loaded_for: int | None = None
+        #: the op libraries (``ircore.ops`` entry points), loaded before any provider
+        self.op_libraries = OpLibraries()
+        # (STATE.config_version, STATE.ops_version) the states were decided for (None: on next use)
+        self._loaded_for: tuple[int, int] | None = None
+        self._ops_seen: int | None = None  # STATE.ops_version the providers were registered against
         self._registered: dict[str, tuple[str, ...]] = {}  # active provider -> the ops it registered
 
     # ------------------------------------------------------------------ discovery
@@ -79,19 +60,24 @@ class ProviderManager:
         Also a no-op inside a provider's own code (an op called from a hook runs with the
         providers loaded so far), so that one provider's hooks never run inside another's.
         """
-        if self._loaded_for == STATE.config_version or _ownership.current() is not None:
+        if self._loaded_for == (STATE.config_version, STATE.ops_version) or _ownership.current() is not None:
             return
         with self._lock:
-            version = STATE.config_version
-            if self._loaded_for == version:
+            if self._loaded_for == (STATE.config_version, STATE.ops_version):
                 return
+            config_version = STATE.config_version
             self._load()  # a ConfigError leaves us not current: every later use raises it again
             STATE.bump()
             self._enforce_strict()  # likewise: strict mode keeps refusing until fixed
-            self._loaded_for = version
+            self._loaded_for = (config_version, STATE.ops_version)
 
     def _load(self) -> None:
         settings = config.resolve_settings()
+        self.op_libraries.load()  # their ops exist before any provider registers, or config names them
+        # Ops declared since the providers registered (a new op library, the user's register_op):
+        # a provider rejected for naming an op that did not exist then is examined again.
+        ops_changed = self._ops_seen != STATE.ops_version
+        self._ops_seen = STATE.ops_version
         by_name: dict[str, list[Candidate]] = defaultdict(list)
         for cand in self.candidates():
             by_name[cand.name].append(cand)
@@ -131,7 +117,7 @@ class ProviderManager:
             if excluded:
                 self._settle(record, ProviderState.INCOMPATIBLE, excluded)
                 continue
-            if not record.imported:
+            if not record.imported or (ops_changed and record.state is ProviderState.INVALID):
                 self._activate(record)
             elif name in self._registered and record.state is ProviderState.DISABLED:
                 STATE.block(name, None)  # re-enabled: its implementations are still there
@@ -197,7 +183,7 @@ class ProviderManager:
         except BaseException as exc:
             if not isinstance(exc, Exception):
                 raise
-            return ProviderState.FAILED, _describe(exc, f"importing {record.module}")
+            return ProviderState.FAILED, describe_failure(exc, f"importing {record.module}")
         pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         pm.add_hookspecs(hookspecs)
         try:
@@ -236,7 +222,7 @@ class ProviderManager:
         except ImplRegistrationError as exc:
             return ProviderState.INVALID, str(exc)
         except Exception as exc:
-            return ProviderState.FAILED, _describe(exc, run.during)
+            return ProviderState.FAILED, describe_failure(exc, run.during)
         problem = self._rank_problem(ranks, registrar.op_names)
         if problem:
             return ProviderState.INVALID, f"{ranks_from}: {problem}"
@@ -281,7 +267,7 @@ class ProviderManager:
             for r in self.records.values()
             if r.state in BROKEN_STATES
             or (r.state is ProviderState.UNAVAILABLE and settings is not None and settings.named(r.name))
-        ]
+        ] + [r for r in self.op_libraries.records.values() if r.state in BROKEN_STATES]
 
     def _enforce_strict(self) -> None:
         if self.settings is None or not self.settings.strict:
@@ -320,17 +306,22 @@ class ProviderManager:
     def snapshot(self) -> tuple[Any, ...]:
         """What :meth:`restore` puts back: every record (copied), the settings, what was loaded."""
         with self._lock:
-            records = {
-                name: dataclasses.replace(r, ranks=dict(r.ranks), removed=dict(r.removed))
-                for name, r in self.records.items()
-            }
-            return records, self.settings, self._loaded_for, dict(self._registered)
+            records, libraries = (
+                {
+                    name: dataclasses.replace(r, ranks=dict(r.ranks), removed=dict(r.removed))
+                    for name, r in table.items()
+                }
+                for table in (self.records, self.op_libraries.records)
+            )
+            return records, libraries, self.settings, self._loaded_for, self._ops_seen, dict(self._registered)
 
     def restore(self, snapshot: tuple[Any, ...]) -> None:
         with self._lock:
-            records, self.settings, self._loaded_for, registered = snapshot
+            records, libraries, self.settings, self._loaded_for, self._ops_seen, registered = snapshot
             self.records.clear()
             self.records.update(records)
+            self.op_libraries.records.clear()
+            self.op_libraries.records.update(libraries)
             self._registered.clear()
             self._registered.update(registered)
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+import os
+import traceback
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from types import TracebackType
 from typing import Any
+
+import pluggy
 
 
 class ProviderState(str, Enum):
@@ -48,3 +54,26 @@ class ProviderRecord:
         out["state"] = self.state.value
         out["ops"] = list(self.ops)
         return out
+
+
+# Frames in these are not where a provider's failure is: the loader's, pluggy's, importlib's.
+_IGNORED_DIRS = tuple(
+    os.path.dirname(p) + os.sep for p in (os.path.dirname(__file__), pluggy.__file__, importlib.__file__)
+)
+
+
+def _where(tb: TracebackType | None) -> str:
+    """``file:line`` of the deepest frame outside ircore, pluggy and importlib: the provider's."""
+    location = "?"
+    for frame in traceback.extract_tb(tb):
+        name = frame.filename
+        if name.startswith("<frozen") or name.startswith(_IGNORED_DIRS):
+            continue
+        location = f"{name}:{frame.lineno}"
+    return location
+
+
+def describe_failure(exc: BaseException, during: str) -> str:
+    """A failed provider's reason: the exception, its message's first line, where and when."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {message} (at {_where(exc.__traceback__)}, {during})"

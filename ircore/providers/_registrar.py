@@ -32,7 +32,8 @@ class Registrar:
         supports_args: Callable[..., bool] | None = None,
         inplace: bool = False,
         *,
-        cache_by_signature: bool = False,
+        cache_by_signature: bool | None = None,
+        fake: Callable[..., Any] | None = None,
     ) -> None:
         """Offer ``fn`` as this provider's implementation of ``op`` (see ``IrOp.register_impl``)."""
         ops = STATE.ops
@@ -44,7 +45,7 @@ class Registrar:
         if any(pending.op_name == op for _, pending in self._pending):
             raise ImplRegistrationError(f"provider {self.provider!r} registers op {op!r} twice")
         impl = target.validate_impl(
-            self.provider, fn, supports_args, inplace, cache_by_signature=cache_by_signature
+            self.provider, fn, supports_args, inplace, cache_by_signature=cache_by_signature, fake=fake
         )
         self._pending.append((target, impl))
 
@@ -67,6 +68,7 @@ class Registrar:
                 resolve(spec.supports_args, self.provider, op, "supports_args"),
                 spec.inplace,
                 cache_by_signature=spec.cache_by_signature,
+                fake=resolve(spec.fake, self.provider, op, "fake"),
             )
             if spec.rank is not None:
                 self.ranks[op] = spec.rank

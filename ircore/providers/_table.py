@@ -38,16 +38,22 @@ TABLE_ATTRIBUTE = "IRCORE_IMPLEMENTATIONS"
 class ImplSpec:
     """One row of a provider's table: what ``registrar.register(op, ...)`` would be given.
 
-    ``fn`` and ``supports_args`` are callables or ``"module:attribute"`` references resolved at
-    registration; ``rank`` is the provider's suggested rank for the op (lower runs first; the
+    ``fn`` (the kernel: a function with the op's signature, or a torch op of its schema),
+    ``supports_args`` and ``fake`` are callables or ``"module:attribute"`` references resolved at
+    registration. ``cache_by_signature``: whether the predicate's answer may be remembered per
+    call signature (None: yes when the predicate is made by ``kit.supports``, else no). ``rank``
+    is the provider's suggested rank for the op (lower runs first; the
     ``ircore_default_priority`` hook, when the provider implements it, answers instead).
+    ``fake`` says what the kernel returns, for compiled graphs, where it differs from the op's
+    own fake with contiguous outputs.
     """
 
     fn: Callable[..., Any] | str
     supports_args: Callable[..., bool] | str | None = None
     inplace: bool = False
-    cache_by_signature: bool = False
+    cache_by_signature: bool | None = None
     rank: int | None = None
+    fake: Callable[..., Any] | str | None = None
 
 
 def impl_table(
@@ -55,7 +61,7 @@ def impl_table(
     ops: Iterable[str],
     *,
     inplace: Collection[str] = (),
-    cache_by_signature: bool = False,
+    cache_by_signature: bool | None = None,
     rank: int | Mapping[str, int] | None = None,
 ) -> dict[str, ImplSpec]:
     """Rows for ``ops`` implemented in ``module`` as ``<op>`` with the predicate ``<op>_supports``.

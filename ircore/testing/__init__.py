@@ -9,7 +9,8 @@ gives inputs for the norms' fp32-overflow rule at any width, for a kernel's own 
 ``pdl_problems(ptx)`` finds kernels that would race under programmatic dependent launch, and
 ``assert_pdl_chain_matches(chain, inputs, set_pdl)`` checks dependent calls on the GPU;
 ``isolated()`` gives a test a scratch copy of ircore's state (ops, implementations, priorities,
-configuration, providers), undone on exit.
+configuration, providers), undone on exit; ``install_standins`` and ``simulated_active`` test an
+adapter against stand-ins of a vendor library, as on its platform.
 """
 
 from ircore.testing._compare import Comparison, assert_close_to_reference, compare_to_reference
@@ -25,6 +26,7 @@ from ircore.testing._inputs import beyond_fp32_rows
 from ircore.testing._isolated import isolated
 from ircore.testing._pdl import assert_pdl_chain_matches, pdl_problems
 from ircore.testing._platform import simulated_platform
+from ircore.testing._standins import install_standins, simulated_active
 
 __all__ = [
     "Case",
@@ -37,8 +39,10 @@ __all__ = [
     "check_provider",
     "compare_to_reference",
     "isolated",
+    "install_standins",
     "iter_cases",
     "pdl_problems",
     "run_case",
+    "simulated_active",
     "simulated_platform",
 ]

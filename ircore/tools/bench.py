@@ -23,12 +23,12 @@ import torch
 
 from ircore import dispatch
 from ircore.errors import IrcoreError
-from ircore.op import IrOp, all_ops
+from ircore.op import IrOp
 from ircore.platform import current_platform
 from ircore.providers._manager import MANAGER
 from ircore.testing._conformance import dtype_name
 from ircore.tools import config_file, timing
-from ircore.tools.common import EXIT_OK, parse_dtype, parse_shape, table
+from ircore.tools.common import EXIT_OK, parse_dtype, parse_shape, select_ops, table
 from ircore.tools.progress import Progress
 from ircore.tools.verify import check_devices
 
@@ -273,11 +273,7 @@ def _print_text(report: BenchReport) -> None:
 
 
 def _select_ops(names: Sequence[str] | None) -> list[IrOp]:
-    ops = all_ops()
-    for name in names or ():
-        if name not in ops:
-            raise IrcoreError(f"unknown op {name!r}; known ops: {sorted(ops)}")
-    chosen = [ops[n] for n in (names or sorted(ops))]
+    chosen = select_ops(names)
     for op in chosen:
         if op.make_inputs is None:
             raise IrcoreError(

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-__all__ = ["EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "parse_dtype", "parse_shape", "table"]
+from ircore import dispatch
+from ircore.errors import IrcoreError
+from ircore.op import IrOp, all_ops
+
+__all__ = ["EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "parse_dtype", "parse_shape", "select_ops", "table"]
 
 #: 0 fine; 1 a problem found (``doctor``, ``verify``); 2 bad usage or bad configuration.
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
@@ -42,3 +48,14 @@ def parse_dtype(text: str) -> torch.dtype:
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise argparse.ArgumentTypeError(f"--dtype {text!r}: expected float32, float16 or bfloat16")
     return dtype
+
+
+def select_ops(names: Sequence[str] | None) -> list[IrOp[..., Any]]:
+    """The ops named on the command line (every op when none is), by name; op libraries are
+    loaded first, so their ops count. An unknown name is a usage error listing the known ones."""
+    dispatch.ensure_loaded()
+    ops = all_ops()
+    for name in names or ():
+        if name not in ops:
+            raise IrcoreError(f"unknown op {name!r}; known ops: {sorted(ops)}")
+    return [ops[n] for n in (names or sorted(ops))]

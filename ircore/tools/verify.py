@@ -19,7 +19,6 @@ from typing import Any
 import torch
 
 from ircore.errors import IrcoreError
-from ircore.op import all_ops
 from ircore.testing._conformance import (
     DTYPES,
     FAILED,
@@ -31,7 +30,7 @@ from ircore.testing._conformance import (
     run_case,
     select_providers,
 )
-from ircore.tools.common import EXIT_OK, EXIT_PROBLEMS, parse_dtype, table
+from ircore.tools.common import EXIT_OK, EXIT_PROBLEMS, parse_dtype, select_ops, table
 from ircore.tools.progress import Progress
 
 
@@ -142,12 +141,6 @@ def verify(
     return report
 
 
-def _check_ops(names: Sequence[str] | None) -> None:
-    known = sorted(all_ops())
-    for name in names or ():
-        if name not in known:
-            raise IrcoreError(f"unknown op {name!r}; known ops: {known}")
-
 
 def _print_text(report: VerifyReport) -> None:
     rows = report.rows()
@@ -196,7 +189,7 @@ def check_devices(devices: Sequence[str]) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    _check_ops(args.op)
+    select_ops(args.op)
     if args.seeds < 1:
         raise IrcoreError(f"--seeds {args.seeds}: expected at least 1")
     devices = args.device or present_devices()

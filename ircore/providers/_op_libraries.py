@@ -1,0 +1,90 @@
+"""Op libraries: distributions that declare ops of their own, loaded before any provider.
+
+A distribution names a module in the entry-point group ``ircore.ops``; importing it declares its
+ops with ``ircore.register_op``. Each is imported once, inside the same guard as a provider
+(:mod:`ircore._ownership`), which lets it declare ops and nothing else: an import that raises,
+an op name already taken, or a call only the user may make leaves none of its ops declared and
+the library ``failed`` or ``invalid`` with the reason. Its ops are then ``ircore.ops.<name>``
+and ``torch.ops.ircore.<name>``, and any provider can implement them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections import defaultdict
+
+from ircore import _ownership, _torch_ops
+from ircore._version import __version__
+from ircore.errors import IrcoreError
+from ircore.providers._discovery import (
+    OPS_ENTRY_POINT_GROUP,
+    Candidate,
+    discover,
+    incompatibility,
+    name_problem,
+)
+from ircore.providers._records import ProviderRecord, ProviderState, describe_failure
+
+
+class OpLibraries:
+    """The ``ircore.ops`` entry points and what became of each (the provider manager's part)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, ProviderRecord] = {}
+
+    def load(self) -> None:
+        """Import every op library not imported yet; each settles in a state with a reason."""
+        by_name: dict[str, list[Candidate]] = defaultdict(list)
+        for cand in discover(OPS_ENTRY_POINT_GROUP):
+            by_name[cand.name].append(cand)
+        for name in sorted(by_name):
+            cands = by_name[name]
+            record = self.records.get(name)
+            if record is None:
+                first = cands[0]
+                record = ProviderRecord(name, first.distribution, first.version, first.module)
+                self.records[name] = record
+            if record.imported:
+                continue
+            if len(cands) > 1:
+                dists = " and ".join(f"{c.distribution} {c.version}" for c in cands)
+                record.state = ProviderState.CONFLICT
+                record.reason = f"op library name {name!r} is claimed by {dists}; uninstall one of them"
+                continue
+            problem = name_problem(name) or incompatibility(cands[0], __version__)
+            if problem:
+                incompatible = not name_problem(name)
+                record.state = ProviderState.INCOMPATIBLE if incompatible else ProviderState.INVALID
+                record.reason = problem.replace("entry point name", "op library name")
+                continue
+            self._import(record)
+
+    def _import(self, record: ProviderRecord) -> None:
+        """Import the library's module in the guard; keep its ops only if all went well."""
+        record.imported = True
+        module = record.module
+        failure: str | None = None
+        state = ProviderState.ACTIVE
+        with _ownership.provider_code(record.name, declares_ops=True) as run:
+            try:
+                if module in sys.modules:  # imported before, its ops undone since: declare them again
+                    importlib.reload(sys.modules[module])
+                else:
+                    importlib.import_module(module)
+            except IrcoreError as exc:  # a declaration refused (a name taken, a bad signature)
+                state, failure = ProviderState.INVALID, str(exc)
+            except Exception as exc:
+                state, failure = ProviderState.FAILED, describe_failure(exc, f"importing {module}")
+        declared = run.declared()
+        refused = run.verdict()
+        if refused:
+            state, failure = ProviderState.INVALID, refused
+        if failure is not None:
+            run.undo()
+            for name in declared:
+                _torch_ops.undefine(name)
+            record.state, record.reason, record.ops = state, failure, ()
+            return
+        record.state, record.ops = ProviderState.ACTIVE, tuple(declared)
+        record.reason = f"declares {', '.join(declared) or 'no op'}"
