@@ -124,6 +124,9 @@ def build_extension(
         raise ValueError(f"build_extension: name must be an identifier (letters, digits, _), got {name!r}")
     if not sources:
         raise ValueError(f"build_extension({name!r}): no sources")
+    if cuda and cuda_archs is not None:
+        cuda_archs = [a.strip() for a in cuda_archs]
+        cuda_arch_flags(cuda_archs)  # ValueError for a malformed one
     what = label or ("CUDA extension" if cuda else "C++ extension")
     source_paths = [Path(s).resolve() for s in sources]
     header_paths = [Path(h).resolve() for h in headers]
@@ -134,12 +137,15 @@ def build_extension(
             )
     archs: list[str] = []
     if cuda:
+        if not torch.version.cuda:
+            raise BuildError(
+                f"cannot build {what}: needs a CUDA build of torch; this is torch {torch.__version__}"
+            )
         archs = sorted(set(cuda_archs if cuda_archs is not None else device_capabilities()))
         if not archs:
             raise BuildError(
                 f"cannot build {what}: no GPU architecture to build for (no GPU visible; pass cuda_archs)"
             )
-        cuda_arch_flags(archs)  # ValueError for a malformed one, before anything is built
     key = {
         "recipe": _RECIPE,
         "name": name,
@@ -309,10 +315,6 @@ def _build(name: str, what: str, build_dir: Path, key: dict[str, object], option
     from torch.utils import cpp_extension
 
     if options["with_cuda"]:
-        if not torch.version.cuda:
-            raise BuildError(
-                f"cannot build {what}: needs a CUDA build of torch; this is torch {torch.__version__}"
-            )
         cuda_home = resolve_cuda_home()
         if cuda_home is None:
             raise BuildError(f"cannot build {what}: no CUDA toolkit (nvcc) found; set CUDA_HOME")
