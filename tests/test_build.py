@@ -256,7 +256,7 @@ def built(tmp_path_factory):
     env = {
         **os.environ,
         "IRCORE_CACHE_DIR": str(root / "cache"),
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
     }
     go = root / "go"
     procs = []
