@@ -255,7 +255,7 @@ def test_ircore_list_builds_the_kernels_on_first_use_and_shows_the_providers(ven
     run = _run(venv, venv["root"] / "bin" / "ircore", "list", "--json")
     assert run.returncode == 0, run.stderr
     # the wheel carries sources, so the first use builds the CPU kernels into the cache
-    assert re.search(r"ircore_vllm_c: building CPU kernels for torch \S+ \.\.\. \d+ s", run.stderr), (
+    assert re.search(r"ircore_vllm_c_cpu: building CPU kernels for torch \S+ \.\.\. \d+ s", run.stderr), (
         run.stderr
     )
     doc = json.loads(run.stdout)
@@ -266,7 +266,7 @@ def test_ircore_list_builds_the_kernels_on_first_use_and_shows_the_providers(ven
         "no GPU"
     )
     assert all(o["priority"][0] == "vllm_c" for o in doc["ops"])
-    assert any(venv["cache"].glob("vllm_c/*/cpu/ircore_vllm_c_cpu.so"))
+    assert any(venv["cache"].glob("ircore_vllm_c_cpu/*/ircore_vllm_c_cpu.so"))
 
 
 CALLS = """

@@ -4,8 +4,10 @@ Under pip's default build isolation there is no torch: the wheel is then pure Py
 kernels are built on first use (``ircore_vllm_c.kernels``). With ``--no-build-isolation`` in an
 environment with torch, ``_C.so`` (CPU) and, where torch is a CUDA build and a toolkit is found,
 ``_C_cuda.so`` are built now; ``_aot_build.json`` records the torch version, sources hash and
-GPU architectures, and the loader uses the build only when all three match at run time. A failed
-AOT build is a warning, never an install failure.
+GPU architectures, and the loader uses the build only when all three match at run time (the
+sources hash is ircore's ``sources_digest``, shared with the first-use build, so this needs ircore
+importable too: it is under ``--no-build-isolation``). A failed AOT build is a warning, never an
+install failure.
 
 Environment: ``IRCORE_VLLM_C_NO_AOT=1`` (or ``IRCORE_NO_BUILD=1``, which release builds set for
 every project) skips the build; ``IRCORE_VLLM_C_NO_CUDA=1`` skips the
@@ -30,7 +32,8 @@ CSRC = "ircore_vllm_c/csrc"
 
 
 def _kernels_module():
-    """ircore_vllm_c/kernels.py, loaded by path (the package itself may not be importable)."""
+    """ircore_vllm_c/kernels.py, loaded by path (the package itself may not be importable; the
+    module imports only torch and ircore)."""
     spec = importlib.util.spec_from_file_location("_ircore_vllm_c_kernels", HERE / "ircore_vllm_c/kernels.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -41,15 +44,11 @@ def _warn(msg: str) -> None:
     print(f"ircore-provider-vllm-c: {msg}", file=sys.stderr, flush=True)
 
 
-def _cuda_archs(torch) -> list[str]:
+def _cuda_archs(build) -> list[str]:
     env = os.environ.get("IRCORE_VLLM_C_CUDA_ARCH") or os.environ.get("TORCH_CUDA_ARCH_LIST")
     if env:
         return [a.replace("+PTX", "") for a in re.split(r"[;, ]+", env) if a.strip()]
-    try:
-        caps = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
-    except Exception:
-        caps = set()
-    return sorted(f"{ma}.{mi}" for ma, mi in caps) or ["9.0"]
+    return build.device_capabilities() or ["9.0"]
 
 
 def _aot() -> dict:
@@ -60,6 +59,11 @@ def _aot() -> dict:
         from torch.utils import cpp_extension
     except ImportError:
         return {}  # build isolation: pure-Python wheel, first-use build
+    try:
+        from ircore import _build as build  # the sources digest, shared with the first-use build
+    except ImportError as exc:
+        _warn(f"ircore's build helper is not importable here ({exc}): kernels will be built on first use")
+        return {}
     if shutil.which(os.environ.get("CXX") or "c++") is None:
         _warn("no C++ compiler: kernels will be built on first use")
         return {}
@@ -74,14 +78,14 @@ def _aot() -> dict:
         )
     ]
     archs: list[str] = []
-    cuda_home = k.resolve_cuda_home() if torch.version.cuda else None
+    cuda_home = build.resolve_cuda_home() if torch.version.cuda else None
     if torch.version.cuda and not os.environ.get("IRCORE_VLLM_C_NO_CUDA"):
         if cuda_home is None:
             _warn("CUDA torch but no CUDA toolkit found (set CUDA_HOME): CUDA kernels build on first use")
         else:
             os.environ["CUDA_HOME"] = cuda_home
             cpp_extension.CUDA_HOME = cuda_home  # torch resolved it at import; nvcc may be a wrapper
-            archs = _cuda_archs(torch)
+            archs = _cuda_archs(build)
             exts.append(
                 cpp_extension.CUDAExtension(
                     "ircore_vllm_c._C_cuda",
@@ -89,7 +93,7 @@ def _aot() -> dict:
                     include_dirs=[str(HERE / CSRC)],
                     extra_compile_args={
                         "cxx": ["-O3"],
-                        "nvcc": [*k.CUDA_CFLAGS, *k.cuda_arch_flags(archs)],
+                        "nvcc": [*k.CUDA_CFLAGS, *build.cuda_arch_flags(archs)],
                     },
                 )
             )
@@ -114,7 +118,7 @@ def _aot() -> dict:
                 return
             meta = {
                 "torch": torch.__version__,
-                "sources": k.source_hash(),
+                "sources": k.source_hash(),  # ircore._build.sources_digest
                 "built": built,
                 "cuda_archs": archs if "ircore_vllm_c._C_cuda" in built else [],
             }
