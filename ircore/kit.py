@@ -17,9 +17,11 @@ signature (:func:`supports` with :func:`device`, :func:`dtype`, :func:`same_dtyp
 :func:`contiguous`, :func:`unit_stride`, :func:`ndim`, :func:`last_dim`, :func:`is_none`,
 :func:`not_none`, :func:`value`); the helpers for adapting a vendor's kernel library
 (:func:`import_vendor`, :func:`call_form_problem`, :func:`torch_op`,
-:func:`register_device_kernel`, :func:`unit_weight`); and the stand-in test harness
-(:func:`simulated_platform`, :func:`simulated_active`, :func:`install_standins`, imported on first
-use). docs/writing-a-provider.md is the guide.
+:func:`register_device_kernel`, :func:`unit_weight`); the first-use C++/CUDA build
+(:func:`build_extension`, :class:`BuildError`, :func:`cache_root`, :func:`sources_digest`,
+:func:`resolve_cuda_home`, :func:`cuda_arch_flags`, :func:`device_capabilities`); and the stand-in
+test harness (:func:`simulated_platform`, :func:`simulated_active`, :func:`install_standins`,
+imported on first use). docs/writing-a-provider.md is the guide.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from ircore._build import (
+    BuildError,
+    build_extension,
+    cache_root,
+    cuda_arch_flags,
+    device_capabilities,
+    resolve_cuda_home,
+    sources_digest,
+)
 from ircore.platform import Platform, current_platform
 from ircore.providers._predicates import (
     Piece,
@@ -60,15 +71,20 @@ from ircore.providers.hookspecs import API_VERSION, hookimpl, hookspec
 
 __all__ = [
     "API_VERSION",
+    "BuildError",
     "ImplSpec",
     "Piece",
     "Platform",
     "ProviderState",
     "Registrar",
+    "build_extension",
+    "cache_root",
     "call_form_problem",
     "contiguous",
+    "cuda_arch_flags",
     "current_platform",
     "device",
+    "device_capabilities",
     "dtype",
     "hookimpl",
     "hookspec",
@@ -82,9 +98,11 @@ __all__ = [
     "opaque_op",
     "parameters_of",
     "register_device_kernel",
+    "resolve_cuda_home",
     "same_dtype",
     "simulated_active",
     "simulated_platform",
+    "sources_digest",
     "supports",
     "torch_op",
     "tracing",
