@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 import torch
 
@@ -167,7 +167,7 @@ def build_extension(
         if lib is not None:
             log.info("loaded cached %s from %s", what, lib)
         else:
-            options: dict[str, object] = {
+            options: dict[str, Any] = {
                 "sources": [str(s) for s in source_paths],
                 "extra_cflags": list(cflags),
                 "extra_ldflags": list(ldflags),
@@ -305,7 +305,7 @@ _COMMAND = re.compile(r"^(\[\d+/\d+\]|FAILED:|ninja:)")
 # Helpers
 
 
-def _build(name: str, what: str, build_dir: Path, key: dict[str, object], options: dict[str, object]) -> Path:
+def _build(name: str, what: str, build_dir: Path, key: dict[str, object], options: dict[str, Any]) -> Path:
     """Compile into ``build_dir`` under its flock (or find that another process just did), load."""
     cxx = os.environ.get("CXX") or "c++"
     if shutil.which(cxx) is None:
@@ -405,7 +405,7 @@ def _ensure_ninja() -> bool:
         return True
     dirs = [Path(sys.executable).parent]
     try:
-        import ninja  # type: ignore[import-not-found]
+        import ninja
 
         dirs.insert(0, Path(ninja.BIN_DIR))
     except Exception:
