@@ -1,21 +1,18 @@
 """The functions this provider registers with ircore, and their ``supports_args`` predicates.
 
-Each implementation has exactly the native op's signature (the core compares the torch schema
-its annotations imply; ``Tensor | None`` is the same annotation as ``Optional[Tensor]``).
-Under tracing (torch.compile, make_fx, fake tensors, any dispatch mode) it calls the provider's
-opaque torch op, so graphs record one node per call; in plain eager calls it calls the launcher
-directly, which saves the dispatcher round trip (about 2 us a call) on the launch path.
+Each implementation is the kernel launch, with exactly the native op's signature (the core
+compares the torch schema its annotations imply; ``Tensor | None`` is the same annotation as
+``Optional[Tensor]``). The core calls it on real tensors only: from eager dispatch, and from the
+op it builds for compiled graphs (``torch.ops.ircore_triton.<op>``, see ircore._torch_ops).
 Predicates run on every eager dispatch, after the core's argument check (see below).
 No ``from __future__ import annotations`` here: annotations stay real objects.
 """
 
 import os
 
-import torch
 from torch import Tensor
 
 from . import kernels as _k
-from . import ops as _ops  # noqa: F401 - defines torch.ops.ircore_triton.*
 
 __all__ = [
     "fused_add_rms_norm",
@@ -27,24 +24,13 @@ __all__ = [
     "silu_and_mul_supports",
 ]
 
-_OPS = torch.ops.ircore_triton
-_rms_norm_op = _OPS.rms_norm.default
-_fused_add_rms_norm_op = _OPS.fused_add_rms_norm.default
-_fused_add_rms_norm_inplace_op = _OPS.fused_add_rms_norm_inplace.default
-_silu_and_mul_op = _OPS.silu_and_mul.default
-
-_is_compiling = torch.compiler.is_compiling  # dynamo folds this to True: no graph break
-_dispatch_stack_len = torch._C._len_torch_dispatch_stack
-
 # CPU counts as a Triton device only under Triton's interpreter (tests).
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def rms_norm(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> Tensor:
     """RMSNorm over the last dim in fp32, by the Triton kernel; a new contiguous tensor."""
-    if not _is_compiling() and type(x) is Tensor and not _dispatch_stack_len():
-        return _k.rms_norm(x, weight, epsilon, variance_size)
-    return _rms_norm_op(x, weight, epsilon, variance_size)
+    return _k.rms_norm(x, weight, epsilon, variance_size)
 
 
 def fused_add_rms_norm(
@@ -55,10 +41,7 @@ def fused_add_rms_norm(
     variance_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """In place: ``x_residual <- x + x_residual``; ``x <- rms_norm(x_residual)``; returns both."""
-    if not _is_compiling() and type(x) is Tensor and not _dispatch_stack_len():
-        _k.fused_add_rms_norm_(x, x_residual, weight, epsilon, variance_size)
-    else:
-        _fused_add_rms_norm_inplace_op(x, x_residual, weight, epsilon, variance_size)
+    _k.fused_add_rms_norm_(x, x_residual, weight, epsilon, variance_size)
     return x, x_residual
 
 
@@ -69,17 +52,13 @@ def fused_add_rms_norm_functional(
     epsilon: float,
     variance_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Out-of-place variant (new tensors), for measuring against the in-place one."""
-    if not _is_compiling() and type(x) is Tensor and not _dispatch_stack_len():
-        return _k.fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size)
-    return _fused_add_rms_norm_op(x, x_residual, weight, epsilon, variance_size)
+    """Out-of-place variant (new tensors), for measuring against the in-place one; not registered."""
+    return _k.fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size)
 
 
 def silu_and_mul(x: Tensor) -> Tensor:
     """``silu(x[..., :d]) * x[..., d:]`` in fp32, ``d = x.shape[-1] // 2``."""
-    if not _is_compiling() and type(x) is Tensor and not _dispatch_stack_len():
-        return _k.silu_and_mul(x)
-    return _silu_and_mul_op(x)
+    return _k.silu_and_mul(x)
 
 
 # The predicates run on every eager call, after the core's own argument check (float x with a

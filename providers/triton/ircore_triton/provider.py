@@ -21,12 +21,13 @@ _MIN_TRITON = (3, 4)  # the range declared in the "triton" extra; tested on 3.6
 OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
 
 # Rank 20 everywhere: behind vllm_c (rank 10) on NVIDIA GPUs and CPUs, first elsewhere.
-# H200, 2026-12-02 run 3 (benchmarks/RESULTS.md section 3; bf16+fp16, 24 shapes per op), vllm_c's
-# time over triton's, geometric mean. Eager calls (do_bench, launch included): 0.81 rms_norm,
-# 0.81 fused_add_rms_norm, 0.49 silu_and_mul -- Triton's Python launch costs 5-27 us. Kernel time
-# (CUDA-graph replay): 0.99-1.01 at T >= 1024; at T <= 128 triton is 0.1-0.3 us faster (1.08,
-# 1.10, 1.02). vllm_c's norms were 1.17-1.66x slower before its kernels kept two to four loads in
-# flight per thread; run 2 put triton first for the norms on that measurement.
+# H200, 2026-12-02 run 3 (benchmarks/README.md, "Earlier runs": section 3; bf16+fp16, 24 shapes
+# per op), vllm_c's time over triton's, geometric mean. Eager calls (do_bench, launch included):
+# 0.81 rms_norm, 0.81 fused_add_rms_norm, 0.49 silu_and_mul -- Triton's Python launch costs
+# 5-27 us. Kernel time (CUDA-graph replay): 0.99-1.01 at T >= 1024; at T <= 128 triton is
+# 0.1-0.3 us faster (1.08, 1.10, 1.02). vllm_c's norms were 1.17-1.66x slower before its
+# kernels kept two to four loads in flight per thread; run 2 put triton first for the norms on
+# that measurement.
 DEFAULT_RANK = 20
 
 # fused_add_rms_norm works in place (the core clones if needed). cache_by_signature: the

@@ -5,8 +5,10 @@
 
 import os
 import sys
+from importlib import metadata
 from pathlib import Path
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ircore_triton without installing
@@ -42,3 +44,27 @@ def pytest_configure(config) -> None:
             "(triton-lang/triton#9171): install numpy<2.4 to run these tests on CPU",
             returncode=4,
         )
+
+
+OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
+
+
+@pytest.fixture
+def triton_first():
+    """The installed provider loaded (through its entry point), and first for every op, in a scratch
+    copy of ircore's state: graphs then lower to ``torch.ops.ircore_triton.*`` (on a GPU machine
+    vllm_c, rank 10, would come first)."""
+    if "triton" not in {ep.name for ep in metadata.entry_points(group="ircore.providers")}:
+        pytest.skip("ircore-provider-triton is not installed (no entry point)")
+    from ircore_triton import impls
+
+    import ircore
+
+    ircore.get_priority("rms_norm")  # loads the installed providers, before the scratch copy
+    for name in OPS:
+        impl = ircore.get_op(name).impls.get("triton")
+        assert impl is not None, f"provider triton not active: {ircore.providers.HOST.status_of('triton')}"
+        assert impl.fn is getattr(impls, name)  # the function itself: no wrapper, no op of its own
+    with ircore.testing.isolated():
+        ircore.set_priority({name: ["triton"] for name in OPS})
+        yield

@@ -25,7 +25,8 @@ IMPLS = _registered()
 
 def test_conformance_kit() -> None:
     """The core's conformance kit on these functions (samples against the fp64 reference, inputs
-    left unchanged, the in-place contract, calls needing grad running native). Registered under
+    left unchanged, the in-place contract, calls needing grad running native, and the op compiled
+    graphs hold for each, run on fake copies, against the kernel's outputs). Registered under
     a test name: ``triton`` itself is an installed provider's name, and unavailable without a GPU."""
     testing = pytest.importorskip("ircore.testing")
     for name, (fn, pred, inplace) in IMPLS.items():

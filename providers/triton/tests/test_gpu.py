@@ -1,5 +1,6 @@
 """GPU-only checks: the autotuned launch path on real sizes, CUDA-graph capture and replay of
-each op, a first call made inside a capture, and torch.compile (inductor) calling the ops.
+each op (eager calls, and the ops the core builds for compiled graphs), a first call made inside a
+capture, and torch.compile (the ircore backend) calling the provider's ops.
 
 (test_kernels.py also runs on the GPU when there is one, with the same fp64 references.)
 """
@@ -9,6 +10,7 @@ import torch
 from _ref import assert_close, assert_residual, rms_norm_ref, silu_and_mul_ref
 from ircore_triton import impls, kernels
 
+import ircore
 from ircore.testing import assert_pdl_chain_matches
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (torch.cuda)")
@@ -152,19 +154,66 @@ def test_steady_state_does_not_retune() -> None:
     assert kernels.tuned_configs() == before
 
 
+@pytest.mark.usefixtures("triton_first")
+def test_cuda_graph_of_the_provider_ops() -> None:
+    """The ops compiled graphs hold for this provider (``torch.ops.ircore_triton.*``, built by the
+    core) capture and replay like the eager calls: the in-place one writes into x and x_residual."""
+    ops = torch.ops.ircore_triton
+    dtype, t, h = torch.bfloat16, 128, 4096
+    x, w, xs = _randn(t, h, dtype=dtype), _weight(h, dtype), _randn(t, 2 * h, dtype=dtype)
+    xa, ra = _randn(t, h, dtype=dtype), _randn(t, h, dtype=dtype)
+
+    g_norm, y = _graph(lambda: ops.rms_norm.default(x, w, EPS, None))
+    g_silu, s = _graph(lambda: ops.silu_and_mul.default(xs))
+    ops.fused_add_rms_norm.default(xa, ra, w, EPS, None)  # warm-up (tunes); the inputs are reset below
+    g_fused = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g_fused):
+        ops.fused_add_rms_norm.default(xa, ra, w, EPS, None)
+
+    for _ in range(2):
+        x.copy_(_randn(t, h, dtype=dtype))
+        xs.copy_(_randn(t, 2 * h, dtype=dtype))
+        x0, r0 = _randn(t, h, dtype=dtype), _randn(t, h, dtype=dtype)
+        xa.copy_(x0)
+        ra.copy_(r0)
+        g_norm.replay()
+        g_silu.replay()
+        g_fused.replay()
+        torch.cuda.synchronize()
+        assert_close(y, rms_norm_ref(x, w, EPS), dtype)
+        assert_close(s, silu_and_mul_ref(xs), dtype)
+        assert_residual(ra, x0 + r0)
+        assert_close(xa, rms_norm_ref(x0 + r0, w, EPS), dtype)
+
+
+@pytest.mark.usefixtures("triton_first")
 def test_inductor_fullgraph() -> None:
+    """``backend="ircore"``: each ircore call becomes one node of the provider's op, and
+    ``maybe_inplace``'s results land in the caller's tensors."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.utils import run_and_get_code
+
     def f(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        out, res = impls.fused_add_rms_norm(x, r, w, EPS)
-        y = impls.rms_norm(res, w, EPS) + out
-        return impls.silu_and_mul(torch.cat([y, y], dim=-1))
+        out, res = ircore.ops.fused_add_rms_norm.maybe_inplace(x, r, w, EPS)
+        y = ircore.ops.rms_norm(res, w, EPS) + out
+        return ircore.ops.silu_and_mul(torch.cat([y, y], dim=-1))
 
     dtype = torch.bfloat16
     x, r, w = _randn(8, 4096, dtype=dtype), _randn(8, 4096, dtype=dtype), _weight(4096, dtype)
     expected = f(x.clone(), r.clone(), w)
     x2, r2 = x.clone(), r.clone()
-    got = torch.compile(f, fullgraph=True)(x2, r2, w)
+    torch._dynamo.reset()
+    try:
+        with inductor_config.patch(fx_graph_cache=False):  # a cache hit runs no pass
+            got, codes = run_and_get_code(torch.compile(f, backend="ircore", fullgraph=True), x2, r2, w)
+    finally:
+        torch._dynamo.reset()
     torch.testing.assert_close(got, expected, atol=3e-2, rtol=3e-2)
     assert torch.equal(r2, x + r)
+    code = "".join(codes)
+    for name in ("fused_add_rms_norm", "rms_norm", "silu_and_mul"):
+        assert code.count(f"torch.ops.ircore_triton.{name}.default(") == 1, name
+    assert "torch.ops.ircore." not in code  # every ircore node lowered
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")

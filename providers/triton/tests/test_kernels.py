@@ -1,4 +1,4 @@
-"""Kernel correctness against fp64 references, through the provider's torch ops.
+"""Kernel correctness against fp64 references, through the registered functions and the launchers.
 
 On a machine without a GPU these run in Triton's interpreter (see conftest.py), so shapes are
 small; on a GPU the same checks run on the device. The launch config there is the heuristic one
@@ -14,7 +14,6 @@ from ircore_triton import impls, kernels
 
 DEVICE = GPU or "cpu"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-OPS = torch.ops.ircore_triton
 EPS = 1e-6
 
 
@@ -189,74 +188,3 @@ def test_silu_extreme_values() -> None:
     y = impls.silu_and_mul(x)
     assert torch.isfinite(y).all()
     assert_close(y, silu_and_mul_ref(x), torch.float32)
-
-
-def test_torch_ops_defined() -> None:
-    for name in ("rms_norm", "fused_add_rms_norm", "fused_add_rms_norm_inplace", "silu_and_mul"):
-        assert hasattr(OPS, name)
-    schema = OPS.fused_add_rms_norm_inplace.default._schema
-    assert [a.alias_info is not None and a.alias_info.is_write for a in schema.arguments][:2] == [
-        True,
-        True,
-    ]
-    assert len(schema.returns) == 0
-
-
-@pytest.mark.parametrize(
-    "op,args",
-    [
-        ("rms_norm", lambda: (_randn(3, 40), _weight(40, torch.float32), EPS, None)),
-        ("rms_norm", lambda: (_randn(3, 40), None, EPS, 20)),
-        (
-            "fused_add_rms_norm",
-            lambda: (_randn(3, 40), _randn(3, 40), _weight(40, torch.float32), EPS, None),
-        ),
-        ("fused_add_rms_norm_inplace", lambda: (_randn(3, 40), _randn(3, 40), None, EPS, 10)),
-        ("silu_and_mul", lambda: (_randn(3, 40),)),
-    ],
-    ids=["rms_norm", "rms_norm_vs", "fused_add", "fused_add_inplace", "silu_and_mul"],
-)
-def test_opcheck(op: str, args) -> None:
-    """Schema, fake (meta) kernel and functionalization agree with the real kernel."""
-    torch.library.opcheck(getattr(OPS, op).default, args())
-
-
-def test_torch_compile_calls_ops() -> None:
-    """The ops trace into a graph (fullgraph) and the in-place one is functionalized correctly."""
-
-    def f(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        out, res = impls.fused_add_rms_norm(x, r, w, EPS)
-        y = impls.rms_norm(res, w, EPS) + out
-        return impls.silu_and_mul(torch.cat([y, y], dim=-1))
-
-    x, r, w = _randn(4, 64), _randn(4, 64), _weight(64, torch.float32)
-    expected = f(x.clone(), r.clone(), w)
-    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
-    x2, r2 = x.clone(), r.clone()
-    got = compiled(x2, r2, w)
-    assert_close(got, expected.double(), torch.float32)
-    assert torch.equal(r2, x + r)  # the mutation is visible to the caller
-
-
-def test_tracing_records_the_opaque_ops() -> None:
-    """Eager calls go straight to the launcher; under make_fx (a dispatch mode) the same
-    functions record one ``ircore_triton`` node per call, and fake tensors get fake outputs."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    def f(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        out, res = impls.fused_add_rms_norm(x, r, w, EPS)
-        return impls.silu_and_mul(impls.rms_norm(res, w, EPS, 32)) + out[..., :32]
-
-    x, r, w = _randn(4, 64), _randn(4, 64), _weight(64, torch.float32)
-    gm = make_fx(f)(x.clone(), r.clone(), w)
-    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
-    assert "ircore_triton.fused_add_rms_norm_inplace.default" in targets
-    assert "ircore_triton.rms_norm.default" in targets
-    assert "ircore_triton.silu_and_mul.default" in targets
-    assert_close(gm(x.clone(), r.clone(), w), f(x.clone(), r.clone(), w).double(), torch.float32)
-
-    with FakeTensorMode() as mode:
-        fx = mode.from_tensor(torch.empty(2, 3, 64, device=DEVICE))
-        assert impls.rms_norm(fx, None, EPS).shape == (2, 3, 64)
-        assert impls.silu_and_mul(fx).shape == (2, 3, 32)

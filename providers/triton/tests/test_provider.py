@@ -95,6 +95,19 @@ def test_import_is_light() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PROVIDER_ROOT)
 
 
+def test_impls_define_no_torch_ops() -> None:
+    """The implementations are plain functions: importing them defines no ``torch.ops.ircore_triton``
+    op (the core builds those when it attaches the implementations, and refuses a name already taken)."""
+    code = (
+        "import torch\n"
+        "import ircore_triton.impls\n"
+        "names = ['rms_norm', 'fused_add_rms_norm', 'fused_add_rms_norm_inplace', 'silu_and_mul']\n"
+        "taken = [n for n in names if torch._C._jit_get_schemas_for_operator('ircore_triton::' + n)]\n"
+        "assert not taken, taken\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=PROVIDER_ROOT)
+
+
 def test_hooks_match_the_core_specs(provider: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     """pluggy validates our hook signatures against the core's hookspecs."""
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
