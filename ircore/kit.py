@@ -30,11 +30,9 @@ from ircore.providers._table import ImplSpec, impl_table
 from ircore.providers._vendor import (
     call_form_problem,
     import_vendor,
-    opaque_op,
     parameters_of,
     register_device_kernel,
     torch_op,
-    tracing,
     unit_weight,
 )
 from ircore.providers.hookspecs import API_VERSION, hookimpl, hookspec
@@ -51,12 +49,10 @@ __all__ = [
     "hookspec",
     "impl_table",
     "import_vendor",
-    "opaque_op",
     "parameters_of",
     "register_device_kernel",
     "simulated_platform",
     "torch_op",
-    "tracing",
     "unit_weight",
 ]
 
