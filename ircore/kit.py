@@ -60,11 +60,9 @@ from ircore.providers._table import ImplSpec, impl_table
 from ircore.providers._vendor import (
     call_form_problem,
     import_vendor,
-    opaque_op,
     parameters_of,
     register_device_kernel,
     torch_op,
-    tracing,
     unit_weight,
 )
 from ircore.providers.hookspecs import API_VERSION, hookimpl, hookspec
@@ -95,7 +93,6 @@ __all__ = [
     "last_dim",
     "ndim",
     "not_none",
-    "opaque_op",
     "parameters_of",
     "register_device_kernel",
     "resolve_cuda_home",
@@ -105,7 +102,6 @@ __all__ = [
     "sources_digest",
     "supports",
     "torch_op",
-    "tracing",
     "unit_stride",
     "unit_weight",
     "value",

@@ -13,15 +13,7 @@ import pytest
 import torch
 
 from ircore.errors import ImplRegistrationError
-from ircore.kit import (
-    call_form_problem,
-    import_vendor,
-    opaque_op,
-    register_device_kernel,
-    torch_op,
-    tracing,
-    unit_weight,
-)
+from ircore.kit import call_form_problem, import_vendor, register_device_kernel, torch_op, unit_weight
 
 
 @pytest.fixture
@@ -102,24 +94,14 @@ def test_unit_weight_is_cached_but_never_a_traced_one():
 
     with FakeTensorMode():
         fake = torch.empty(2, 16)
-        assert tracing(fake) and type(unit_weight(fake)) is not torch.Tensor
+        assert type(unit_weight(fake)) is not torch.Tensor
     real = unit_weight(torch.randn(2, 16))
     assert type(real) is torch.Tensor and torch.equal(real, torch.ones(16))  # the fake was not kept
 
 
-def test_opaque_op_runs_its_kernel_and_traces_through_its_fake():
-    from torch.fx.experimental.proxy_tensor import make_fx
+def test_kit_has_no_opaque_op_helpers():
+    """Compiled graphs hold the op ircore builds for every implementation: adapters need neither
+    an opaque op of their own nor a tracing() branch, and the kit offers neither."""
+    import ircore.kit
 
-    lib = torch.library.Library("ircore_test_opaquens", "DEF")
-    calls = []
-
-    def kernel(x):
-        calls.append(x.data_ptr())  # real data only
-        return x * 2
-
-    op = opaque_op(lib, "double(Tensor x) -> Tensor", kernel, lambda x: torch.empty_like(x), "cpu")
-    assert torch.equal(op(torch.ones(3)), torch.full((3,), 2.0)) and len(calls) == 1
-    graph = make_fx(lambda x: op(x), tracing_mode="fake")(torch.ones(3))
-    assert f"{lib.ns}.double" in graph.code and len(calls) == 1  # traced, not run
-    torch.library.opcheck(op, (torch.randn(4),))
-    lib._destroy()
+    assert not {"opaque_op", "tracing"} & set(dir(ircore.kit))

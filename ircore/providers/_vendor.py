@@ -23,11 +23,9 @@ from ircore.errors import ImplRegistrationError
 __all__ = [
     "call_form_problem",
     "import_vendor",
-    "opaque_op",
     "parameters_of",
     "register_device_kernel",
     "torch_op",
-    "tracing",
     "unit_weight",
 ]
 
@@ -137,45 +135,13 @@ def unit_weight(x: torch.Tensor) -> torch.Tensor:
     """A weight of ones for ``x``'s last dimension, dtype and device, made once and reused.
 
     For kernels whose weight is not optional, called with ``weight=None``. Do not write to it.
-    Under tracing a fresh one is made (a fake or traced tensor must never be kept).
+    Only weights for plain tensors outside tracing are kept: for a fake, traced or subclass
+    tensor a fresh one is made each time (such a tensor must never outlive its trace).
     """
-    if tracing(x):
+    if type(x) is not torch.Tensor or torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
         return torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
     key = (x.shape[-1], x.dtype, x.device)
     ones = _UNIT_WEIGHTS.get(key)
     if ones is None:
         ones = _UNIT_WEIGHTS[key] = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
     return ones
-
-
-def tracing(x: torch.Tensor) -> bool:
-    """Whether ``x`` is being traced (torch.compile, make_fx, fake tensors, any dispatch mode).
-
-    An adapter's implementation then calls its opaque op (see :func:`opaque_op`) instead of the
-    vendor's kernel, and its predicates skip what only real tensors have (data pointers).
-    """
-    return (
-        type(x) is not torch.Tensor
-        or torch.compiler.is_compiling()
-        or torch._C._len_torch_dispatch_stack() > 0
-    )
-
-
-def opaque_op(
-    lib: torch.library.Library,
-    schema: str,
-    kernel: Callable[..., Any],
-    fake: Callable[..., Any],
-    device_type: str,
-) -> torch._ops.OpOverload:
-    """Define ``<lib.ns>::<name>`` (``schema``): ``kernel`` for ``device_type``, ``fake`` for tracing.
-
-    What compiled graphs hold in place of an adapter's implementation: the vendor call, its
-    marshalling and anything that needs real data (data pointers, empty-input checks) stay inside
-    ``kernel``, which runs only on real tensors. Returns the op's default overload.
-    """
-    name = schema.split("(", 1)[0]
-    lib.define(schema)
-    register_device_kernel(lib, name, kernel, device_type)
-    torch.library.register_fake(f"{lib.ns}::{name}", fake, lib=lib)
-    return getattr(getattr(torch.ops, lib.ns), name).default

@@ -19,9 +19,10 @@ Imported by ircore only after :func:`ircore_aiter.provider.ircore_check_platform
 - Empty inputs never reach a kernel (a launch with no rows is an invalid launch on HIP).
 - The first call of each kernel builds it (hipcc, minutes, under a file lock in AITER's JIT
   directory): warm up before capturing CUDA graphs.
-- Traced calls (``torch.compile``) go through this provider's own opaque ops
-  ``torch.ops.ircore_aiter.*`` (kernel for the platform's device, fakes for tracing), which make
-  the same calls at run time.
+
+The implementations run only on real tensors (compiled graphs hold the op ircore builds around
+each of them), so they may read data pointers; the predicates also run at compile time on fake
+tensors and read only metadata.
 """
 
 import aiter
@@ -29,7 +30,7 @@ import torch
 from torch import Tensor
 
 import ircore
-from ircore.kit import opaque_op, tracing, unit_weight
+from ircore.kit import unit_weight
 
 __all__ = [
     "fused_add_rms_norm",
@@ -55,65 +56,12 @@ def _rows(x: Tensor) -> Tensor:
     return x if x.dim() == 2 else x.view(-1, x.shape[-1])
 
 
-# ---------------------------------------------------------------------- the AITER calls
-def _rms_norm(x: Tensor, weight: Tensor | None, epsilon: float) -> Tensor:
-    if not x.numel():
-        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    return aiter.rms_norm(_rows(x), _weight(weight, x), float(epsilon)).view(x.shape)
-
-
-def _fused_add_rms_norm(
-    x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float
-) -> tuple[Tensor, Tensor]:
-    rows = _rows(x)
-    out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
-    residual_out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
-    if x.numel():
-        aiter.rmsnorm2d_fwd_with_add(
-            out, rows, _rows(x_residual), residual_out, _weight(weight, x), float(epsilon)
-        )
-    return out.view(x.shape), residual_out.view(x.shape)
-
-
-def _silu_and_mul(x: Tensor) -> Tensor:
-    out = torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=x.dtype, device=x.device)
-    if x.numel():
-        aiter.silu_and_mul(out, x if x.data_ptr() % 16 == 0 else x.clone())
-    return out
-
-
-def _new_like(x: Tensor, *_: object) -> Tensor:
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
-
-
-# The same calls as opaque torch ops, for traced calls (torch.compile, make_fx): AITER's own torch
-# ops have no usable fakes, and the calls above read data pointers and sizes.
-_LIB = torch.library.Library("ircore_aiter", "DEF")
-_rms_norm_op = opaque_op(
-    _LIB, "rms_norm(Tensor x, Tensor? weight, float epsilon) -> Tensor", _rms_norm, _new_like, _DEVICE
-)
-_fused_add_rms_norm_op = opaque_op(
-    _LIB,
-    "fused_add_rms_norm(Tensor x, Tensor x_residual, Tensor? weight, float epsilon) -> (Tensor, Tensor)",
-    _fused_add_rms_norm,
-    lambda x, *_: (_new_like(x), _new_like(x)),
-    _DEVICE,
-)
-_silu_and_mul_op = opaque_op(
-    _LIB,
-    "silu_and_mul(Tensor x) -> Tensor",
-    _silu_and_mul,
-    lambda x: x.new_empty((*x.shape[:-1], x.shape[-1] // 2)),
-    _DEVICE,
-)
-
-
 # ---------------------------------------------------------------------- implementations
 def rms_norm(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> Tensor:
     """``aiter.rms_norm`` on the 2-D view of x; the result has x's shape (a new contiguous tensor)."""
-    if tracing(x):
-        return _rms_norm_op(x, weight, epsilon)
-    return _rms_norm(x, weight, epsilon)
+    if not x.numel():
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return aiter.rms_norm(_rows(x), _weight(weight, x), float(epsilon)).view(x.shape)
 
 
 def fused_add_rms_norm(
@@ -124,16 +72,22 @@ def fused_add_rms_norm(
     variance_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """``aiter.rmsnorm2d_fwd_with_add`` into fresh tensors (not in place): ``(out, x + x_residual)``."""
-    if tracing(x):
-        return _fused_add_rms_norm_op(x, x_residual, weight, epsilon)
-    return _fused_add_rms_norm(x, x_residual, weight, epsilon)
+    rows = _rows(x)
+    out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+    residual_out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+    if x.numel():
+        aiter.rmsnorm2d_fwd_with_add(
+            out, rows, _rows(x_residual), residual_out, _weight(weight, x), float(epsilon)
+        )
+    return out.view(x.shape), residual_out.view(x.shape)
 
 
 def silu_and_mul(x: Tensor) -> Tensor:
     """``aiter.silu_and_mul(out, x)``; x copied first if its data is not 16-byte aligned."""
-    if tracing(x):
-        return _silu_and_mul_op(x)
-    return _silu_and_mul(x)
+    out = torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=x.dtype, device=x.device)
+    if x.numel():
+        aiter.silu_and_mul(out, x if x.data_ptr() % 16 == 0 else x.clone())
+    return out
 
 
 # The predicates run after the core's own argument check (float x with a non-empty last dim,

@@ -8,6 +8,8 @@ reference, and every layout the predicates refuse is shown to be misread by the 
 
 import pytest
 import torch
+from conftest import compiled_code
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import ircore
 from ircore.testing import assert_close_to_reference, check_provider
@@ -16,10 +18,8 @@ from tests.layouts import (
     FP16,
     FP32,
     assert_dispatched,
-    assert_lowered_to,
     misaligned,
     norm_block,
-    opcheck_adapter_ops,
     qk_heads,
     randn,
     weight,
@@ -81,6 +81,20 @@ def test_adapter_would_misread_what_its_predicate_declines(aiter, label):
         return  # e.g. AITER's dtype check, or no 2-D view without a copy
     with pytest.raises(AssertionError):
         assert_close_to_reference(ircore.ops.rms_norm, got, (x, w, 1e-6, None))
+
+
+@pytest.mark.parametrize("label", [*NORM_ACCEPTED, *NORM_DECLINED])
+def test_predicate_answers_alike_on_fake_tensors(aiter, label):
+    """The lowering asks the predicates on fake tensors: they read metadata only, so the answer
+    there is the eager one."""
+    from ircore_aiter import impls
+
+    x = {**NORM_ACCEPTED, **NORM_DECLINED}[label]()
+    r, w = x.contiguous(), weight(x.shape[-1], x.dtype)
+    with FakeTensorMode() as mode:
+        fx, fr, fw = map(mode.from_tensor, (x, r, w))
+        fake = impls.rms_norm_supports(fx, fw, 1e-6, None), impls.fused_add_rms_norm_supports(fx, fr, fw, 1e-6, None)
+    assert fake == (impls.rms_norm_supports(x, w, 1e-6, None), impls.fused_add_rms_norm_supports(x, r, w, 1e-6, None))
 
 
 def test_standin_misreads_an_unflattened_3d_input(aiter):
@@ -193,14 +207,26 @@ def test_conformance_kit(aiter):
 
 
 # ------------------------------------------------------------------ compiled graphs
-def test_compiled_graph_holds_the_provider_ops(aiter):
-    """backend="ircore" lowers every op to aiter, through its opaque ops (traceable, with fakes)."""
+def test_compiled_graph_calls_the_ops_ircore_built(aiter):
+    """backend="ircore" lowers every op to aiter: the graph calls torch.ops.ircore_aiter.<op>, the
+    op ircore built around each implementation, whose kernel is the AITER (stand-in) call."""
+    args = (randn(2, 3, 256), randn(2, 3, 256), weight(256))
+    expected = norm_block(*(a.clone() for a in args))
     calls = dict(aiter.CALLS)
-    assert_lowered_to("aiter", norm_block, (randn(2, 3, 256), randn(2, 3, 256), weight(256)))
-    assert all(aiter.CALLS[name] > calls.get(name, 0) for name in aiter.CALLS)
+    got, code = compiled_code(norm_block, args)
+    for name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul"):
+        assert f"torch.ops.ircore_aiter.{name}.default(" in code, name
+    assert "torch.ops.aiter." not in code  # AITER runs inside that kernel, not traced into the graph
+    assert set(ircore.compile.report().last_lowering.values()) == {"aiter"}
+    assert all(aiter.CALLS[name] == calls.get(name, 0) + 1 for name in aiter.CALLS)  # once each, at run time
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g.float(), e.float(), atol=1.6e-2, rtol=1.6e-2)
 
 
-def test_opaque_ops_pass_opcheck(aiter):
-    from ircore_aiter import impls
-
-    opcheck_adapter_ops(impls)
+def test_ops_ircore_built_pass_opcheck(aiter):
+    ops = torch.ops.ircore_aiter
+    x, r, w = randn(4, 256), randn(4, 256), weight(256)
+    torch.library.opcheck(ops.rms_norm.default, (x, w, 1e-6))
+    torch.library.opcheck(ops.rms_norm.default, (x, None, 1e-6))
+    torch.library.opcheck(ops.fused_add_rms_norm.default, (x, r, w, 1e-6))
+    torch.library.opcheck(ops.silu_and_mul.default, (x,))

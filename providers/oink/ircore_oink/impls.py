@@ -9,11 +9,15 @@ everything else goes to the next provider (a fast kernel) instead:
 - x (and the residual) viewable as 2-D without a copy; unit last stride; the row stride a
   multiple of 256 bits (16 elements of fp16/bf16, 8 of fp32); data 16-byte aligned;
 - a weight (Oink's is not optional) of x's dtype, contiguous, 16-byte aligned (32 for fp32);
-- for the in-place fused op, a contiguous residual.
+- for the in-place fused op, a contiguous residual;
+- for ``rms_norm``, rows that are contiguous as well: Oink's output keeps x's row stride, while
+  the op compiled graphs hold for this implementation declares contiguous outputs (a provider
+  cannot give that op another fake), so row-strided x (a QKV split) goes to the next provider.
 
-The row stride and the pointers are not facts of the call signature, so these predicates are
-asked on every call (no ``cache_by_signature``). At compile time (fake tensors) alignment is
-unknown and assumed; Oink's ops have fakes, so the implementations trace as they are. Empty
+The predicates also run at compile time on fake tensors, so they read metadata only: alignment
+is judged from the storage offset (allocations themselves are aligned; a tensor over memory from
+elsewhere that is not gets Oink's slower, still right, reference path). The row stride is not a
+fact of the call signature, so they are asked on every call (no ``cache_by_signature``). Empty
 inputs never reach a kernel. Oink compiles a kernel per shape on first use: warm up before
 capturing CUDA graphs.
 """
@@ -24,7 +28,6 @@ import torch
 from torch import Tensor
 
 import ircore
-from ircore.kit import tracing
 
 __all__ = ["fused_add_rms_norm", "fused_add_rms_norm_supports", "rms_norm", "rms_norm_supports"]
 
@@ -49,7 +52,7 @@ def _rows(x: Tensor) -> Tensor | None:
 
 
 def rms_norm(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> Tensor:
-    """``torch.ops.oink.rmsnorm`` on the 2-D view of x; the result keeps x's shape (and row stride)."""
+    """``torch.ops.oink.rmsnorm`` on the 2-D view of x; the result has x's shape (contiguous rows)."""
     if not x.numel():
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
     return _rmsnorm(_rows(x), weight, epsilon).view(x.shape)
@@ -68,36 +71,34 @@ def fused_add_rms_norm(
     return x, x_residual
 
 
-def _aligned(t: Tensor, x: Tensor, alignment: int = 16) -> bool:
-    """t's data starts on an ``alignment``-byte boundary; unknown, so assumed, while x is traced
-    (compile time: a call that turns out unaligned still runs, on Oink's slower path)."""
-    return tracing(x) or t.data_ptr() % alignment == 0
+def _aligned(t: Tensor, alignment: int = 16) -> bool:
+    """t's data starts ``alignment``-byte aligned in its (aligned) allocation: metadata only."""
+    return t.storage_offset() * t.element_size() % alignment == 0
 
 
-def _fast_rows(t: Tensor, x: Tensor) -> bool:
-    """Oink's pointer path for one activation: a 2-D view, unit last stride, 256-bit rows, aligned."""
+def _fast_rows(t: Tensor) -> Tensor | None:
+    """t's 2-D view if Oink's pointer path takes it (unit last stride, 256-bit rows, aligned)."""
     rows = _rows(t)
-    return (
-        rows is not None
-        and rows.stride(1) == 1
-        and rows.stride(0) % _ROW_ELEMENTS[t.dtype] == 0
-        and _aligned(rows, x)
-    )
+    if rows is None or rows.stride(1) != 1 or rows.stride(0) % _ROW_ELEMENTS[t.dtype] or not _aligned(rows):
+        return None
+    return rows
+
+
+def _fast_call(x: Tensor, weight: Tensor | None, variance_size: int | None) -> Tensor | None:
+    """x's 2-D view if Oink's pointer path takes x and the weight (of x's dtype), else None."""
+    if variance_size is not None or weight is None or x.device.type != _DEVICE or weight.dtype is not x.dtype:
+        return None
+    if not weight.is_contiguous() or not _aligned(weight, 32 if x.dtype is torch.float32 else 16):
+        return None
+    return _fast_rows(x)
 
 
 def rms_norm_supports(
     x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> bool:
-    """On the platform's device, a weight like x, and a layout Oink's fast path addresses."""
-    return (
-        variance_size is None
-        and weight is not None
-        and x.device.type == _DEVICE
-        and weight.dtype is x.dtype
-        and weight.is_contiguous()
-        and _aligned(weight, x, 32 if x.dtype is torch.float32 else 16)
-        and _fast_rows(x, x)
-    )
+    """On the platform's device, a weight like x, and contiguous rows Oink's fast path addresses."""
+    rows = _fast_call(x, weight, variance_size)
+    return rows is not None and rows.stride(0) == rows.shape[1]
 
 
 def fused_add_rms_norm_supports(
@@ -107,9 +108,9 @@ def fused_add_rms_norm_supports(
     epsilon: float,
     variance_size: int | None = None,
 ) -> bool:
-    """As :func:`rms_norm_supports`, plus a contiguous, aligned residual with 256-bit rows."""
+    """Oink's fast path for x (any row stride it takes) and the weight, and a contiguous residual."""
     return (
-        rms_norm_supports(x, weight, epsilon, variance_size)
+        _fast_call(x, weight, variance_size) is not None
         and x_residual.is_contiguous()
-        and _fast_rows(x_residual, x)
+        and _fast_rows(x_residual) is not None
     )

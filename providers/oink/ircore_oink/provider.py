@@ -32,8 +32,8 @@ OPS = ("rms_norm", "fused_add_rms_norm")
 #: Not measured by ircore (no Blackwell GPU).
 DEFAULT_RANK = 5
 
-# Not cache_by_signature: the predicates read the row stride and data pointers (Oink's fast-path
-# rules), which are not facts of the call signature. fused_add_rms_norm works in place.
+# Not cache_by_signature: the predicates read the row stride and the storage offset (Oink's
+# fast-path rules), which are not facts of the call signature. fused_add_rms_norm works in place.
 IRCORE_IMPLEMENTATIONS = ircore.impl_table(
     "ircore_oink.impls", OPS, inplace=("fused_add_rms_norm",), rank=DEFAULT_RANK
 )

@@ -6,22 +6,37 @@ whose tensors are CPU tensors; scenarios that need a fresh interpreter (the real
 missing Oink, Oink without cutlass, another release) run through :class:`ProviderEnv`.
 """
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo's tests.provider_env
 
-from tests.provider_env import ProviderEnv, simulated_active, standin_env
+from tests.provider_env import REPO, ProviderEnv, simulated_active, standin_env
 
-STANDINS = Path(__file__).resolve().parent / "standins"
+PROJECT = Path(__file__).resolve().parents[1]
+STANDINS = PROJECT / "tests" / "standins"
 SM100 = {"kind": "cuda", "capability": (10, 0), "device_name": "stand-in NVIDIA B200"}
+
+
+class CheckoutEnv(ProviderEnv):
+    """Scenarios that import this checkout's ircore and ircore_oink, even where PYTHONPATH is
+    replaced: not the copies an editable install of another checkout (git worktrees) points at."""
+
+    def env(self, extra: dict[str, str | None] | None = None) -> dict[str, str]:
+        env = super().env(extra)
+        paths = [*filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), str(REPO), str(PROJECT)]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        return env
 
 
 @pytest.fixture(scope="session")
 def penv(tmp_path_factory) -> ProviderEnv:
-    return standin_env(STANDINS, tmp_path_factory.mktemp("oink"), "oink")
+    env = standin_env(STANDINS, tmp_path_factory.mktemp("oink"), "oink")
+    return CheckoutEnv(env.site, env.tmp, enabled=("oink",))
 
 
 @pytest.fixture(scope="module")
@@ -29,3 +44,16 @@ def blackwell(penv):
     """ircore and its providers as on a B200, KernelAgent-Oink being the stand-in."""
     with simulated_active("oink", **SM100) as platform:
         yield platform
+
+
+def compiled_code(fn, args: tuple) -> tuple[object, str]:
+    """``torch.compile(fn, backend="ircore")`` run on ``args`` with no cached graph (the lowering
+    runs in this process): its outputs and the code Inductor generated."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(
+        enable_autograd_cache=False
+    ):
+        out, (code,) = run_and_get_code(torch.compile(fn, backend="ircore", fullgraph=True), *args)
+    return out, code

@@ -16,16 +16,17 @@ the kernels' sources (``csrc/layernorm.cpp``, ``activation.cpp``):
   input must be contiguous and 16-byte aligned (an unaligned input is copied first).
 - Releases before the optional weight (``Tensor weight``) get a cached tensor of ones for
   ``weight=None``. Empty inputs never reach a kernel.
-- Traced calls (``torch.compile``) go through this provider's own opaque ops
-  ``torch.ops.ircore_xpu.*`` (kernel for the platform's device, fakes for tracing; the fused one
-  declares its in-place writes), which make the same calls at run time.
+
+The implementations run only on real tensors (compiled graphs hold the op ircore builds around
+each of them; the in-place one's declares its writes), so they may read data pointers; the
+predicates also run at compile time on fake tensors and read only metadata.
 """
 
 import torch
 from torch import Tensor
 
 import ircore
-from ircore.kit import opaque_op, tracing, unit_weight
+from ircore.kit import unit_weight
 
 __all__ = [
     "fused_add_rms_norm",
@@ -56,61 +57,14 @@ def _weight(weight: Tensor | None, x: Tensor) -> Tensor | None:
     return unit_weight(x) if weight is None and not _PASS_NONE else weight
 
 
-# ---------------------------------------------------------------------- the vendor calls
-def _rms_norm_call(x: Tensor, weight: Tensor | None, epsilon: float) -> Tensor:
+# ---------------------------------------------------------------------- implementations
+def rms_norm(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> Tensor:
+    """``torch.ops._C.rms_norm`` into a new contiguous tensor of x's shape."""
     rows = x if 2 <= x.dim() <= 4 else x.view(-1, x.shape[-1])
     out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
     if x.numel():
         _rms_norm(out, rows, _weight(weight, x), epsilon)
     return out.view(x.shape)
-
-
-def _fused_add_rms_norm_call(x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float) -> None:
-    if x.numel():
-        hidden = x.shape[-1]
-        rows = x if x.dim() == 2 else x.view(-1, hidden)
-        _fused_add_rms_norm(rows, x_residual.view(-1, hidden), _weight(weight, x), epsilon)
-
-
-def _silu_and_mul_call(x: Tensor) -> Tensor:
-    out = torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=x.dtype, device=x.device)
-    if x.numel():
-        _silu_and_mul(out, x if x.data_ptr() % 16 == 0 else x.clone())
-    return out
-
-
-# The same calls as opaque torch ops, for traced calls (torch.compile, make_fx): the calls above
-# read data pointers and sizes, and the vendor's _C ops need not have fakes.
-_LIB = torch.library.Library("ircore_xpu", "DEF")
-_rms_norm_op = opaque_op(
-    _LIB,
-    "rms_norm(Tensor x, Tensor? weight, float epsilon) -> Tensor",
-    _rms_norm_call,
-    lambda x, *_: torch.empty(x.shape, dtype=x.dtype, device=x.device),
-    _DEVICE,
-)
-_fused_add_rms_norm_op = opaque_op(
-    _LIB,
-    "fused_add_rms_norm(Tensor(a!) x, Tensor(b!) x_residual, Tensor? weight, float epsilon) -> ()",
-    _fused_add_rms_norm_call,
-    lambda *_: None,
-    _DEVICE,
-)
-_silu_and_mul_op = opaque_op(
-    _LIB,
-    "silu_and_mul(Tensor x) -> Tensor",
-    _silu_and_mul_call,
-    lambda x: x.new_empty((*x.shape[:-1], x.shape[-1] // 2)),
-    _DEVICE,
-)
-
-
-# ---------------------------------------------------------------------- implementations
-def rms_norm(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> Tensor:
-    """``torch.ops._C.rms_norm`` into a new contiguous tensor of x's shape."""
-    if tracing(x):
-        return _rms_norm_op(x, weight, epsilon)
-    return _rms_norm_call(x, weight, epsilon)
 
 
 def fused_add_rms_norm(
@@ -121,18 +75,19 @@ def fused_add_rms_norm(
     variance_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """In place: ``x_residual <- x + x_residual``, ``x <- rms_norm(x_residual)``; returns both."""
-    if tracing(x):
-        _fused_add_rms_norm_op(x, x_residual, weight, epsilon)
-    else:
-        _fused_add_rms_norm_call(x, x_residual, weight, epsilon)
+    if x.numel():
+        hidden = x.shape[-1]
+        rows = x if x.dim() == 2 else x.view(-1, hidden)
+        _fused_add_rms_norm(rows, x_residual.view(-1, hidden), _weight(weight, x), epsilon)
     return x, x_residual
 
 
 def silu_and_mul(x: Tensor) -> Tensor:
     """``torch.ops._C.silu_and_mul(out, x)``; x copied first if its data is not 16-byte aligned."""
-    if tracing(x):
-        return _silu_and_mul_op(x)
-    return _silu_and_mul_call(x)
+    out = torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=x.dtype, device=x.device)
+    if x.numel():
+        _silu_and_mul(out, x if x.data_ptr() % 16 == 0 else x.clone())
+    return out
 
 
 # The predicates run after the core's own argument check (float x with a non-empty last dim,

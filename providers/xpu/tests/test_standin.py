@@ -9,6 +9,9 @@ refuse is shown to be misread.
 """
 
 import pytest
+import torch
+from conftest import compiled_code
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import ircore
 from ircore.testing import assert_close_to_reference, check_provider
@@ -17,10 +20,8 @@ from tests.layouts import (
     FP16,
     FP32,
     assert_dispatched,
-    assert_lowered_to,
     misaligned,
     norm_block,
-    opcheck_adapter_ops,
     qk_heads,
     randn,
     weight,
@@ -59,6 +60,22 @@ def test_rms_norm_layouts(kernels, label):
     before = kernels.CALLS["rms_norm"]
     assert_dispatched("rms_norm", (x, weight(x.shape[-1], x.dtype), 1e-6, None), "xpu", accepted, label)
     assert kernels.CALLS["rms_norm"] == before + accepted
+
+
+@pytest.mark.parametrize("label", NORM)
+def test_predicates_answer_alike_on_fake_tensors(kernels, label):
+    """The lowering asks the predicates on fake tensors: they read metadata only, so the answer
+    there is the eager one."""
+    from ircore_xpu import impls
+
+    x = NORM[label][0]()
+    r, w = x.contiguous(), weight(x.shape[-1], x.dtype)
+    with FakeTensorMode() as mode:
+        fx, fr, fw = map(mode.from_tensor, (x, r, w))
+        fake = impls.rms_norm_supports(fx, fw, 1e-6, None), impls.fused_add_rms_norm_supports(fx, fr, fw, 1e-6, None)
+        fake_silu = impls.silu_and_mul_supports(fx)
+    assert fake == (impls.rms_norm_supports(x, w, 1e-6, None), impls.fused_add_rms_norm_supports(x, r, w, 1e-6, None))
+    assert fake_silu == impls.silu_and_mul_supports(x)
 
 
 def test_rms_norm_weights(kernels):
@@ -174,14 +191,27 @@ def test_conformance_kit(kernels):
 
 
 # ------------------------------------------------------------------ compiled graphs
-def test_compiled_graph_holds_the_provider_ops(kernels):
-    """backend="ircore" lowers every op to xpu, through its opaque ops (traceable, with fakes)."""
+def test_compiled_graph_calls_the_ops_ircore_built(kernels):
+    """backend="ircore" lowers every op to xpu: the graph calls torch.ops.ircore_xpu.<op>, the op
+    ircore built around each implementation (the fused one in place), whose kernel is the
+    vllm-xpu-kernels (stand-in) call."""
+    args = (randn(2, 3, 256), randn(2, 3, 256), weight(256))
+    expected = norm_block(*(a.clone() for a in args))
     calls = dict(kernels.CALLS)
-    assert_lowered_to("xpu", norm_block, (randn(2, 3, 256), randn(2, 3, 256), weight(256)))
-    assert all(kernels.CALLS[name] > calls.get(name, 0) for name in kernels.CALLS)
+    got, code = compiled_code(norm_block, args)
+    for name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul"):
+        assert f"torch.ops.ircore_xpu.{name}.default(" in code, name
+    assert "torch.ops._C." not in code  # the vendor op runs inside that kernel, not traced into the graph
+    assert set(ircore.compile.report().last_lowering.values()) == {"xpu"}
+    assert all(kernels.CALLS[name] == calls.get(name, 0) + 1 for name in kernels.CALLS)  # once each, at run time
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g.float(), e.float(), atol=1.6e-2, rtol=1.6e-2)
 
 
-def test_opaque_ops_pass_opcheck(kernels):
-    from ircore_xpu import impls
-
-    opcheck_adapter_ops(impls)
+def test_ops_ircore_built_pass_opcheck(kernels):
+    ops = torch.ops.ircore_xpu
+    x, r, w = randn(4, 256), randn(4, 256), weight(256)
+    torch.library.opcheck(ops.rms_norm.default, (x, w, 1e-6))
+    torch.library.opcheck(ops.rms_norm.default, (x, None, 1e-6))
+    torch.library.opcheck(ops.fused_add_rms_norm.default, (x, r, w, 1e-6))  # in place: declares its writes
+    torch.library.opcheck(ops.silu_and_mul.default, (x,))
