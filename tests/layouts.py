@@ -46,27 +46,6 @@ def assert_dispatched(op_name: str, args: tuple, provider: str, accepted: bool, 
     return out
 
 
-def assert_lowered_to(provider: str, fn: object, args: tuple) -> None:
-    """``torch.compile(fn, backend="ircore")`` lowers every ircore op in ``fn`` to ``provider``
-    (through its opaque ops) and computes what ``fn`` computes eagerly, within bf16 tolerance."""
-    import ircore.compile
-
-    def fresh() -> tuple:
-        return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
-
-    torch._dynamo.reset()
-    expected = fn(*fresh())
-    # no cached graph: the lowering must run (and be reported) in this process
-    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(
-        enable_autograd_cache=False
-    ):
-        got = torch.compile(fn, backend="ircore", fullgraph=True)(*fresh())
-    lowered = ircore.compile.report().last_lowering
-    assert lowered and set(lowered.values()) == {provider}, lowered
-    for g, e in zip(got, expected, strict=True):
-        torch.testing.assert_close(g.float(), e.float(), atol=1.6e-2, rtol=1.6e-2)
-
-
 def norm_block(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> tuple:
     """A decoder block's norm path as compiled graphs hold it: rms_norm, the fused add, silu_and_mul."""
     import ircore
@@ -74,12 +53,3 @@ def norm_block(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> tuple:
     y = ircore.ops.rms_norm(x, w, 1e-6)
     out, res = ircore.ops.fused_add_rms_norm(y, r, w, 1e-6)
     return ircore.ops.silu_and_mul(out), res
-
-
-def opcheck_adapter_ops(impls: object) -> None:
-    """torch.library.opcheck on an adapter's three opaque ops (``impls._<op>_op``)."""
-    x, r, w = randn(4, 256), randn(4, 256), weight(256)
-    torch.library.opcheck(impls._rms_norm_op, (x, w, 1e-6))
-    torch.library.opcheck(impls._rms_norm_op, (x, None, 1e-6))
-    torch.library.opcheck(impls._fused_add_rms_norm_op, (x, r, w, 1e-6))
-    torch.library.opcheck(impls._silu_and_mul_op, (x,))

@@ -152,7 +152,9 @@ class ProviderEnv:
     def env(self, extra: dict[str, str | None] | None = None) -> dict[str, str]:
         """The subprocess environment; a value of None in ``extra`` removes that variable."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("IRCORE_")}
-        env["PYTHONPATH"] = os.pathsep.join([str(self.site), str(REPO)])
+        # the site and this checkout first; then whatever the caller had (a worktree's providers)
+        inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join([str(self.site), str(REPO), *inherited])
         env["IRCORE_FIXTURE_IMPORT_LOG"] = str(self.tmp / "imports.log")
         if self.real:
             env["IRCORE_DISABLE"] = ",".join(self.real)

@@ -63,11 +63,14 @@ def impl_table(
     inplace: Collection[str] = (),
     cache_by_signature: bool | None = None,
     rank: int | Mapping[str, int] | None = None,
+    fakes: Collection[str] = (),
 ) -> dict[str, ImplSpec]:
     """Rows for ``ops`` implemented in ``module`` as ``<op>`` with the predicate ``<op>_supports``.
 
     ``inplace`` names the ops whose function works in place; ``rank`` is one rank for every op
-    or a rank per op. A missing function or predicate is reported when the table is registered.
+    or a rank per op; ``fakes`` names the ops whose kernel returns another layout than the op's
+    own fake says, given as ``<op>_fake`` (see :class:`ImplSpec`). A missing function or
+    predicate is reported when the table is registered.
     """
     ops = tuple(ops)
     ranks = rank if isinstance(rank, Mapping) else dict.fromkeys(ops, rank)
@@ -78,6 +81,7 @@ def impl_table(
             inplace=op in inplace,
             cache_by_signature=cache_by_signature,
             rank=ranks.get(op),
+            fake=f"{module}:{op}_fake" if op in fakes else None,
         )
         for op in ops
     }

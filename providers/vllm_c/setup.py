@@ -60,7 +60,7 @@ def _aot() -> dict:
     except ImportError:
         return {}  # build isolation: pure-Python wheel, first-use build
     try:
-        from ircore import _build as build  # the sources digest, shared with the first-use build
+        from ircore import kit as build  # the sources digest, shared with the first-use build
     except ImportError as exc:
         _warn(f"ircore's build helper is not importable here ({exc}): kernels will be built on first use")
         return {}
@@ -118,7 +118,7 @@ def _aot() -> dict:
                 return
             meta = {
                 "torch": torch.__version__,
-                "sources": k.source_hash(),  # ircore._build.sources_digest
+                "sources": k.source_hash(),  # ircore.kit.sources_digest
                 "built": built,
                 "cuda_archs": archs if "ircore_vllm_c._C_cuda" in built else [],
             }

@@ -9,10 +9,11 @@ everything else goes to the next provider (a fast kernel) instead:
 - x (and the residual) viewable as 2-D without a copy; unit last stride; the row stride a
   multiple of 256 bits (16 elements of fp16/bf16, 8 of fp32); data 16-byte aligned;
 - a weight (Oink's is not optional) of x's dtype, contiguous, 16-byte aligned (32 for fp32);
-- for the in-place fused op, a contiguous residual;
-- for ``rms_norm``, rows that are contiguous as well: Oink's output keeps x's row stride, while
-  the op compiled graphs hold for this implementation declares contiguous outputs (a provider
-  cannot give that op another fake), so row-strided x (a QKV split) goes to the next provider.
+- for the in-place fused op, a contiguous residual.
+
+``rms_norm``'s output keeps x's row stride (Oink allocates it like x's rows): :func:`rms_norm_fake`
+says so, as the fake of the op compiled graphs hold for this implementation, so row-strided x (a
+QKV split) runs on Oink under ``torch.compile`` too.
 
 The predicates also run at compile time on fake tensors, so they read metadata only: alignment
 is judged from the storage offset (allocations themselves are aligned; a tensor over memory from
@@ -29,7 +30,13 @@ from torch import Tensor
 
 import ircore
 
-__all__ = ["fused_add_rms_norm", "fused_add_rms_norm_supports", "rms_norm", "rms_norm_supports"]
+__all__ = [
+    "fused_add_rms_norm",
+    "fused_add_rms_norm_supports",
+    "rms_norm",
+    "rms_norm_fake",
+    "rms_norm_supports",
+]
 
 # The platform's tensors (``cuda``; ``cpu`` under a simulated platform in tests, where a stand-in
 # of KernelAgent-Oink registers the same ops).
@@ -56,6 +63,16 @@ def rms_norm(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: in
     if not x.numel():
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
     return _rmsnorm(_rows(x), weight, epsilon).view(x.shape)
+
+
+def rms_norm_fake(
+    x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
+) -> Tensor:
+    """What :func:`rms_norm` returns, on fake tensors: x's rows, at x's row stride."""
+    rows = _rows(x) if x.numel() else None
+    if rows is None:
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return torch.empty_strided(rows.shape, rows.stride(), dtype=x.dtype, device=x.device).view(x.shape)
 
 
 def fused_add_rms_norm(
@@ -96,9 +113,8 @@ def _fast_call(x: Tensor, weight: Tensor | None, variance_size: int | None) -> T
 def rms_norm_supports(
     x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> bool:
-    """On the platform's device, a weight like x, and contiguous rows Oink's fast path addresses."""
-    rows = _fast_call(x, weight, variance_size)
-    return rows is not None and rows.stride(0) == rows.shape[1]
+    """On the platform's device, a weight like x, and rows Oink's fast path addresses."""
+    return _fast_call(x, weight, variance_size) is not None
 
 
 def fused_add_rms_norm_supports(

@@ -34,8 +34,9 @@ DEFAULT_RANK = 5
 
 # Not cache_by_signature: the predicates read the row stride and the storage offset (Oink's
 # fast-path rules), which are not facts of the call signature. fused_add_rms_norm works in place.
+# rms_norm's output keeps x's row stride: its fake (rms_norm_fake) says so for compiled graphs.
 IRCORE_IMPLEMENTATIONS = ircore.impl_table(
-    "ircore_oink.impls", OPS, inplace=("fused_add_rms_norm",), rank=DEFAULT_RANK
+    "ircore_oink.impls", OPS, inplace=("fused_add_rms_norm",), rank=DEFAULT_RANK, fakes=("rms_norm",)
 )
 
 

@@ -2,7 +2,7 @@
 
 Order: an ahead-of-time build shipped in the package (``_C.so``, ``_C_cuda.so`` plus
 ``_aot_build.json``) when it was built for exactly this torch and these sources; otherwise a
-build on first use by ircore's build helper (``ircore._build.build_extension``), cached in
+build on first use by ircore's build helper (``ircore.kit.build_extension``), cached in
 ``$IRCORE_CACHE_DIR/ircore_vllm_c_<cpu|cuda>/`` (``~/.cache/ircore`` by default) and reused by
 later processes. The CPU library defines the ops and is always loaded; the CUDA library adds
 CUDA kernels and is loaded only on an NVIDIA GPU machine.
@@ -16,13 +16,14 @@ import os
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from ircore._build import BuildError, build_extension, device_capabilities, sources_digest
-from ircore._build import cache_root as cache_root  # re-exported: this module's names since 0.1
-from ircore._build import cuda_arch_flags as cuda_arch_flags
-from ircore._build import resolve_cuda_home as resolve_cuda_home
+from ircore.kit import BuildError, build_extension, device_capabilities, sources_digest
+from ircore.kit import cache_root as cache_root  # re-exported: this module's names since 0.1
+from ircore.kit import cuda_arch_flags as cuda_arch_flags
+from ircore.kit import resolve_cuda_home as resolve_cuda_home
 
 __all__ = [
     "cache_root",
@@ -215,28 +216,21 @@ def _cuda_archs() -> list[str] | None:
 def _jit(kind: str) -> str | None:
     headers = [CSRC_DIR / h for h in HEADERS]
     label = f"{kind.upper()} kernels"
+    options: dict[str, Any]
+    if kind == "cuda":
+        sources, options = CUDA_SOURCES, {"cuda": True, "cuda_cflags": CUDA_CFLAGS}
+        options["cuda_archs"] = _cuda_archs()
+    else:
+        sources, options = CPU_SOURCES, {"cflags": CPU_CFLAGS, "ldflags": CPU_LDFLAGS}
     try:
-        if kind == "cuda":
-            build_extension(
-                f"{NAMESPACE}_cuda",
-                [CSRC_DIR / s for s in CUDA_SOURCES],
-                headers=headers,
-                include_dirs=[CSRC_DIR],
-                cuda=True,
-                cuda_cflags=CUDA_CFLAGS,
-                cuda_archs=_cuda_archs(),
-                label=label,
-            )
-        else:
-            build_extension(
-                f"{NAMESPACE}_cpu",
-                [CSRC_DIR / s for s in CPU_SOURCES],
-                headers=headers,
-                include_dirs=[CSRC_DIR],
-                cflags=CPU_CFLAGS,
-                ldflags=CPU_LDFLAGS,
-                label=label,
-            )
+        build_extension(
+            f"{NAMESPACE}_{kind}",
+            [CSRC_DIR / s for s in sources],
+            headers=headers,
+            include_dirs=[CSRC_DIR],
+            label=label,
+            **options,
+        )
     except BuildError as exc:
         return str(exc)
     return None
