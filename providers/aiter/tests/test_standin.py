@@ -193,6 +193,7 @@ def test_conformance_kit(aiter):
 
 
 # ------------------------------------------------------------------ compiled graphs
+@pytest.mark.slow
 def test_compiled_graph_holds_the_provider_ops(aiter):
     """backend="ircore" lowers every op to aiter, through its opaque ops (traceable, with fakes)."""
     calls = dict(aiter.CALLS)

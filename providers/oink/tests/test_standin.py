@@ -137,6 +137,7 @@ def test_conformance_kit(oink):
     assert new["rmsnorm fast"] > 0 and new["fused_add_rms_norm fast"] > 0
 
 
+@pytest.mark.slow
 def test_compiled_graph_holds_oinks_ops_on_the_fast_path(oink):
     """backend="ircore" lowers both norms to oink (its ops have fakes; alignment assumed at compile)."""
 

@@ -11,7 +11,10 @@ from ircore_triton import impls, kernels
 
 from ircore.testing import assert_pdl_chain_matches
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (torch.cuda)")
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (torch.cuda)"),
+    pytest.mark.gpu,
+]
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 SIZES = [(1, 4096), (16, 4096), (128, 8192), (1024, 4096), (8192, 8192), (3, 5120), (33, 40000)]
@@ -152,6 +155,7 @@ def test_steady_state_does_not_retune() -> None:
     assert kernels.tuned_configs() == before
 
 
+@pytest.mark.slow
 def test_inductor_fullgraph() -> None:
     def f(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         out, res = impls.fused_add_rms_norm(x, r, w, EPS)

@@ -174,6 +174,7 @@ def test_conformance_kit(kernels):
 
 
 # ------------------------------------------------------------------ compiled graphs
+@pytest.mark.slow
 def test_compiled_graph_holds_the_provider_ops(kernels):
     """backend="ircore" lowers every op to xpu, through its opaque ops (traceable, with fakes)."""
     calls = dict(kernels.CALLS)
