@@ -31,7 +31,8 @@ GROUPS = [
         marks=[
             pytest.mark.slow,
             pytest.mark.skipif(
-                not (torch.cuda.is_available() and dist.is_nccl_available()), reason="needs a CUDA GPU and NCCL"
+                not (torch.cuda.is_available() and dist.is_nccl_available()),
+                reason="needs a CUDA GPU and NCCL",
             ),
         ],
     ),
