@@ -39,13 +39,14 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/python examples/demo.py
 
-# `make test` runs every test (the CI command). `make test-fast` leaves out those marked slow
-# (pytest -m "not slow"; the marker is declared in each pyproject.toml): fresh interpreters,
-# Inductor compiles, gloo ranks, wheel and kernel builds, Triton's interpreter beyond tiny cases;
-# under 2 minutes on 2 cores. One pytest run for the core and one per provider: the providers'
-# test folders share file names, the triton tests must set TRITON_INTERPRET before triton is
-# first imported, and the xpu tests define the torch namespace _C that only one library per
-# process may own.
+# `make test` runs every test (the CI command; ~700 s of CPU on the 2-core box). `make test-fast`
+# leaves out those marked slow (pytest -m "not slow"; markers declared in each pyproject.toml):
+# fresh interpreters, Inductor compiles, gloo ranks, wheel and kernel builds, Triton's interpreter
+# beyond tiny cases; ~100 s of CPU, under 2 minutes on an idle 2-core box. (The GPU pass,
+# benchmarks/gpu_run.sh tests, runs -m "gpu or not slow".) One pytest run for the core and one per
+# provider: the providers' test folders share file names, the triton tests must set
+# TRITON_INTERPRET before triton is first imported, and the xpu tests define the torch namespace
+# _C that only one library per process may own.
 test: PYTEST_MARKS :=
 test-fast: PYTEST_MARKS := -m "not slow"
 test test-fast: setup
