@@ -1,4 +1,4 @@
-# The README's two commands: `make demo` and `make test`. Each sets everything up first.
+# The README's commands: `make demo`, `make test` and `make test-fast`. Each sets everything up first.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -15,7 +15,7 @@ COMPAT_DIR := $(VENV)/compat/transformers-5.22.2
 PROVIDERS := $(wildcard providers/*/pyproject.toml)
 STAMP := $(VENV)/.ircore-installed
 
-.PHONY: setup demo test lint bench dist clean
+.PHONY: setup demo test test-fast lint bench dist clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard ircore/csrc/*) $(PROVIDERS) Makefile
 	@echo "==> creating $(VENV) and installing $(TORCH_PIN), ircore and its providers"
@@ -39,16 +39,23 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/python examples/demo.py
 
-# One pytest run for the core and one per provider: the providers' test folders share file names,
-# the triton tests must set TRITON_INTERPRET before triton is first imported, and the xpu tests
-# define the torch namespace _C that only one library per process may own.
-test: setup
+# `make test` runs every test (the CI command; ~700 s of CPU on the 2-core box). `make test-fast`
+# leaves out those marked slow (pytest -m "not slow"; markers declared in each pyproject.toml):
+# fresh interpreters, Inductor compiles, gloo ranks, wheel and kernel builds, Triton's interpreter
+# beyond tiny cases; ~100 s of CPU, under 2 minutes on an idle 2-core box. (The GPU pass,
+# benchmarks/gpu_run.sh tests, runs -m "gpu or not slow".) One pytest run for the core and one per
+# provider: the providers' test folders share file names, the triton tests must set
+# TRITON_INTERPRET before triton is first imported, and the xpu tests define the torch namespace
+# _C that only one library per process may own.
+test: PYTEST_MARKS :=
+test-fast: PYTEST_MARKS := -m "not slow"
+test test-fast: setup
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q $(PYTEST_MARKS) tests
 	@for p in $(dir $(PROVIDERS)); do \
 		echo "==> testing provider $$p"; \
-		$(BIN)/python -m pytest -q $${p}tests || exit 1; \
+		$(BIN)/python -m pytest -q $(PYTEST_MARKS) $${p}tests || exit 1; \
 	done
 
 lint: setup

@@ -188,9 +188,14 @@ def _numpy_breaks_triton_interpreter() -> bool:
 @pytest.mark.parametrize(
     "device",
     [
-        "cpu",
+        pytest.param("cpu", marks=pytest.mark.slow),
         pytest.param(
-            "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+            "cuda",
+            marks=[
+                pytest.mark.slow,
+                pytest.mark.gpu,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+            ],
         ),
     ],
 )

@@ -59,6 +59,7 @@ def _copy_kernels(code: str) -> int:
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.slow
 def test_decoder_fuses_every_add_and_leaves_no_ircore_node(dynamic):
     args = _inputs()
     compiled = torch.compile(decoder, backend="ircore", dynamic=dynamic, fullgraph=True)
@@ -73,6 +74,7 @@ def test_decoder_fuses_every_add_and_leaves_no_ircore_node(dynamic):
         torch.testing.assert_close(compiled(*more), decoder(*more), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_fusions_can_be_switched_off_per_compile():
     args = _inputs()
     compiled = ircore.compile(decoder, fusions={"add_rms_norm": False}, fullgraph=True)
@@ -82,6 +84,7 @@ def test_fusions_can_be_switched_off_per_compile():
     assert dict(report.lowered) == {"rms_norm": {"native": 3}}
 
 
+@pytest.mark.slow
 def test_lowering_picks_what_explain_picks():
     rms_norm.register_impl("opaque", impls.rms_norm_opaque, supports_args=impls.only_fp32)
 
@@ -100,6 +103,7 @@ def test_lowering_picks_what_explain_picks():
         assert ("opaque" in impls.CALLS) == (expected == "opaque")
 
 
+@pytest.mark.slow
 def test_inplace_provider_copies_only_graph_inputs():
     fused_add_rms_norm.register_impl("opaque", impls.fused_inplace_opaque, inplace=True)
     ircore.set_priority(fused_add_rms_norm=["opaque"])
@@ -119,6 +123,7 @@ def test_inplace_provider_copies_only_graph_inputs():
     assert _copy_kernels(code) == 1, code
 
 
+@pytest.mark.slow
 def test_maybe_inplace_writes_into_donated_inputs_without_copies():
     fused_add_rms_norm.register_impl("opaque", impls.fused_inplace_opaque, inplace=True)
     ircore.set_priority(fused_add_rms_norm=["opaque"])
@@ -136,6 +141,7 @@ def test_maybe_inplace_writes_into_donated_inputs_without_copies():
     assert _copy_kernels(code) == 0, code
 
 
+@pytest.mark.slow
 def test_priority_change_recompiles_and_lowers_again():
     rms_norm.register_impl("opaque", impls.rms_norm_opaque)
     ircore.set_priority(rms_norm=["opaque"])
@@ -159,6 +165,7 @@ def test_priority_change_recompiles_and_lowers_again():
     assert counters["stats"]["unique_graphs"] == 2
 
 
+@pytest.mark.slow
 def test_a_priority_scope_runs_the_graph_uncompiled(caplog):
     rms_norm.register_impl("opaque", impls.rms_norm_opaque)
     ircore.set_priority(rms_norm=["opaque"])
@@ -176,6 +183,7 @@ def test_a_priority_scope_runs_the_graph_uncompiled(caplog):
     assert impls.CALLS == ["opaque", "opaque"]
 
 
+@pytest.mark.slow
 def test_direct_torch_op_calls_never_keep_a_stale_choice(caplog):
     rms_norm.register_impl("opaque", impls.rms_norm_opaque)
     ircore.set_priority(rms_norm=["opaque"])
@@ -203,6 +211,7 @@ class _CountingPass(torch._inductor.custom_graph_pass.CustomGraphPass):
 
 
 @pytest.mark.parametrize("how", ["options", "inductor config"])
+@pytest.mark.slow
 def test_a_users_post_grad_pass_still_runs(how):
     user_pass = _CountingPass()
     f = lambda x, w: ircore.ops.rms_norm(x, w, 1e-6) * 2  # noqa: E731
@@ -218,6 +227,7 @@ def test_a_users_post_grad_pass_still_runs(how):
     assert ircore.compile.report().left == 0  # and ircore's lowering still ran
 
 
+@pytest.mark.slow
 def test_mode_and_options_reach_inductor():
     x, w = torch.randn(4, H), torch.randn(H)
     f = lambda x, w: ircore.ops.rms_norm(x, w, 1e-6) * 2  # noqa: E731
@@ -235,6 +245,8 @@ def test_ircore_compile_refuses_another_backend_and_bad_fusions():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CUDA graphs)")
+@pytest.mark.slow
+@pytest.mark.gpu
 def test_reduce_overhead_with_cuda_graphs():
     args = [a.cuda() for a in _inputs(torch.bfloat16)]
     compiled = torch.compile(decoder, backend="ircore", mode="reduce-overhead", fullgraph=True)
@@ -244,6 +256,7 @@ def test_reduce_overhead_with_cuda_graphs():
     assert ircore.compile.report().left == 0
 
 
+@pytest.mark.slow
 def test_a_call_needing_grad_is_traced_as_native():
     """As in eager calls: the torch op has no autograd formula, native does (and is differentiable)."""
     rms_norm.register_impl("opaque", impls.rms_norm_opaque)

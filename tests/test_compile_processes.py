@@ -18,6 +18,8 @@ import pytest
 
 from .provider_env import FIXTURES, REPO
 
+pytestmark = pytest.mark.slow  # Inductor compiles in fresh interpreters
+
 # A provider implementation in a file of its own, so that a test can "upgrade" it.
 PROVIDER_MODULE = '''
 import torch

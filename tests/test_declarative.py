@@ -47,12 +47,14 @@ def _line_of(fixture: str, module: str, startswith: str) -> str:
 
 
 # ---------------------------------------------------------------------- the table convention
+@pytest.mark.slow
 def test_table_provider_without_its_hardware_never_imports_its_functions(default_run):
     assert default_run.state("lazy") == ("unavailable", f"needs ROCm; found {current_platform().describe()}")
     assert "ircore_fixture_lazy" in default_run.imported
     assert "ircore_fixture_lazy.impls" not in default_run.imported
 
 
+@pytest.mark.slow
 def test_table_provider_registers_lazily_with_its_ranks(penv):
     run = penv.probe(prelude=SIMULATED_ROCM)
     probe = run.probe
@@ -64,6 +66,7 @@ def test_table_provider_registers_lazily_with_its_ranks(penv):
     assert probe["providers"]["lazy"]["ranks"] == {"rms_norm": 5}
 
 
+@pytest.mark.slow
 def test_hook_can_register_a_table_and_its_hook_ranks_win(default_run):
     state, reason = default_run.state("hooked_table")
     assert state == "active" and reason.startswith("implements rms_norm on CPU")
@@ -71,6 +74,7 @@ def test_hook_can_register_a_table_and_its_hook_ranks_win(default_run):
     assert default_run.probe["chosen"] == "hooked_table"
 
 
+@pytest.mark.slow
 def test_table_and_hook_together_are_invalid(default_run):
     state, reason = default_run.state("both")
     assert state == "invalid"
@@ -81,6 +85,7 @@ def test_table_and_hook_together_are_invalid(default_run):
     assert "both" not in default_run.probe["impls"]["rms_norm"]
 
 
+@pytest.mark.slow
 def test_reference_to_a_missing_function_is_invalid_and_names_it(default_run):
     state, reason = default_run.state("bad_ref")
     assert state == "invalid"
@@ -89,6 +94,7 @@ def test_reference_to_a_missing_function_is_invalid_and_names_it(default_run):
     assert "bad_ref" not in default_run.probe["impls"]["rms_norm"]
 
 
+@pytest.mark.slow
 def test_row_rank_that_is_not_an_int_is_invalid(default_run):
     state, reason = default_run.state("bad_rank")
     assert state == "invalid"
@@ -98,6 +104,7 @@ def test_row_rank_that_is_not_an_int_is_invalid(default_run):
     assert "bad_rank" not in default_run.probe["impls"]["rms_norm"]
 
 
+@pytest.mark.slow
 def test_function_module_that_raises_on_import_is_failed_with_its_line(default_run):
     state, reason = default_run.state("boom_table")
     assert state == "failed"
@@ -106,6 +113,7 @@ def test_function_module_that_raises_on_import_is_failed_with_its_line(default_r
     assert reason.endswith(", in IRCORE_IMPLEMENTATIONS)")
 
 
+@pytest.mark.slow
 def test_cli_lists_table_providers(penv):
     run = penv.cli("list", "--json")
     states = {p["name"]: p["state"] for p in json.loads(run.stdout)["providers"]}
@@ -113,6 +121,7 @@ def test_cli_lists_table_providers(penv):
 
 
 # ---------------------------------------------------------------------- simulated_platform
+@pytest.mark.slow
 def test_simulated_platform_reloads_providers_on_entry_and_exit(penv):
     code = (
         "import torch, ircore, ircore.testing\n"

@@ -22,14 +22,19 @@ if not dist.is_available():
 
 from . import distributed_scenarios as scenarios
 
+# slow: the ranks are fresh processes (the nccl group has its own passes in gpu_run.sh: session, checks)
 GROUPS = [
-    pytest.param(("gloo", 2), id="gloo-2cpu"),
+    pytest.param(("gloo", 2), id="gloo-2cpu", marks=pytest.mark.slow),
     pytest.param(
         ("nccl", 1),
         id="nccl-1gpu",
-        marks=pytest.mark.skipif(
-            not (torch.cuda.is_available() and dist.is_nccl_available()), reason="needs a CUDA GPU and NCCL"
-        ),
+        marks=[
+            pytest.mark.slow,
+            pytest.mark.skipif(
+                not (torch.cuda.is_available() and dist.is_nccl_available()),
+                reason="needs a CUDA GPU and NCCL",
+            ),
+        ],
     ),
 ]
 
@@ -111,6 +116,7 @@ def _python(code: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_import_ircore_leaves_dtensor_alone_and_rules_follow_its_import():
     run = _python(
         "import sys, ircore\n"
@@ -123,11 +129,13 @@ def test_import_ircore_leaves_dtensor_alone_and_rules_follow_its_import():
     assert "CALLED (Shard(dim=0),)" in run.stdout, run.stderr
 
 
+@pytest.mark.slow
 def test_rules_are_registered_when_ircore_comes_after_dtensor():
     run = _python("import torch.distributed.tensor\nimport ircore\n" + _DTENSOR_CALL)
     assert "CALLED (Shard(dim=0),)" in run.stdout, run.stderr
 
 
+@pytest.mark.slow
 def test_a_failing_registration_warns_and_never_fails_the_users_import():
     run = _python(
         "import logging, ircore, ircore.distributed\n"

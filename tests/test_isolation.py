@@ -14,6 +14,8 @@ import pytest
 
 from .provider_env import ProviderEnv, install_fixtures
 
+pytestmark = pytest.mark.slow  # fresh interpreters over pip-installed fixtures (the matrix and the CLI)
+
 HOSTILE = [
     "evil_impersonate", "evil_swallow", "evil_set_priority", "evil_configure", "evil_rank_hook",
     "evil_import", "evil_direct", "evil_layers", "evil_forge", "evil_signature", "evil_kwonly", "evil_default",

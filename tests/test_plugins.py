@@ -12,6 +12,8 @@ import pytest
 
 from .provider_env import FIXTURES, ProviderEnv, install_fixtures
 
+pytestmark = pytest.mark.slow  # every scenario runs in fresh interpreters over pip-installed fixtures
+
 BROKEN = ["bad_arity", "bad_schema", "boom_hook", "boom_import", "dup", "native", "unknown_op"]
 # The fixture distributions these scenarios install (tests/fixtures/<name>).
 FIXTURE_DISTRIBUTIONS = [

@@ -13,9 +13,12 @@ import re
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from .provider_env import REPO, ProviderEnv
+
+pytestmark = pytest.mark.slow  # pip-installs the guide's provider, runs fresh interpreters
 
 GUIDE = REPO / "docs" / "writing-a-provider.md"
 

@@ -8,6 +8,8 @@ import pytest
 
 from .provider_env import FIXTURES, TOOL_FIXTURES, ProviderEnv, install_fixtures
 
+pytestmark = pytest.mark.slow  # fresh pytest processes over pip-installed fixtures
+
 pytest_plugins = ["pytester"]
 
 

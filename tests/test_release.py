@@ -144,12 +144,14 @@ def _run(venv: dict, *argv: str) -> subprocess.CompletedProcess:
 
 
 # ---------------------------------------------------------------------- the artifacts
+@pytest.mark.slow
 def test_the_build_leaves_no_metadata_in_the_source_tree(dist):
     """An ircore.egg-info in the repository root would shadow the installed metadata (and its
     entry points) for every process started there."""
     assert _egg_infos() == EGG_INFOS_BEFORE
 
 
+@pytest.mark.slow
 def test_every_project_has_an_sdist_and_a_wheel_that_pass_the_metadata_check(dist):
     names = sorted(p.name for p in dist.iterdir())
     projects = release.projects()
@@ -159,6 +161,7 @@ def test_every_project_has_an_sdist_and_a_wheel_that_pass_the_metadata_check(dis
     assert release.check(dist).problems == []
 
 
+@pytest.mark.slow
 def test_the_vllm_c_wheel_carries_its_sources_and_no_prebuilt_library(dist):
     (wheel,) = dist.glob("ircore_provider_vllm_c-*.whl")
     names = set(release.read_wheel(wheel).names)
@@ -227,6 +230,7 @@ def test_the_metadata_check_names_each_problem(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_the_check_finds_a_missing_project(dist, tmp_path):
     partial = tmp_path / "partial"
     partial.mkdir()
@@ -239,6 +243,7 @@ def test_the_check_finds_a_missing_project(dist, tmp_path):
 
 
 # ---------------------------------------------------------------------- the installed wheels
+@pytest.mark.slow
 def test_installed_from_the_wheels_not_this_checkout(venv):
     run = _run(
         venv,
@@ -251,6 +256,7 @@ def test_installed_from_the_wheels_not_this_checkout(venv):
         assert Path(path).is_relative_to(venv["site"]) and not Path(path).resolve().is_relative_to(REPO), path
 
 
+@pytest.mark.slow
 def test_ircore_list_builds_the_kernels_on_first_use_and_shows_the_providers(venv):
     run = _run(venv, venv["root"] / "bin" / "ircore", "list", "--json")
     assert run.returncode == 0, run.stderr
@@ -282,6 +288,7 @@ print(json.dumps({"chosen": out, "checked": report.checked}))
 """
 
 
+@pytest.mark.slow
 def test_one_call_per_op_and_the_conformance_kit(venv):
     run = _run(venv, venv["python"], "-c", CALLS)
     assert run.returncode == 0, run.stderr
@@ -290,12 +297,14 @@ def test_one_call_per_op_and_the_conformance_kit(venv):
     assert all(n > 20 for n in doc["checked"].values()) and len(doc["checked"]) == 3
 
 
+@pytest.mark.slow
 def test_ircore_verify_passes(venv):
     run = _run(venv, venv["root"] / "bin" / "ircore", "verify", "--seeds", "1")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "cases passed on cpu" in run.stdout and "not verified: triton is unavailable" in run.stdout
 
 
+@pytest.mark.slow
 def test_the_pytest_plugin_ships_in_the_core_wheel(venv):
     run = _run(
         venv,

@@ -609,6 +609,7 @@ def test_build_for_another_torch_is_not_loaded(tmp_path, monkeypatch):
     )
 
 
+@pytest.mark.slow
 def test_without_the_helper_every_call_takes_the_careful_path():
     code = (
         "import torch, ircore\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -41,6 +42,7 @@ def test_dynamo_graph_holds_ircore_ops():
         assert f"ircore.{name}.default" in targets
 
 
+@pytest.mark.slow
 def test_inductor_compiles_and_runs_on_cpu():
     torch._dynamo.reset()
     compiled = torch.compile(_block, fullgraph=True)
@@ -48,6 +50,7 @@ def test_inductor_compiles_and_runs_on_cpu():
     torch.testing.assert_close(compiled(*args), _block(*args))
 
 
+@pytest.mark.slow
 def test_compiled_graph_dispatches_at_run_time():
     impls.CALLS.clear()
     ircore.ops.rms_norm.register_impl("prov_a", rms_norm_a)

@@ -273,6 +273,7 @@ print("RESULT" + json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_kernels_mapping_where_transformers_accepts_the_installed_kernels():
     """transformers 5.22.2 + kernels 0.17.2: the decorator marks the classes, kernelize alone routes."""
     pytest.importorskip("kernels")
@@ -290,6 +291,7 @@ def test_kernels_mapping_where_transformers_accepts_the_installed_kernels():
 
 
 # ---------------------------------------------------------------------- torch.compile
+@pytest.mark.slow
 def test_compiled_with_the_ircore_backend_fuses_every_add():
     """One compile (a few seconds on two cores): 2L add+norm pairs in an L-layer model."""
     from torch._inductor import config as inductor_config

@@ -133,6 +133,7 @@ def tools_env(tmp_path_factory) -> ProviderEnv:
     return ProviderEnv(site, tmp_path_factory.mktemp("tools_run"))
 
 
+@pytest.mark.slow
 def test_verify_command_fails_the_sloppy_provider_naming_each_case(tools_env):
     run = tools_env.cli("verify", "--json", "--seeds", "1")
     assert run.returncode == 1, run.stderr
@@ -150,6 +151,7 @@ def test_verify_command_fails_the_sloppy_provider_naming_each_case(tools_env):
     assert others["unavailable"]["state"] == "unavailable" and "needs ROCm" in others["unavailable"]["reason"]
 
 
+@pytest.mark.slow
 def test_verify_command_passes_a_correct_provider_with_a_table(tools_env):
     run = tools_env.cli("verify", "--provider", "good", "--seeds", "1")
     assert run.returncode == 0, run.stdout + run.stderr
@@ -178,6 +180,7 @@ def test_verify_command_passes_a_correct_provider_with_a_table(tools_env):
         (["--device", "cuda:7"], "--device 'cuda:7' is not usable here"),
     ],
 )
+@pytest.mark.slow
 def test_verify_command_usage_errors(tools_env, argv, message):
     run = tools_env.cli("verify", *argv)
     assert run.returncode == 2 and message in run.stderr, run.stderr

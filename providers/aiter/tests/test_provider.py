@@ -21,6 +21,7 @@ def _platform(kind, name, capability=None, gcn_arch=None, device_type="cuda"):
     return Platform(kind, device_type, name, capability, "2.11.0", 1, gcn_arch)
 
 
+@pytest.mark.slow
 def test_installs_as_a_real_distribution(tmp_path):
     dist = installed_distribution(PROJECT, tmp_path)
     assert dist.metadata["Name"] == "ircore-provider-aiter"
@@ -51,6 +52,8 @@ def test_reason_names_what_is_needed_and_what_was_found(platform, found):
     )
 
 
+@pytest.mark.slow
+@pytest.mark.gpu
 def test_unavailable_here_without_importing_aiter(penv):
     """On this machine (CPU here, an H200 in the GPU run): unavailable, aiter never imported."""
     record, imported = penv.listed("aiter")
@@ -59,6 +62,7 @@ def test_unavailable_here_without_importing_aiter(penv):
     assert "aiter" not in imported
 
 
+@pytest.mark.slow
 def test_active_on_gfx942_and_gfx950(penv):
     for arch in ("gfx942:sramecc+:xnack-", "gfx950"):
         result = penv.scenario("aiter", {**GFX942, "gcn_arch": arch})
@@ -67,6 +71,7 @@ def test_active_on_gfx942_and_gfx950(penv):
         assert "aiter" in result["imported"]
 
 
+@pytest.mark.slow
 def test_aiter_missing(penv, tmp_path):
     result = penv.scenario("aiter", GFX942, env={"PYTHONPATH": str(tmp_path)})  # no stand-in
     assert (result["state"], result["reason"]) == (
@@ -75,6 +80,7 @@ def test_aiter_missing(penv, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_aiter_import_raising_runtime_error(penv, tmp_path):
     """AITER raises RuntimeError, not ImportError, where ROCm is missing: a reason, not a crash."""
     broken = tmp_path / "aiter"
@@ -87,6 +93,7 @@ def test_aiter_import_raising_runtime_error(penv, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_newer_release_with_added_parameters_works(penv):
     """AITER's head after 0.1.7 added gemma_norm (7th) and limit: the six-positional call still fits."""
     result = penv.scenario("aiter", GFX942, env={"IRCORE_STANDIN_AITER_FORM": "head"}, conformance=True)
@@ -94,6 +101,7 @@ def test_newer_release_with_added_parameters_works(penv):
     assert "rms_norm: " in result["conformance"] and "silu_and_mul: " in result["conformance"]
 
 
+@pytest.mark.slow
 def test_changed_call_form_is_reported_not_called(penv):
     result = penv.scenario("aiter", GFX942, env={"IRCORE_STANDIN_AITER_FORM": "changed"})
     assert (result["state"], result["reason"]) == (
@@ -104,6 +112,7 @@ def test_changed_call_form_is_reported_not_called(penv):
     )
 
 
+@pytest.mark.slow
 def test_other_providers_are_untouched(penv):
     """Enabled or not, every other provider's state, ranks, implementations and order are the same."""
     with_aiter, without = penv.others("aiter", GFX942)

@@ -207,6 +207,7 @@ def test_conformance_kit(aiter):
 
 
 # ------------------------------------------------------------------ compiled graphs
+@pytest.mark.slow
 def test_compiled_graph_calls_the_ops_ircore_built(aiter):
     """backend="ircore" lowers every op to aiter: the graph calls torch.ops.ircore_aiter.<op>, the
     op ircore built around each implementation, whose kernel is the AITER (stand-in) call."""

@@ -18,6 +18,7 @@ from tests.provider_env import installed_distribution
 PROJECT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_installs_as_a_real_distribution(tmp_path):
     dist = installed_distribution(PROJECT, tmp_path)
     assert dist.metadata["Name"] == "ircore-provider-oink"
@@ -45,6 +46,8 @@ def test_reason_names_what_is_needed_and_what_was_found(platform, found):
     )
 
 
+@pytest.mark.slow
+@pytest.mark.gpu
 def test_unavailable_here_without_importing_oink(penv):
     """On this machine (CPU here; the H200 gives 'found CUDA sm_90 (NVIDIA H200)'): never imported."""
     record, imported = penv.listed("oink")
@@ -53,6 +56,7 @@ def test_unavailable_here_without_importing_oink(penv):
     assert "kernelagent_oink" not in imported
 
 
+@pytest.mark.slow
 def test_active_on_sm100_and_sm103(penv):
     for capability in ((10, 0), (10, 3)):
         result = penv.scenario("oink", {**SM100, "capability": capability})
@@ -63,6 +67,7 @@ def test_active_on_sm100_and_sm103(penv):
         )
 
 
+@pytest.mark.slow
 def test_oink_missing(penv, tmp_path):
     result = penv.scenario("oink", SM100, env={"PYTHONPATH": str(tmp_path)})  # no stand-in
     assert (result["state"], result["reason"]) == (
@@ -71,6 +76,7 @@ def test_oink_missing(penv, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_register_that_registers_nothing_is_reported(penv):
     """Oink without cutlass registers no op; torch.ops.oink exists anyway, so the ops are checked."""
     result = penv.scenario("oink", SM100, env={"IRCORE_STANDIN_OINK_VARIANT": "no-cutlass"})
@@ -81,6 +87,7 @@ def test_register_that_registers_nothing_is_reported(penv):
     )
 
 
+@pytest.mark.slow
 def test_changed_call_form_is_reported_not_called(penv):
     result = penv.scenario("oink", SM100, env={"IRCORE_STANDIN_OINK_VARIANT": "changed"})
     assert (result["state"], result["reason"]) == (
@@ -90,6 +97,7 @@ def test_changed_call_form_is_reported_not_called(penv):
     )
 
 
+@pytest.mark.slow
 def test_other_providers_are_untouched(penv):
     """Enabled or not, every other provider's state, ranks, implementations and order are the same."""
     with_oink, without = penv.others("oink", SM100)

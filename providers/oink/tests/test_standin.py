@@ -166,6 +166,7 @@ def test_conformance_kit(oink):
     assert new["rmsnorm fast"] > 0 and new["fused_add_rms_norm fast"] > 0
 
 
+@pytest.mark.slow
 def test_compiled_graph_calls_the_ops_ircore_built_on_the_fast_path(oink):
     """backend="ircore" lowers both norms to oink: the graph calls torch.ops.ircore_oink.<op>, the
     op ircore built around each implementation (the fused one in place), whose kernel is Oink's

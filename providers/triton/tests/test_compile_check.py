@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # ptxas builds in fresh interpreters (no GPU needed: CI runs them)
+
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "compile_check.py"
 
 

@@ -11,6 +11,8 @@ from ircore_triton.provider import IRCORE_IMPLEMENTATIONS
 import ircore
 from ircore.kit import Registrar
 
+pytestmark = [pytest.mark.slow, pytest.mark.gpu]  # the whole kit: in the interpreter without a GPU
+
 DEVICE = GPU or "cpu"
 
 

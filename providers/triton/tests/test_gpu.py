@@ -13,7 +13,10 @@ from ircore_triton import impls, kernels
 import ircore
 from ircore.testing import assert_pdl_chain_matches
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (torch.cuda)")
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (torch.cuda)"),
+    pytest.mark.gpu,
+]
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 SIZES = [(1, 4096), (16, 4096), (128, 8192), (1024, 4096), (8192, 8192), (3, 5120), (33, 40000)]
@@ -186,6 +189,7 @@ def test_cuda_graph_of_the_provider_ops() -> None:
         assert_close(xa, rms_norm_ref(x0 + r0, w, EPS), dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("triton_first")
 def test_inductor_fullgraph() -> None:
     """``backend="ircore"``: each ircore call becomes one node of the provider's op, and

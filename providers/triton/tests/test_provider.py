@@ -83,6 +83,7 @@ def test_table_registers_all_three_with_rank_20(provider: types.ModuleType) -> N
     assert registrar.ranks == {"rms_norm": 20, "fused_add_rms_norm": 20, "silu_and_mul": 20}
 
 
+@pytest.mark.slow
 def test_import_is_light() -> None:
     """Importing the hook module imports neither triton nor the kernels."""
     code = (

@@ -12,6 +12,8 @@ from importlib import metadata
 import pytest
 from conftest import GPU
 
+pytestmark = [pytest.mark.slow, pytest.mark.gpu]  # `ircore verify` in a fresh interpreter, on the GPU if any
+
 ircore = pytest.importorskip("ircore", reason="the ircore core package is not importable")
 if "triton" not in {ep.name for ep in metadata.entry_points(group="ircore.providers")}:
     pytest.skip("ircore-provider-triton is not installed (no entry point)", allow_module_level=True)

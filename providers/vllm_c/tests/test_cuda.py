@@ -10,7 +10,7 @@ from ircore_vllm_c import kernels
 
 from ircore.testing import assert_pdl_chain_matches
 
-pytestmark = requires_cuda
+pytestmark = [requires_cuda, pytest.mark.gpu]
 ops = torch.ops.ircore_vllm_c
 
 
@@ -257,6 +257,7 @@ def test_second_device():
     _ref.assert_close(out, _ref.rms_norm(x, w, 1e-6), torch.bfloat16)
 
 
+@pytest.mark.slow
 def test_compiled_graph_calls_the_cuda_kernels():
     x = _randn((8, 4096), torch.bfloat16, 1)
     w = _randn((4096,), torch.bfloat16, 2)

@@ -13,6 +13,8 @@ from ircore_vllm_c import kernels
 
 from ircore.testing import pdl_problems
 
+pytestmark = pytest.mark.slow  # nvcc builds for sm_90 (no GPU needed: CI runs it)
+
 
 @pytest.mark.skipif(kernels.resolve_cuda_home() is None, reason="no CUDA toolkit (nvcc) on this machine")
 def test_cuda_source_compiles_for_sm90(tmp_path):

@@ -118,6 +118,7 @@ def _run_fresh(code: str, env: dict) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_missing_compiler_is_a_reason_not_a_crash(tmp_path):
     proc = _run_fresh(
         "import ircore_vllm_c; print(repr(ircore_vllm_c.load_kernels(cuda=False)))",
@@ -127,6 +128,7 @@ def test_missing_compiler_is_a_reason_not_a_crash(tmp_path):
     assert proc.stdout.strip() == repr("no C++ compiler found (set CXX or install g++)")
 
 
+@pytest.mark.slow
 def test_failed_build_names_the_error_and_the_log(tmp_path):
     cxx = tmp_path / "bad-c++"
     cxx.write_text(  # a compiler that answers version probes but fails every compile

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # `ircore verify` and `ircore bench` in fresh interpreters
+
 ircore = pytest.importorskip("ircore", reason="the ircore core package is not importable")
 if "vllm_c" not in {ep.name for ep in metadata.entry_points(group="ircore.providers")}:
     pytest.skip("ircore-provider-vllm-c is not installed (no entry point)", allow_module_level=True)
@@ -34,6 +36,7 @@ def _ircore(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.gpu
 def test_verify_passes(tmp_path):
     run = _ircore("verify", "--provider", "vllm_c", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -46,7 +49,7 @@ def test_verify_passes(tmp_path):
             assert row["passed"] > 20 and row["failed"] == 0 and row["worst"] <= 1, row
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_bench_writes_a_config_that_list_shows(tmp_path, device):
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no GPU")

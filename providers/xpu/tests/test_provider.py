@@ -19,6 +19,7 @@ from tests.provider_env import installed_distribution
 PROJECT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_installs_as_a_real_distribution(tmp_path):
     dist = installed_distribution(PROJECT, tmp_path)
     assert dist.metadata["Name"] == "ircore-provider-xpu"
@@ -45,6 +46,8 @@ def test_reason_names_what_is_needed_and_what_was_found(platform, found):
     )
 
 
+@pytest.mark.slow
+@pytest.mark.gpu
 def test_unavailable_here_without_importing_the_kernels(penv):
     """On this machine (CPU here, an H200 in the GPU run): unavailable, vllm_xpu_kernels never imported."""
     record, imported = penv.listed("xpu")
@@ -53,6 +56,7 @@ def test_unavailable_here_without_importing_the_kernels(penv):
     assert "vllm_xpu_kernels._C" not in imported
 
 
+@pytest.mark.slow
 def test_active_on_an_intel_gpu(penv):
     result = penv.scenario("xpu", XPU)
     assert result["state"] == "active", result
@@ -61,6 +65,7 @@ def test_active_on_an_intel_gpu(penv):
     )
 
 
+@pytest.mark.slow
 def test_package_missing(penv, tmp_path):
     result = penv.scenario("xpu", XPU, env={"PYTHONPATH": str(tmp_path)})  # no stand-in
     assert (result["state"], result["reason"]) == (
@@ -69,6 +74,7 @@ def test_package_missing(penv, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_extension_that_cannot_load(penv, tmp_path):
     """What a CPU or mismatched machine gets from the real wheel: the loader error, as the reason."""
     package = tmp_path / "vllm_xpu_kernels"
@@ -90,6 +96,7 @@ def test_extension_that_cannot_load(penv, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_vllm_own_C_loaded_first_is_reported_as_the_namespace_clash(penv):
     # a process that loaded vLLM's own CUDA/CPU extension (its stand-in) before ircore
     result = penv.scenario("xpu", XPU, prelude="import vllm._C\n")
@@ -102,6 +109,7 @@ def test_vllm_own_C_loaded_first_is_reported_as_the_namespace_clash(penv):
     )
 
 
+@pytest.mark.slow
 def test_op_without_an_xpu_kernel_is_reported(penv):
     result = penv.scenario("xpu", XPU, env={"IRCORE_STANDIN_XPU_VARIANT": "no-xpu-kernel"})
     assert (result["state"], result["reason"]) == (
@@ -111,6 +119,7 @@ def test_op_without_an_xpu_kernel_is_reported(penv):
     )
 
 
+@pytest.mark.slow
 def test_changed_call_form_is_reported_not_called(penv):
     result = penv.scenario("xpu", XPU, env={"IRCORE_STANDIN_XPU_VARIANT": "changed"})
     assert (result["state"], result["reason"]) == (
@@ -120,6 +129,7 @@ def test_changed_call_form_is_reported_not_called(penv):
     )
 
 
+@pytest.mark.slow
 def test_release_with_required_weight_passes_ones(penv):
     """Releases before ``Tensor? weight``: weight=None becomes ones, and every sample still conforms."""
     result = penv.scenario("xpu", XPU, env={"IRCORE_STANDIN_XPU_VARIANT": "required-weight"}, conformance=True)
@@ -127,6 +137,7 @@ def test_release_with_required_weight_passes_ones(penv):
     assert "rms_norm: " in result["conformance"] and "fused_add_rms_norm: " in result["conformance"]
 
 
+@pytest.mark.slow
 def test_other_providers_are_untouched(penv):
     """Enabled or not, every other provider's state, ranks, implementations and order are the same."""
     with_xpu, without = penv.others("xpu", XPU)

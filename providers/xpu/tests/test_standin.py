@@ -191,6 +191,7 @@ def test_conformance_kit(kernels):
 
 
 # ------------------------------------------------------------------ compiled graphs
+@pytest.mark.slow
 def test_compiled_graph_calls_the_ops_ircore_built(kernels):
     """backend="ircore" lowers every op to xpu: the graph calls torch.ops.ircore_xpu.<op>, the op
     ircore built around each implementation (the fused one in place), whose kernel is the
