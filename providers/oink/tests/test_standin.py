@@ -189,6 +189,7 @@ def test_compiled_graph_calls_the_ops_ircore_built_on_the_fast_path(oink):
         torch.testing.assert_close(g.float(), e.float(), atol=1.6e-2, rtol=1.6e-2)
 
 
+@pytest.mark.slow
 def test_compiled_graph_declines_a_misaligned_input_as_eager_calls_do(oink):
     """Alignment is known at compile time (the storage offset): no lowering to oink that would
     take Oink's reference path at run time."""

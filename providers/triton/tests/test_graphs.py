@@ -176,6 +176,7 @@ def _compiled(f, *args):
     return out, code
 
 
+@pytest.mark.slow  # an Inductor compile
 @pytest.mark.usefixtures("triton_first")
 def test_ircore_backend_calls_the_provider_ops() -> None:
     """Compiled with ``backend="ircore"``, each call becomes one node of the provider's op (the
@@ -206,6 +207,7 @@ def test_ircore_backend_calls_the_provider_ops() -> None:
     assert "torch.ops.ircore." not in code  # no node left to dispatch at run time
 
 
+@pytest.mark.slow  # an Inductor compile
 @pytest.mark.usefixtures("triton_first")
 def test_maybe_inplace_writes_into_the_callers_tensors() -> None:
     """``fused_add_rms_norm.maybe_inplace`` compiled: the provider's in-place op, its results in
