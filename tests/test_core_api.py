@@ -50,7 +50,7 @@ def test_a_traceback_through_the_eager_call_shows_its_generated_lines():
     with pytest.raises(RuntimeError) as err:
         ircore.ops.rms_norm(torch.randn(2, 8), None, 1e-6)
     text = "".join(traceback.format_exception(err.value))
-    frame, _, rest = text.partition('File "<ircore eager call of rms_norm>", line ')
+    _, _, rest = text.partition('File "<ircore eager call of rms_norm>", line ')
     assert rest, text
     shown = rest.splitlines()[1].strip()  # the source line under the frame (the fast call's, or the walk's)
     assert shown in ("_ir_result = _ir_fast(x, weight, epsilon, variance_size)", "return _ir_entry.call(x, weight, epsilon, variance_size)")
