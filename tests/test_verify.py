@@ -173,7 +173,11 @@ def test_verify_command_passes_a_correct_provider_with_a_table(tools_env):
     "argv, message",
     [
         (["--provider", "unavailable"], "provider 'unavailable' is unavailable: needs ROCm"),
-        (["--provider", "nope"], "unknown provider 'nope'; installed providers: "),
+        (
+            ["--provider", "nope"],
+            "unknown provider 'nope': no installed distribution has an entry point named 'nope' in the "
+            "group 'ircore.providers', where ircore finds providers; installed providers: [",
+        ),
         (["--op", "layer_norm"], "unknown op 'layer_norm'; known ops: "),
         (["--device", "cuda:7"], "--device 'cuda:7' is not usable here"),
     ],
