@@ -119,8 +119,10 @@ def test_a_good_provider_wheel_passes(tmp_path, capsys):
             "classifiers lack 'Programming Language :: Python :: 3'",
         ),
     ],
-    ids=["ep-attr", "ep-name", "ep-reserved", "unbounded", "no-pin", "no-entry-point", "summary", "license",
-         "license-file", "classifiers"],  # fmt: skip
+    ids=[
+        "ep-attr", "ep-name", "ep-reserved", "unbounded", "no-pin", "no-entry-point", "summary", "license",
+        "license-file", "classifiers",
+    ],
 )
 def test_each_problem_names_the_artifact_and_the_field(tmp_path, capsys, entry_points, changes, problem):
     path = wheel(tmp_path, entry_points, **changes)
