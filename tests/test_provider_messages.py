@@ -138,6 +138,19 @@ def test_hook_checks_in_process():
     ]
 
 
+def test_an_unmarked_register_hook_without_a_table_says_to_mark_it():
+    from ircore.providers._manager import ProviderManager
+
+    warning = (
+        "prov.ircore_register is not marked @ircore.hookimpl, so ircore never calls it; decorate it with "
+        "@ircore.hookimpl (or rename it if it is not meant as a hook)"
+    )
+    assert ProviderManager._registration_problem("prov", False, None, [warning]) == (
+        "prov.ircore_register is not marked @ircore.hookimpl, so nothing registers; decorate it with @ircore.hookimpl"
+    )
+    assert ProviderManager._registration_problem("prov", False, {}, [warning]) is None  # its table registers
+
+
 # ---------------------------------------------------------------------- entry points and tables
 def test_entry_point_naming_an_attribute_is_invalid_and_never_imported(listed):
     assert _state(listed, "ep_attr") == (
