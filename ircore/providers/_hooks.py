@@ -44,8 +44,12 @@ def _required_parameters(fn: Any) -> list[str]:
     ]
 
 
-def _marked(pm: pluggy.PluginManager, module: ModuleType) -> list[tuple[str, str, Any]]:
-    """``(attribute, hook name, function)`` of every function the module marks ``@ircore.hookimpl``."""
+def _marked(pm: pluggy.PluginManager, module: ModuleType) -> list[tuple[str, str, Any, bool]]:
+    """``(attribute, hook name, function, optional)`` of every function marked ``@ircore.hookimpl``.
+
+    ``optional``: marked ``optionalhook=True``, which pluggy lets name a hook this core lacks (a
+    provider written for a later core may implement a hook this one does not call).
+    """
     found = []
     for attribute in sorted(dir(module)):
         try:
@@ -53,15 +57,18 @@ def _marked(pm: pluggy.PluginManager, module: ModuleType) -> list[tuple[str, str
         except Exception:  # an attribute pluggy cannot inspect is no hook
             continue
         if opts is not None:
-            found.append((attribute, opts.get("specname") or attribute, getattr(module, attribute)))
+            hook = opts.get("specname") or attribute
+            found.append((attribute, hook, getattr(module, attribute), bool(opts.get("optionalhook"))))
     return found
 
 
 def marked_hook_problem(pm: pluggy.PluginManager, module: ModuleType) -> str | None:
     """A marked function that names no hook, or takes a parameter its hook does not pass; or None."""
     hooks = list(HOOK_PARAMETERS)
-    for attribute, hook, fn in _marked(pm, module):
+    for attribute, hook, fn, optional in _marked(pm, module):
         where = f"{module.__name__}.{attribute}"
+        if hook not in HOOK_PARAMETERS and optional:
+            continue
         if hook not in HOOK_PARAMETERS:
             return (
                 f"{where} is marked @ircore.hookimpl, but no ircore hook is named {hook!r}"
