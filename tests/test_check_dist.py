@@ -157,6 +157,18 @@ def test_an_sdist_is_read_from_pkg_info_and_pyproject_and_json_lists_everything(
     ]
 
 
+def test_an_sdist_without_requires_dist_in_pkg_info_is_read_from_its_pyproject(tmp_path):
+    pyproject = (
+        '[project]\nname = "ircore-provider-x"\ndependencies = ["ircore>=0.1"]\n'
+        '[project.entry-points."ircore.providers"]\nx = "ircore_x"\n'
+    )
+    artifact = distcheck.read_artifact(sdist(tmp_path, pyproject, **{"Requires-Dist": None}))
+    assert artifact.requires == ["ircore>=0.1"]
+    assert distcheck.artifact_problems(artifact) == [
+        f"ircore_provider_x-1.0.tar.gz: Requires-Dist ircore>=0.1 needs both a lower and an upper bound, {PIN_EXAMPLE}"
+    ]
+
+
 def test_paths_that_are_no_artifact_are_usage_errors(tmp_path, capsys):
     assert _run(capsys, str(tmp_path / "nope.whl")) == (
         2, "", f"ircore: error: {tmp_path / 'nope.whl'}: no such file or folder\n"

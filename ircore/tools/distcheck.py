@@ -132,12 +132,18 @@ def read_wheel(path: Path) -> Artifact:
     return Artifact(path, metadata, names, entry_points, "wheel")
 
 
-def _entry_points_from_pyproject(text: str) -> str:
-    """``[project.entry-points]`` of a ``pyproject.toml``, as ``entry_points.txt`` text."""
+def _pyproject(text: str) -> dict[str, Any]:
+    """The ``[project]`` table of a ``pyproject.toml`` (empty when it cannot be read)."""
     try:
-        groups = tomllib.loads(text).get("project", {}).get("entry-points", {})
+        project = tomllib.loads(text).get("project", {})
     except tomllib.TOMLDecodeError:
-        return ""
+        return {}
+    return project if isinstance(project, dict) else {}
+
+
+def _entry_points_from_pyproject(project: dict[str, Any]) -> str:
+    """``[project.entry-points]`` of a ``pyproject.toml``, as ``entry_points.txt`` text."""
+    groups = project.get("entry-points", {})
     lines = []
     for group, entries in groups.items():
         if isinstance(entries, dict):
@@ -160,13 +166,14 @@ def read_sdist(path: Path) -> Artifact:
         if pkg_info not in names:
             raise IrcoreError(f"{path}: not an sdist (no {pkg_info or 'PKG-INFO'} at its top)")
         metadata = _parse_metadata(text(pkg_info))
+        project = _pyproject(text(f"{root}/pyproject.toml")) if f"{root}/pyproject.toml" in names else {}
         egg = [n for n in names if n.count("/") == 2 and n.endswith(".egg-info/entry_points.txt")]
-        if egg:
-            entry_points = text(egg[0])
-        elif f"{root}/pyproject.toml" in names:
-            entry_points = _entry_points_from_pyproject(text(f"{root}/pyproject.toml"))
-        else:
-            entry_points = ""
+        entry_points = text(egg[0]) if egg else _entry_points_from_pyproject(project)
+        dependencies = project.get("dependencies")
+        if not metadata.get_all("Requires-Dist") and isinstance(dependencies, list):
+            # PKG-INFO before metadata 2.2 may leave them out: the static list is what wheels get
+            for requirement in dependencies:
+                metadata["Requires-Dist"] = str(requirement)
     return Artifact(path, metadata, names, entry_points, "sdist")
 
 
