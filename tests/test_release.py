@@ -236,7 +236,7 @@ def test_ircore_check_dist_passes_every_artifact(dist):
     assert report.ok, report.problems
     assert {a.kind for a in report.artifacts} == {"wheel", "sdist"}
     providers = {a.name: a.group(distcheck.PROVIDER_GROUP) for a in report.artifacts if a.kind == "sdist"}
-    assert providers["ircore-provider-vllm-c"] == {"vllm_c": "ircore_vllm_c"}
+    assert providers["ircore-provider-vllm-c"] == {"vllm_c": "ircore_vllm_c.provider"}
 
 
 def test_the_check_finds_a_missing_project(dist, tmp_path):
