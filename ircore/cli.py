@@ -1,9 +1,11 @@
-"""The ``ircore`` command: ``list``, ``explain``, ``doctor``, ``verify``, ``bench``; ``--json`` on each.
+"""The ``ircore`` command: ``list``, ``explain``, ``doctor``, ``verify``, ``bench``, ``check-dist``;
+``--json`` on each.
 
 Exit codes: 0 fine; 1 ``doctor`` found a problem (a failed, invalid, conflicting or incompatible
-provider, an unavailable one the configuration names, or a bad configuration), or ``verify`` a
-failing case; 2 bad usage or bad configuration (the message names the source and the key).
-``verify`` and ``bench`` live in :mod:`ircore.tools`; this module only wires them.
+provider, an unavailable one the configuration names, or a bad configuration), ``verify`` a
+failing case, or ``check-dist`` a metadata problem; 2 bad usage or bad configuration (the message
+names the source and the key). ``verify``, ``bench`` and ``check-dist`` live in
+:mod:`ircore.tools`; this module only wires them.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import ircore
 from ircore import _signature, dispatch
 from ircore.config import ENV_VARS, find_config_file
 from ircore.errors import IrcoreError
+from ircore.providers._discovery import discover
 from ircore.providers._manager import MANAGER
 from ircore.providers._records import ProviderState
-from ircore.tools import bench, verify
+from ircore.tools import bench, distcheck, verify
 from ircore.tools.common import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, parse_dtype, parse_shape, table
 
 
@@ -80,6 +83,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             [p["name"], f"{p['distribution']} {p['version']}", p["state"], p["reason"]] for p in providers
         ]
         print(table(rows, ["name", "distribution", "state", "reason"]))
+        for p in providers:
+            for warning in p["warnings"]:
+                print(f"  warning: {p['name']}: {warning}")
     else:
         print("  (none installed: pip install ircore-provider-<name>)")
     print("\nops:")
@@ -115,6 +121,29 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _warnings(providers: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """What does not stop a provider loading but will bite later: per provider, one line each.
+
+    A hook function left unmarked (from its record), and a ``Requires-Dist: ircore`` without an
+    upper bound (from its metadata: a future core with another provider API would load it).
+    """
+    out = [{"provider": p["name"], "warning": w} for p in providers for w in p["warnings"]]
+    for cand in sorted(discover(), key=lambda c: c.name):
+        unbounded = distcheck.unbounded_core_requirement(cand.requires)
+        if unbounded is not None:
+            out.append(
+                {
+                    "provider": cand.name,
+                    "warning": (
+                        f"{cand.distribution} {cand.version} {unbounded}, so a future ircore with an "
+                        "incompatible provider API would still load it; its next release should pin a "
+                        f"range, e.g. {distcheck.example_pin()}"
+                    ),
+                }
+            )
+    return out
+
+
 def _doctor_report() -> dict[str, Any]:
     plat = ircore.current_platform()
     config_error = None
@@ -148,6 +177,8 @@ def _doctor_report() -> dict[str, Any]:
         # what strict mode refuses: broken providers, and unavailable ones the configuration names
         "broken": sorted(r.name for r in MANAGER.problems()),
         "removed": {p["name"]: p["removed"] for p in providers if p["removed"]},
+        # not problems (the exit code ignores them): what will bite later
+        "warnings": _warnings(providers),
     }
 
 
@@ -182,6 +213,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for name, removed in report["removed"].items():
         for op, how in removed.items():
             print(f"  {name}: its implementation of {op} was {how}")
+    for warning in report["warnings"]:
+        print(f"  warning: {warning['provider']}: {warning['warning']}")
     if failing:
         print(f"problems: {', '.join(report['broken']) or 'configuration'}; see the reasons above")
     else:
@@ -217,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     verify.add_parser(sub)
     bench.add_parser(sub)
+    distcheck.add_parser(sub)
     return parser
 
 

@@ -1,7 +1,7 @@
 """The compile path across processes: the backend found by name, and Inductor's FX graph cache.
 
-Each scenario is a fresh interpreter (a cache hit needs one; the backend by name must work in a
-script that never imports ircore). They share the run's Inductor cache directory (conftest.py).
+Each scenario is a fresh interpreter (a hit from another process needs one; the backend by name
+must work in a script that never imports ircore). They share the run's Inductor cache directory (conftest.py).
 """
 
 from __future__ import annotations
@@ -35,16 +35,19 @@ import json, sys, torch
 from torch._dynamo.utils import counters
 import ircore, cacheprov
 ircore.ops.rms_norm.register_impl("cacheprov", cacheprov.rms_norm)
-results = []
+results, reports = [], []
 eps = float(sys.argv[2])
 for priority in sys.argv[1].split("/"):
     ircore.set_priority(rms_norm=priority.split(","))
     torch._dynamo.reset()
     counters.clear()
+    ircore.compile.reset_report()
     f = torch.compile(lambda x, w: ircore.ops.rms_norm(x, w, eps) * 2, backend="ircore")
     f(torch.randn(4, 32), torch.randn(32))
     results.append([priority, counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]])
-print("RESULT" + json.dumps(results))
+    report = ircore.compile.report()
+    reports.append([report.graphs, report.cached, report.cached_plans, report.to_dict()["cached_plans"]])
+print("RESULT" + json.dumps([results, reports]))
 '''
 
 
@@ -74,14 +77,22 @@ def test_priority_and_provider_changes_miss_the_fx_graph_cache(tmp_path):
     # An epsilon of this run only: the graphs are new to the shared cache, whose compiled C++
     # toolchain state still saves ~20 s (an empty cache directory would not).
     eps = str(1e-6 * (1 + time.time_ns() % 10**9 / 10**9))
-    first = _run(CACHE_SCRIPT, ["cacheprov/native", eps], env, tmp_path)
-    assert first == [["cacheprov", 0, 1], ["native", 0, 1]]
-    again = _run(CACHE_SCRIPT, ["native/cacheprov", eps], env, tmp_path)
-    assert again == [["native", 1, 0], ["cacheprov", 1, 0]]  # going back is a hit
+    first, reports = _run(CACHE_SCRIPT, ["cacheprov/native/cacheprov", eps], env, tmp_path)
+    # the third compile, after torch._dynamo.reset() in the same process, is served from the cache
+    assert first == [["cacheprov", 0, 1], ["native", 0, 1], ["cacheprov", 1, 0]]
+    # the report accounts for it with the plan its cache key covered (rms_norm, and the fused op
+    # its add_rms_norm fusion could have made)
+    with_provider = {"fused_add_rms_norm": ["native"], "rms_norm": ["cacheprov", "native"]}
+    assert reports == [[1, 0, [], []], [1, 0, [], []], [0, 1, [with_provider], [with_provider]]]
+    again, reports = _run(CACHE_SCRIPT, ["native/cacheprov", eps], env, tmp_path)
+    assert again == [["native", 1, 0], ["cacheprov", 1, 0]]  # going back is a hit, in another process
+    native_only = {"fused_add_rms_norm": ["native"], "rms_norm": ["native"]}
+    assert reports == [[0, 1, [native_only], [native_only]], [0, 1, [with_provider], [with_provider]]]
     # an upgraded provider (its implementation's source changed) misses; native still hits
     (tmp_path / "cacheprov.py").write_text(PROVIDER_MODULE + "\n# version 2\n")
-    upgraded = _run(CACHE_SCRIPT, ["cacheprov/native", eps], env, tmp_path)
+    upgraded, reports = _run(CACHE_SCRIPT, ["cacheprov/native", eps], env, tmp_path)
     assert upgraded == [["cacheprov", 0, 1], ["native", 1, 0]]
+    assert reports == [[1, 0, [], []], [0, 1, [native_only], [native_only]]]
 
 
 BY_NAME_SCRIPT = '''
@@ -123,7 +134,7 @@ def test_backend_by_name_in_a_script_that_never_imports_ircore(good_site, tmp_pa
     env = _env(
         IRCORE_PROVIDERS="good",
         PYTHONPATH=os.pathsep.join([str(tmp_path), str(good_site)]),
-        TORCHINDUCTOR_FX_GRAPH_CACHE="0",  # a cache hit would run no pass, and report nothing
+        TORCHINDUCTOR_FX_GRAPH_CACHE="0",  # a cache hit runs no pass: no fusions counted, no lowering
         TORCHINDUCTOR_AUTOGRAD_CACHE="0",
     )
     result = _run(BY_NAME_SCRIPT, [], env, tmp_path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from typing import Optional
 
 import numpy as np
@@ -30,6 +31,10 @@ def sloppy_rms_norm(
     x: torch.Tensor, weight: Optional[torch.Tensor], epsilon: float, variance_size: Optional[int] = None
 ) -> torch.Tensor:
     return (ircore.ops.rms_norm.native(x, weight, epsilon, variance_size).float() * 1.01).to(x.dtype).contiguous()
+
+
+def sloppy_silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    return (ircore.ops.silu_and_mul.native(x).float() * 1.01).to(x.dtype).contiguous()
 
 
 # ---------------------------------------------------------------------- in process
@@ -58,6 +63,29 @@ def test_verify_reports_every_case_with_the_worst_error():
     assert doc["ok"] is False and len(doc["failures"]) == n - 1
     assert {f["dtype"] for f in doc["failures"]} == {"float32"}
     json.dumps(doc)  # serialisable, no inf
+
+
+def test_the_summary_counts_declined_cases_apart_from_passed_ones():
+    ircore.ops.rms_norm.register_impl("v_half", rms_norm_a, supports_args=only_fp32)
+    ircore.ops.silu_and_mul.register_impl("v_half", sloppy_silu_and_mul)
+    n = sum(1 for _ in ircore.ops.rms_norm.sample_inputs(torch.float32, "cpu", 0))
+    d = sum(1 for _ in ircore.ops.rms_norm.sample_inputs(torch.bfloat16, "cpu", 0))
+    report = verify(["v_half"], ops=["rms_norm"], devices=["cpu"], dtypes=(torch.float32, torch.bfloat16), seeds=(0,))
+    assert report.counts() == {"passed": n, "failed": 0, "declined": d}
+    assert report.summary() == (
+        f"{n} cases passed, {d} declined by supports_args (not run), none failed ({n + d} cases on cpu)"
+    )
+    doc = report.to_dict()
+    assert (doc["cases"], doc["passed"], doc["failed"], doc["declined"]) == (n + d, n, 0, d)
+    report = verify(["v_half"], ops=["rms_norm"], devices=["cpu"], dtypes=(torch.bfloat16,), seeds=(0,))
+    assert report.summary() == f"nothing compared: all {d} cases were declined by supports_args on cpu"
+    report = verify(["v_half"], devices=["cpu"], dtypes=(torch.float32, torch.bfloat16), seeds=(0,))
+    s = report.counts()
+    assert s["failed"] > 0 and s["declined"] == d
+    assert report.summary() == (
+        f"{s['failed']} of {len(report.results)} cases failed on cpu; {s['passed']} passed, "
+        f"{d} declined by supports_args (not run)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -139,6 +167,8 @@ def test_verify_command_fails_the_sloppy_provider_naming_each_case(tools_env):
     assert run.returncode == 1, run.stderr
     doc = json.loads(run.stdout)
     assert doc["ok"] is False and doc["devices"] == ["cpu"]
+    assert doc["passed"] + doc["failed"] + doc["declined"] == doc["cases"]
+    assert doc["failed"] == len(doc["failures"]) and doc["declined"] == sum(r["declined"] for r in doc["rows"])
     rows = {(r["provider"], r["op"]): r for r in doc["rows"]}
     assert rows["good", "rms_norm"]["failed"] == 0 and rows["good", "fused_add_rms_norm"]["failed"] == 0
     assert rows["sloppy", "silu_and_mul"]["failed"] == 0 and rows["sloppy", "silu_and_mul"]["passed"] > 0
@@ -167,7 +197,13 @@ def test_verify_command_passes_a_correct_provider_with_a_table(tools_env):
         "error/tolerance",
     ]
     assert any(line.split()[:2] == ["good", "rms_norm"] for line in lines)
-    assert lines[-1].startswith("all ") and "cases passed on cpu" in lines[-1]
+    summary = re.fullmatch(
+        r"(\d+) cases passed, (\d+) declined by supports_args \(not run\), none failed \((\d+) cases on cpu\)",
+        lines[-1],
+    )
+    assert summary, lines[-1]
+    passed, declined, cases = map(int, summary.groups())
+    assert declined > 0 and passed + declined == cases  # good declines bf16 and fp16 rms_norm
     assert "\r" not in run.stderr  # not a terminal: no progress bar
 
 
@@ -175,7 +211,11 @@ def test_verify_command_passes_a_correct_provider_with_a_table(tools_env):
     "argv, message",
     [
         (["--provider", "unavailable"], "provider 'unavailable' is unavailable: needs ROCm"),
-        (["--provider", "nope"], "unknown provider 'nope'; installed providers: "),
+        (
+            ["--provider", "nope"],
+            "unknown provider 'nope': no installed distribution has an entry point named 'nope' in the "
+            "group 'ircore.providers', where ircore finds providers; installed providers: [",
+        ),
         (["--op", "layer_norm"], "unknown op 'layer_norm'; known ops: "),
         (["--device", "cuda:7"], "--device 'cuda:7' is not usable here"),
     ],

@@ -10,35 +10,38 @@ build isolation but with ``IRCORE_NO_BUILD=1``: no ahead-of-time compiled part i
 every wheel is pure Python (``py3-none-any``) and works with any supported torch, CPU or GPU;
 compiled parts come from their sources at install or first use (see docs/development.md, "Releases").
 
-The check reads each wheel's metadata and fails, naming the artifact and the field, unless it
-has a summary, a readme (long description with its content type), a license and its license
-file, classifiers, ``Requires-Python``, a pure-Python tag and no compiled file; each provider
-(a distribution with an ``ircore.providers`` entry point) must also pin the core range it
+The check reads each wheel's and sdist's metadata and fails, naming the artifact and the field,
+unless it has a summary, a readme (long description with its content type), a license and its
+license file, classifiers, ``Requires-Python``; each provider (a distribution with an
+``ircore.providers`` entry point: a valid name, a module value) must also pin the core range it
 supports, ``Requires-Dist: ircore>=X,<Y``, and that range must hold the core built alongside it.
+These are :mod:`ircore.tools.distcheck`'s checks, which ``ircore check-dist`` runs on anyone's
+artifacts; this tool adds its own rule: a pure-Python wheel tag and no compiled file.
 """
 
 from __future__ import annotations
 
 import argparse
-import email.parser
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parent.parent
-CORE = "ircore"
-PROVIDER_GROUP = "ircore.providers"
-COMPILED_SUFFIXES = (".so", ".pyd", ".dll", ".dylib")
-LOWER_OPS, UPPER_OPS = (">=", ">", "~=", "=="), ("<", "<=", "~=", "==")
+try:
+    from ircore.errors import IrcoreError
+    from ircore.tools import distcheck
+except ImportError:  # not installed: the checkout's own (imports, builds nothing)
+    sys.path.insert(0, str(REPO))
+    from ircore.errors import IrcoreError
+    from ircore.tools import distcheck
+
+CORE = distcheck.CORE
 
 
 def projects(repo: Path = REPO) -> list[Path]:
@@ -79,92 +82,15 @@ def _build_all(out: Path, repo: Path) -> None:
 
 
 # ---------------------------------------------------------------------- checking
-@dataclass
-class Wheel:
-    """The parts of a built wheel the check reads."""
-
-    path: Path
-    metadata: email.message.Message
-    names: list[str]
-    entry_points: str = ""
-
-    @property
-    def name(self) -> str:
-        return canonicalize_name(self.metadata["Name"] or self.path.name)
-
-    @property
-    def is_provider(self) -> bool:
-        return f"[{PROVIDER_GROUP}]" in self.entry_points
-
-
-def read_wheel(path: Path) -> Wheel:
-    with zipfile.ZipFile(path) as zf:
-        names = zf.namelist()
-        dist_info = next(n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info"))
-        metadata = email.parser.Parser().parsestr(zf.read(f"{dist_info}/METADATA").decode())
-        ep_name = f"{dist_info}/entry_points.txt"
-        entry_points = zf.read(ep_name).decode() if ep_name in names else ""
-    return Wheel(path, metadata, names, entry_points)
-
-
-def _core_pin_problems(wheel: Wheel, core_version: Version | None) -> list[str]:
-    pins = [Requirement(r) for r in wheel.metadata.get_all("Requires-Dist") or []]
-    pins = [r for r in pins if canonicalize_name(r.name) == CORE]
-    example = 'Requires-Dist: ircore>=0.1,<0.2 (dependencies = ["ircore>=0.1,<0.2"])'
-    if not pins:
-        return [f"no Requires-Dist on {CORE}: a provider pins the core range it supports, e.g. {example}"]
-    spec = pins[0].specifier
-    problems = []
-    if not any(s.operator in LOWER_OPS for s in spec) or not any(s.operator in UPPER_OPS for s in spec):
-        problems.append(f"Requires-Dist {pins[0]} needs both a lower and an upper bound, e.g. {example}")
-    if core_version is not None and not spec.contains(core_version, prereleases=True):
-        problems.append(
-            f"Requires-Dist {pins[0]} excludes the core built alongside it ({CORE} {core_version})"
-        )
-    return problems
+# The metadata checks are ircore's own (``ircore check-dist`` runs them on anyone's artifacts);
+# this tool adds the pure-Python rule and checks each provider's range against the core built here.
+Wheel = distcheck.Artifact
+read_wheel = distcheck.read_wheel
 
 
 def wheel_problems(wheel: Wheel, core_version: Version | None) -> list[str]:
     """Everything wrong with one wheel's metadata and contents (empty when it is fine)."""
-    md = wheel.metadata
-    problems = []
-    for key in ("Name", "Version", "Summary", "Requires-Python"):
-        if not (md.get(key) or "").strip():
-            problems.append(f"no {key}")
-    if not md.get_payload().strip() or not md.get("Description-Content-Type"):
-        problems.append(
-            'no readme: set readme = "README.md" in [project] (long description and its content type)'
-        )
-    if not (md.get("License") or md.get("License-Expression")):
-        problems.append("no license: set license in [project]")
-    license_files = md.get_all("License-File") or []
-    if not license_files:
-        problems.append("no License-File: put a LICENSE file next to pyproject.toml")
-    for lic in license_files:
-        if not any(
-            n.endswith(f".dist-info/licenses/{lic}") or n.endswith(f".dist-info/{lic}") for n in wheel.names
-        ):
-            problems.append(f"License-File {lic} is not in the wheel")
-    classifiers = md.get_all("Classifier") or []
-    if not classifiers:
-        problems.append("no classifiers: set classifiers in [project]")
-    elif "Programming Language :: Python :: 3" not in classifiers:
-        problems.append("classifiers lack 'Programming Language :: Python :: 3'")
-    if not wheel.path.name.endswith("-py3-none-any.whl"):
-        problems.append(
-            "not a pure-Python wheel (py3-none-any): release builds compile nothing (IRCORE_NO_BUILD=1)"
-        )
-    compiled = [n for n in wheel.names if n.endswith(COMPILED_SUFFIXES)]
-    if compiled:
-        problems.append(f"compiled files in the wheel: {compiled}")
-    if wheel.is_provider:
-        problems += _core_pin_problems(wheel, core_version)
-    return [f"{wheel.path.name}: {p}" for p in problems]
-
-
-def _sdist_names(path: Path) -> list[str]:
-    with tarfile.open(path) as tf:
-        return tf.getnames()
+    return distcheck.artifact_problems(wheel, core_version, pure_python=True)
 
 
 @dataclass
@@ -192,12 +118,15 @@ def check(dist: Path, repo: Path = REPO) -> CheckResult:
             result.problems.append(
                 f"{dist}: expected one sdist of {expected}, found {[s.name for s in sdist]}"
             )
-        elif not any(n.endswith("/PKG-INFO") for n in _sdist_names(sdist[0])):
-            result.problems.append(f"{sdist[0].name}: no PKG-INFO")
+        else:
+            try:
+                artifact = distcheck.read_sdist(sdist[0])
+            except IrcoreError as exc:
+                result.problems.append(str(exc))
+            else:
+                result.problems += distcheck.artifact_problems(artifact, core_version, pure_python=True)
     for wheel in result.wheels:
         result.problems += wheel_problems(wheel, core_version)
-        if wheel.name != CORE and wheel.name.startswith("ircore-provider-") and not wheel.is_provider:
-            result.problems.append(f"{wheel.path.name}: no [{PROVIDER_GROUP}] entry point")
     return result
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from ircore import dispatch
 from ircore._state import SCOPE, STATE
+from ircore.compile import _report
+from ircore.compile._settings import effective_fusions
 from ircore.op import get_op
 
 _log = logging.getLogger("ircore")
@@ -40,6 +42,33 @@ def _user_passes(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
+def _cache_hits() -> int:
+    """Graphs Inductor has served from its FX graph cache so far in this process.
+
+    Inductor counts each hit (``fxgraph_cache_hit``, torch 2.11 to 2.13), also those loaded
+    through AOTAutograd's cache (``autograd_cache_hit``); a compile whose count grew while
+    ircore's pass did not run was served from the cache.
+    """
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"])
+
+
+def _cached_plan(post_grad: Any, ops: list[str]) -> dict[str, list[str]]:
+    """Per op of the graph (and op its fusions could make), the providers its cache key names."""
+    from ircore.compile._fusion import FUSION_MAKES
+    from ircore.compile._passes import lowering_state
+
+    state = post_grad.key_state or lowering_state()  # the key's own, else the same state now
+    switches = effective_fusions(post_grad.fusions)
+    names = set(ops)
+    for fusion, makes in FUSION_MAKES.items():
+        if switches.get(fusion):
+            names |= {made for source, made in makes.items() if source in ops}
+    plans: dict[str, list[list[str]]] = state["ops"]
+    return {name: [provider for provider, _ in plans[name]] for name in sorted(names) if name in plans}
+
+
 def compile_graph(
     gm: Any,
     example_inputs: Sequence[Any],
@@ -59,11 +88,14 @@ def compile_graph(
     patches = dict(list_mode_options(mode)) if mode else {}
     patches.update(options or {})
     user = patches.pop("post_grad_custom_post_pass", inductor_config.post_grad_custom_post_pass)
-    patches["post_grad_custom_post_pass"] = IrcorePostGradPass(fusions, _user_passes(user))
+    post_grad = patches["post_grad_custom_post_pass"] = IrcorePostGradPass(fusions, _user_passes(user))
     ops = _ircore_ops_in(gm)
     version = STATE.version
     lists = {name: dispatch.effective_priority(get_op(name), None)[0] for name in ops}
+    hits = _cache_hits()
     compiled: Callable[..., Any] = compile_fx(gm, example_inputs, config_patches=patches)  # type: ignore[assignment]
+    if not post_grad.ran and _cache_hits() > hits:
+        _report.record_cached(_cached_plan(post_grad, ops))
     if not ops:
         return compiled
     return _guarded(compiled, gm, version, lists)

@@ -136,3 +136,10 @@ FUSION_PASSES = {
     "add_rms_norm": fuse_add_rms_norm,
     "rms_norm_reshape": fuse_norm_reshape,
 }
+
+#: name -> {op the fusion rewrites: op it makes}: the ops a graph can hold after the fusions,
+#: for the plan reported of a graph served from the FX graph cache (the pass did not run).
+FUSION_MAKES: dict[str, dict[str, str]] = {
+    "add_rms_norm": {"rms_norm": "fused_add_rms_norm"},
+    "rms_norm_reshape": {},
+}

@@ -57,8 +57,13 @@ class IrcorePostGradPass(_Base):
     def __init__(self, fusions: Any = None, user_passes: Sequence[Any] = ()) -> None:
         self.fusions = fusions
         self.user_passes = tuple(user_passes)
+        #: whether the pass ran on a graph (it does not on one served from the FX graph cache)
+        self.ran = False
+        #: the :func:`lowering_state` the last cache key (:meth:`uuid`) was computed from
+        self.key_state: dict[str, Any] | None = None
 
     def __call__(self, graph: torch.fx.Graph, is_inference: bool = True) -> None:
+        self.ran = True
         for user_pass in self.user_passes:
             if isinstance(user_pass, _Base) and _Base is not custom_graph_pass.CustomGraphPass:
                 user_pass(graph, is_inference=is_inference)
@@ -87,10 +92,11 @@ class IrcorePostGradPass(_Base):
             if user_uuid is None:
                 return None  # as for the user's pass alone: no caching
             users.append(repr(user_uuid))
+        self.key_state = lowering_state()
         key = {
             "source": _source_hash(),
             "fusions": effective_fusions(self.fusions),
-            "lowering": lowering_state(),
+            "lowering": self.key_state,
             "user_passes": users,
         }
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()

@@ -15,8 +15,15 @@ class CompileReport:
     ``fusions``: matches per fusion. ``lowered``: per op, how many nodes went to each provider.
     ``last_lowering``: ``{node name: provider}`` of the most recent graph. ``left``: ircore nodes
     the lowering could not replace (they dispatch at run time). ``graphs``: graphs the pass ran
-    on. ``seconds``: time spent in the pass. A graph served from Inductor's FX graph cache runs
-    no pass and adds nothing.
+    on. ``seconds``: time spent in the pass.
+
+    A graph that the ``ircore`` backend got from Inductor's FX graph cache (a later process, or a
+    compile after ``torch._dynamo.reset()``) runs no pass, so it adds nothing to the counts
+    above; it adds one to ``cached``, and its plan to ``cached_plans``: per op the graph holds
+    (and per op a switched-on fusion could have made of them), the providers the lowering walks,
+    in order, ``native`` last -- the plan the cache key was computed from, so the plan the graph
+    was lowered with. Which provider each node got is not known (that was decided in the
+    process that compiled it, by the same rule as :func:`ircore.explain`).
     """
 
     graphs: int = 0
@@ -26,6 +33,10 @@ class CompileReport:
     left: int = 0
     #: wall time spent in ircore's pass (fusions and lowering), in seconds
     seconds: float = 0.0
+    #: graphs served from Inductor's FX graph cache (the pass did not run on them)
+    cached: int = 0
+    #: one ``{op: [provider, ..., "native"]}`` per cached graph, in the order they were served
+    cached_plans: list[dict[str, list[str]]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -35,6 +46,8 @@ class CompileReport:
             "last_lowering": dict(self.last_lowering),
             "left": self.left,
             "seconds": self.seconds,
+            "cached": self.cached,
+            "cached_plans": [{op: list(p) for op, p in plan.items()} for plan in self.cached_plans],
         }
 
 
@@ -52,6 +65,8 @@ def report() -> CompileReport:
             dict(_REPORT.last_lowering),
             _REPORT.left,
             _REPORT.seconds,
+            _REPORT.cached,
+            [{op: list(p) for op, p in plan.items()} for plan in _REPORT.cached_plans],
         )
 
 
@@ -74,3 +89,10 @@ def record_graph(
             _REPORT.lowered.setdefault(op, Counter())[provider] += 1
         _REPORT.last_lowering = {node: provider for node, (_, provider) in lowering.items()}
         _REPORT.left += left
+
+
+def record_cached(plan: dict[str, list[str]]) -> None:
+    """Add one graph served from the FX graph cache, with the plan its cache key covered."""
+    with _lock:
+        _REPORT.cached += 1
+        _REPORT.cached_plans.append({op: list(providers) for op, providers in plan.items()})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -11,6 +12,7 @@ from ircore._validation import NAME_PATTERN, RESERVED_PROVIDER_NAMES
 ENTRY_POINT_GROUP = "ircore.providers"
 #: Distributions that declare ops of their own name a module here (loaded before providers).
 OPS_ENTRY_POINT_GROUP = "ircore.ops"
+_MODULE_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
 @dataclass(frozen=True)
@@ -77,4 +79,26 @@ def name_problem(name: str) -> str | None:
         return f"entry point name {name!r} is not a valid provider name (must match {NAME_PATTERN.pattern})"
     if name in RESERVED_PROVIDER_NAMES:
         return f"entry point name {name!r} is reserved (reserved: {sorted(RESERVED_PROVIDER_NAMES)})"
+    return None
+
+
+def value_problem(value: str) -> str | None:
+    """Why an entry point's value cannot name a provider's module, or None.
+
+    The value is the module ircore imports and reads hooks (or a table) from: ``pkg.provider``,
+    never ``pkg.provider:attr`` (an attribute would be ignored).
+    """
+    module, sep, attr = value.partition(":")
+    module, attr = module.strip(), attr.strip()
+    if sep:
+        return (
+            f"entry point value {value!r} must be a module, not a module:attribute reference: write "
+            f"{module!r} (pkg.provider, not pkg.provider:attr); ircore imports that module and reads "
+            "its hooks or its IRCORE_IMPLEMENTATIONS table"
+        )
+    if not _MODULE_PATH.match(module):
+        return (
+            f"entry point value {value!r} is not a module name (expected a dotted module path, "
+            "e.g. pkg.provider)"
+        )
     return None

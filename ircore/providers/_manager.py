@@ -15,6 +15,7 @@ import importlib
 import logging
 import threading
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import pluggy
@@ -26,7 +27,8 @@ from ircore.config import Settings
 from ircore.errors import ImplRegistrationError, ProviderLoadError
 from ircore.platform import current_platform
 from ircore.providers import hookspecs
-from ircore.providers._discovery import Candidate, discover, incompatibility, name_problem
+from ircore.providers._discovery import Candidate, discover, incompatibility, name_problem, value_problem
+from ircore.providers._hooks import marked_hook_problem, unmarked_hooks
 from ircore.providers._op_libraries import OpLibraries
 from ircore.providers._records import BROKEN_STATES, ProviderRecord, ProviderState, describe_failure
 from ircore.providers._registrar import Registrar
@@ -178,6 +180,9 @@ class ProviderManager:
         self, record: ProviderRecord, run: _ownership.ProviderRun
     ) -> tuple[Registrar, dict[str, int]] | tuple[ProviderState, str]:
         """Import and run the hooks: the filled registrar and the ranks, or a state and its reason."""
+        bad_value = value_problem(record.module)  # nothing imported for a value that is no module
+        if bad_value:
+            return ProviderState.INVALID, bad_value
         try:
             module = importlib.import_module(record.module)
         except BaseException as exc:
@@ -186,6 +191,10 @@ class ProviderManager:
             return ProviderState.FAILED, describe_failure(exc, f"importing {record.module}")
         pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         pm.add_hookspecs(hookspecs)
+        unmarked = self._warn_unmarked(record, pm, module)
+        problem = marked_hook_problem(pm, module)
+        if problem:
+            return ProviderState.INVALID, problem
         try:
             pm.register(module, name=record.name)
             pm.check_pending()
@@ -193,7 +202,7 @@ class ProviderManager:
             return ProviderState.INVALID, f"{record.module}: " + "; ".join(str(exc).split("\n"))
         table = getattr(module, TABLE_ATTRIBUTE, None)
         has_hook = bool(pm.hook.ircore_register.get_hookimpls())
-        problem = self._registration_problem(record.module, has_hook, table)
+        problem = self._registration_problem(record.module, has_hook, table, unmarked)
         if problem:
             return ProviderState.INVALID, problem
         platform = current_platform()
@@ -229,12 +238,28 @@ class ProviderManager:
         return registrar, ranks
 
     @staticmethod
-    def _registration_problem(module: str, has_hook: bool, table: object) -> str | None:
+    def _warn_unmarked(record: ProviderRecord, pm: pluggy.PluginManager, module: Any) -> list[str]:
+        """Log (WARNING) and keep on the record each hook-named function left unmarked."""
+        warnings = unmarked_hooks(pm, module)
+        record.warnings = tuple(warnings)
+        for warning in warnings:
+            _log.warning("provider %s: %s", record.name, warning)
+        return warnings
+
+    @staticmethod
+    def _registration_problem(
+        module: str, has_hook: bool, table: object, unmarked: Sequence[str] = ()
+    ) -> str | None:
         """A provider registers through exactly one of: the ``ircore_register`` hook, the table."""
         if has_hook and table is not None:
             return (
                 f"{module} has both an ircore_register hook and an {TABLE_ATTRIBUTE} table; "
                 "keep one (the hook may call registrar.register_table)"
+            )
+        if not has_hook and table is None and any(f"{module}.ircore_register " in w for w in unmarked):
+            return (
+                f"{module}.ircore_register is not marked @ircore.hookimpl, so nothing registers; "
+                "decorate it with @ircore.hookimpl"
             )
         if not has_hook and table is None:
             return (

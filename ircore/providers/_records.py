@@ -48,11 +48,14 @@ class ProviderRecord:
     ranks: dict[str, int] = field(default_factory=dict)
     # op -> how its implementation was removed after registration (``IrOp.unregister_impl``)
     removed: dict[str, str] = field(default_factory=dict)
+    # what does not stop it loading but is probably a mistake (a hook function left unmarked)
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["state"] = self.state.value
         out["ops"] = list(self.ops)
+        out["warnings"] = list(self.warnings)
         return out
 
 

@@ -6,6 +6,7 @@ rejected leaves no trace of its first.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,18 +37,25 @@ class Registrar:
         fake: Callable[..., Any] | None = None,
     ) -> None:
         """Offer ``fn`` as this provider's implementation of ``op`` (see ``IrOp.register_impl``)."""
-        ops = STATE.ops
-        target: IrOp[..., Any] | None = ops.get(op)
-        if target is None:
-            raise ImplRegistrationError(
-                f"provider {self.provider!r} registers unknown op {op!r}; known ops: {sorted(ops)}"
-            )
+        target = self._op(op)
         if any(pending.op_name == op for _, pending in self._pending):
             raise ImplRegistrationError(f"provider {self.provider!r} registers op {op!r} twice")
         impl = target.validate_impl(
             self.provider, fn, supports_args, inplace, cache_by_signature=cache_by_signature, fake=fake
         )
         self._pending.append((target, impl))
+
+    def _op(self, op: str) -> IrOp[..., Any]:
+        """The op named ``op``; an unknown name is this provider's registration error."""
+        target: IrOp[..., Any] | None = STATE.ops.get(op)
+        if target is None:
+            known = sorted(STATE.ops)
+            close = difflib.get_close_matches(op, known, n=1) if isinstance(op, str) else []
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ImplRegistrationError(
+                f"provider {self.provider!r} registers unknown op {op!r}; known ops: {known}{hint}"
+            )
+        return target
 
     def register_table(self, table: Mapping[str, ImplSpec]) -> None:
         """Register every row of a declarative table ``{op: ImplSpec}`` (see ircore.providers._table)."""
@@ -62,6 +70,7 @@ class Registrar:
                     f"provider {self.provider!r}: {TABLE_ATTRIBUTE}[{op!r}] is {spec!r}; "
                     "expected an ircore.ImplSpec"
                 )
+            self._op(op)  # an unknown op is named before its functions are looked up
             self.register(
                 op,
                 resolve(spec.fn, self.provider, op, "fn"),

@@ -21,7 +21,9 @@ follows the naming convention ``<op>`` / ``<op>_supports``, :func:`impl_table` w
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import pkgutil
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -100,13 +102,38 @@ def resolve(ref: Any, provider: str, op: str, field: str) -> Any:
         raise ImplRegistrationError(
             f"provider {provider!r}, op {op!r}: {field} {ref!r} is not a 'module:attribute' reference"
         )
-    target: Any = importlib.import_module(module_name)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # the reference's own module (or a package above it) is missing: a typo, or a package
+        # not installed; a module that exists but fails to import propagates (``failed``)
+        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise
+        raise ImplRegistrationError(
+            f"provider {provider!r}, op {op!r}: {field} {ref!r} names module {module_name!r}, "
+            f"which cannot be imported: no module named {exc.name!r}{_nearest_module(exc.name)}"
+        ) from None
     for part in attribute.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
+            close = difflib.get_close_matches(part, [n for n in dir(target) if not n.startswith("__")], n=1)
             raise ImplRegistrationError(
                 f"provider {provider!r}, op {op!r}: {field} {ref!r} names nothing: "
                 f"{target!r} has no attribute {part!r}"
+                + (f"; did you mean {close[0]!r}?" if close else "")
             ) from None
     return target
+
+
+def _nearest_module(missing: str) -> str:
+    """``"; did you mean 'pkg.kernels'?"`` for a missing ``pkg.kernel`` whose package exists, or ``""``."""
+    parent, _, name = missing.rpartition(".")
+    if not parent:  # a top-level package not installed: no guess among everything installed
+        return ""
+    try:
+        path = importlib.import_module(parent).__path__
+    except Exception:
+        return ""
+    close = difflib.get_close_matches(name, [m.name for m in pkgutil.iter_modules(path)], n=1)
+    return f"; did you mean {parent + '.' + close[0]!r}?" if close else ""

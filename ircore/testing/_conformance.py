@@ -26,6 +26,7 @@ import torch
 from ircore import _signature, _torch_ops, dispatch
 from ircore.errors import IrcoreError
 from ircore.op import Impl, IrOp, all_ops, get_op
+from ircore.providers._discovery import ENTRY_POINT_GROUP
 from ircore.providers._manager import MANAGER
 from ircore.providers._records import ProviderState
 from ircore.testing._compare import compare_to_reference
@@ -353,7 +354,11 @@ def select_providers(requested: Sequence[str] | None) -> tuple[list[str], list[d
     records = {record.name: record for record in MANAGER.current_records()}
     for name in requested or ():
         if name not in records:
-            raise IrcoreError(f"unknown provider {name!r}; installed providers: {sorted(records) or 'none'}")
+            raise IrcoreError(
+                f"unknown provider {name!r}: no installed distribution has an entry point named {name!r} "
+                f"in the group {ENTRY_POINT_GROUP!r}, where ircore finds providers; installed providers: "
+                f"{sorted(records) or 'none'}"
+            )
         record = records[name]
         if record.state is not ProviderState.ACTIVE:
             raise IrcoreError(

@@ -4,7 +4,9 @@ Runs every active provider's implementations over each op's sample inputs on eve
 present, through dispatch with the priority forced to that provider, against the op's fp64
 reference (the conformance kit's case runner, :mod:`ircore.testing._conformance`). Prints a table
 of cases per provider, op and device (passed, failed, declined by ``supports_args``) with the
-worst error in units of the tolerance, then every failure by name. Exit 1 on any failure.
+worst error in units of the tolerance, then every failure by name, then a summary that counts
+passed, failed and declined cases apart (a declined case never ran: it proves nothing). Exit 1
+on any failure.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 
 from ircore.errors import IrcoreError
 from ircore.testing._conformance import (
+    DECLINED,
     DTYPES,
     FAILED,
     PASSED,
@@ -79,6 +82,28 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.failures
 
+    def counts(self) -> dict[str, int]:
+        """Cases by outcome: ``passed`` and ``failed`` were compared; ``declined`` never ran
+        (``supports_args`` did not accept them), so they say nothing about correctness."""
+        out = dict.fromkeys((PASSED, FAILED, DECLINED), 0)
+        for result in self.results:
+            out[result.status] = out.get(result.status, 0) + 1
+        return out
+
+    def summary(self) -> str:
+        """The last line of the text output: passed, failed and declined apart."""
+        n = self.counts()
+        where = ", ".join(self.devices)
+        if not self.results:
+            return f"nothing to verify: no active provider implements the selected ops ({where})"
+        declined = f"{n[DECLINED]} declined by supports_args (not run)"
+        if n[FAILED]:
+            cases = len(self.results)
+            return f"{n[FAILED]} of {cases} cases failed on {where}; {n[PASSED]} passed, {declined}"
+        if not n[PASSED]:
+            return f"nothing compared: all {n[DECLINED]} cases were declined by supports_args on {where}"
+        return f"{n[PASSED]} cases passed, {declined}, none failed ({len(self.results)} cases on {where})"
+
     def rows(self) -> list[Row]:
         rows: dict[tuple[str, str, str], Row] = {}
         for result in self.results:
@@ -93,6 +118,7 @@ class VerifyReport:
             "dtypes": self.dtypes,
             "seeds": self.seeds,
             "cases": len(self.results),
+            **self.counts(),  # passed, failed, declined (declined cases never ran)
             "rows": [{**r.__dict__, "worst": _finite(r.worst)} for r in self.rows()],
             "failures": [
                 {
@@ -166,14 +192,7 @@ def _print_text(report: VerifyReport) -> None:
         print(f"  not verified: {other['name']} is {other['state']}: {other['reason']}")
     for failure in report.failures:
         print(f"FAILED {failure.message}")
-    cases = len(report.results)
-    where = ", ".join(report.devices)
-    if not cases:
-        print(f"nothing to verify: no active provider implements the selected ops ({where})")
-    elif report.ok:
-        print(f"all {cases} cases passed on {where} (declined = not accepted by supports_args)")
-    else:
-        print(f"{len(report.failures)} of {cases} cases failed on {where}")
+    print(report.summary())
 
 
 def check_devices(devices: Sequence[str]) -> None:
