@@ -58,6 +58,7 @@ def _state(listed, name: str) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------- hooks
+@pytest.mark.slow  # fresh interpreters over installed fixtures
 def test_misspelt_hook_names_the_valid_hooks_and_the_nearest(listed):
     assert _state(listed, "hook_typo") == (
         "invalid",
@@ -67,6 +68,7 @@ def test_misspelt_hook_names_the_valid_hooks_and_the_nearest(listed):
     )
 
 
+@pytest.mark.slow  # fresh interpreters over installed fixtures
 def test_hook_parameter_not_in_the_spec_names_the_allowed_ones(listed):
     assert _state(listed, "hook_param") == (
         "invalid",
@@ -76,6 +78,7 @@ def test_hook_parameter_not_in_the_spec_names_the_allowed_ones(listed):
     )
 
 
+@pytest.mark.slow  # fresh interpreters over installed fixtures
 def test_unmarked_hook_function_is_a_warning_in_the_log_and_the_record(listed):
     records, run = listed
     # it still loads (its table registers), but its platform check never runs
@@ -85,6 +88,7 @@ def test_unmarked_hook_function_is_a_warning_in_the_log_and_the_record(listed):
     assert all(r["warnings"] == [] for name, r in records.items() if name != "unmarked")
 
 
+@pytest.mark.slow  # fresh interpreters over installed fixtures
 def test_list_and_doctor_show_the_warnings(penv):
     run = penv.cli("list")
     assert run.returncode == 0, run.stderr
@@ -155,6 +159,7 @@ def test_an_unmarked_register_hook_without_a_table_says_to_mark_it():
 
 
 # ---------------------------------------------------------------------- entry points and tables
+@pytest.mark.slow  # fresh interpreters over installed fixtures
 def test_entry_point_naming_an_attribute_is_invalid_and_never_imported(listed):
     assert _state(listed, "ep_attr") == (
         "invalid",
@@ -169,6 +174,7 @@ def test_entry_point_naming_an_attribute_is_invalid_and_never_imported(listed):
     )
 
 
+@pytest.mark.slow  # fresh interpreters over installed fixtures
 def test_table_row_naming_a_missing_module_names_the_row_and_the_reference(listed):
     assert _state(listed, "typo_module") == (
         "invalid",
@@ -178,6 +184,7 @@ def test_table_row_naming_a_missing_module_names_the_row_and_the_reference(liste
     )
 
 
+@pytest.mark.slow  # fresh interpreters over installed fixtures
 def test_table_row_for_an_unknown_op_says_so_before_looking_up_its_functions(listed):
     # impl_table("...", ["rms_nrom"]) names functions the module lacks too: the op is reported
     assert _state(listed, "table_unknown_op") == (
@@ -205,6 +212,7 @@ def test_table_messages_in_process():
 
 
 # ---------------------------------------------------------------------- ircore verify
+@pytest.mark.slow  # fresh interpreters over installed fixtures
 def test_verify_unknown_provider_names_the_entry_point_group_and_the_installed(penv):
     run = penv.cli("verify", "--provider", "unmarkd")
     assert run.returncode == 2
