@@ -29,7 +29,7 @@
 # tests: fresh interpreters over fixture providers, Inductor on CPU tensors, gloo, wheel and venv
 # builds, the sm_90 nvcc and ptxas builds that need no GPU; CI runs them all (`make test`), and the
 # whole core suite alone took over 280 s here. DTensor on nccl has its own passes (session, checks).
-# Each pytest runs under `timeout`, its cap cut to what is left of TESTS_BUDGET_S (default 540 s
+# Each pytest runs under `timeout`, its cap cut to what is left of TESTS_BUDGET_S (default 570 s
 # from this script's start), so one hang costs its own cap and never the call; a step with under
 # 20 s left is skipped (status 124). Each suite ends with a time line, and gpu_run.log with a table
 # of them. aiter, oink and xpu share one log (the device brings back 8 files).
@@ -137,7 +137,7 @@ install_every_provider() {
 if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
   # The header says what this runs and why. Separate pytest runs: the providers' test folders
   # share module names (test_kernels.py, ...), and the Makefile says what else keeps them apart.
-  [ "$WHAT" = tests ] && DEADLINE=${TESTS_BUDGET_S:-540}
+  [ "$WHAT" = tests ] && DEADLINE=${TESTS_BUDGET_S:-570}
   install_every_provider
   GPU_PASS=(python3 -m pytest -q -p no:cacheprovider -m "gpu or not slow" -rfE --durations=10)
   # vllm_c first: its conftest JIT-builds the kernels (cached for the benchmark and the core's

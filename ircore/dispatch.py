@@ -3,7 +3,9 @@
 One rule serves eager calls, the compile-time lowering and introspection: walk the op's
 effective priority list (``native`` always last) and take the first implementation whose
 provider is usable and whose ``supports_args`` accepts the arguments. :func:`first_supported`
-is that walk; the eager call, :func:`explain` and the lowering all go through it.
+is that walk: a signature miss, :func:`run`, :func:`explain` and the lowering go through it; the
+generated eager call's Python path inlines the same loop (a call of it would cost ~0.4 us there)
+and hands it any call whose predicate raises.
 
 The effective list comes from the highest source that names the op: a ``with ircore.priority``
 scope, then ``ircore.set_priority``/``ircore.configure``, then ``IRCORE_PRIORITY``, then the config
@@ -73,6 +75,11 @@ class Plan(NamedTuple):
     entries: tuple[Entry, ...]
     #: call signature -> the entry that runs it (see ircore._signature)
     signatures: dict[bytes, Entry]
+
+
+# Plans are made per op and scope after every change: tuple.__new__(Plan, ...) skips the named
+# tuple's Python-level __new__.
+_tuple_new = tuple.__new__
 
 
 class OpLike(Protocol):
@@ -309,7 +316,9 @@ def _shared_plan(op: OpLike, names: tuple[str, ...], generation: list[bool]) -> 
     generation, shared by every scope that resolves ``op`` to that list."""
     plan: Plan | None = STATE.plans.get((op.name, names))
     if plan is None or plan.generation is not generation:
-        plan = STATE.remember(STATE.plans, (op.name, names), Plan(generation, _entries(op, names), {}))
+        plan = STATE.remember(
+            STATE.plans, (op.name, names), _tuple_new(Plan, (generation, _entries(op, names), {}))
+        )
     return plan
 
 
@@ -332,7 +341,9 @@ def plan_for(op: OpLike, scope: Scope | None) -> Plan:
     if plan.generation is not STATE.generation:
         ensure_loaded()
         generation = STATE.generation
-        plan = Plan(generation, _entries(op, effective_priority(op, None)[0]), op.signature_cache)
+        plan = _tuple_new(
+            Plan, (generation, _entries(op, effective_priority(op, None)[0]), op.signature_cache)
+        )
         op._plan = plan
     return plan
 
@@ -434,12 +445,6 @@ def choose_and_cache(op: OpLike, key: bytes, args: tuple[Any, ...], plan: Plan |
                 if len(cache) >= SIGNATURE_CACHE_LIMIT:
                     cache.clear()
                 cache[key] = entry
-    return run_entry(op.name, entry.provider, entry.call, args)
-
-
-def call_first_supported(op: OpLike, plan: Plan, args: tuple[Any, ...]) -> Any:
-    """Run the first entry whose predicate accepts ``args``, functionally (the careful eager path)."""
-    entry = first_supported(op.name, plan.entries, args, op.wants_grad(args))[0]
     return run_entry(op.name, entry.provider, entry.call, args)
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 
 from ircore._validation import NAME_PATTERN, RESERVED_PROVIDER_NAMES
+from ircore.providers._records import ProviderState
 
 ENTRY_POINT_GROUP = "ircore.providers"
 #: Distributions that declare ops of their own name a module here (loaded before providers).
@@ -73,12 +75,33 @@ def incompatibility(candidate: Candidate, core_version: str) -> str | None:
     return None
 
 
-def name_problem(name: str) -> str | None:
-    """Why an entry point's name cannot be a provider's name, or None."""
+def name_problem(name: str, kind: str = "provider") -> str | None:
+    """Why an entry point's name cannot be a provider's (or an op library's) name, or None."""
     if not NAME_PATTERN.match(name):
-        return f"entry point name {name!r} is not a valid provider name (must match {NAME_PATTERN.pattern})"
+        return f"entry point name {name!r} is not a valid {kind} name (must match {NAME_PATTERN.pattern})"
     if name in RESERVED_PROVIDER_NAMES:
         return f"entry point name {name!r} is reserved (reserved: {sorted(RESERVED_PROVIDER_NAMES)})"
+    return None
+
+
+def refusal(
+    name: str, candidates: Sequence[Candidate], core_version: str, kind: str = "provider"
+) -> tuple[ProviderState, str] | None:
+    """Why the entry points named ``name`` must not be imported, as a state and a reason, or None:
+    two distributions claim the name, the name is not valid, the distribution's ``ircore``
+    requirement excludes this core, or the value is not a module. Read from metadata alone."""
+    if len(candidates) > 1:
+        dists = " and ".join(f"{c.distribution} {c.version}" for c in candidates)
+        return ProviderState.CONFLICT, f"{kind} name {name!r} is claimed by {dists}; uninstall one of them"
+    problem = name_problem(name, kind)
+    if problem:
+        return ProviderState.INVALID, problem
+    excluded = incompatibility(candidates[0], core_version)
+    if excluded:
+        return ProviderState.INCOMPATIBLE, excluded
+    bad_value = value_problem(candidates[0].module)
+    if bad_value:
+        return ProviderState.INVALID, bad_value
     return None
 
 

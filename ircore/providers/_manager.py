@@ -14,7 +14,6 @@ import dataclasses
 import importlib
 import logging
 import threading
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,10 +26,16 @@ from ircore.config import Settings
 from ircore.errors import ImplRegistrationError, ProviderLoadError
 from ircore.platform import current_platform
 from ircore.providers import hookspecs
-from ircore.providers._discovery import Candidate, discover, incompatibility, name_problem, value_problem
+from ircore.providers._discovery import Candidate, discover, refusal
 from ircore.providers._hooks import marked_hook_problem, unmarked_hooks
 from ircore.providers._op_libraries import OpLibraries
-from ircore.providers._records import BROKEN_STATES, ProviderRecord, ProviderState, describe_failure
+from ircore.providers._records import (
+    BROKEN_STATES,
+    ProviderRecord,
+    ProviderState,
+    describe_failure,
+    records_by_name,
+)
 from ircore.providers._registrar import Registrar
 from ircore.providers._table import TABLE_ATTRIBUTE
 
@@ -80,10 +85,8 @@ class ProviderManager:
         # a provider rejected for naming an op that did not exist then is examined again.
         ops_changed = self._ops_seen != STATE.ops_version
         self._ops_seen = STATE.ops_version
-        by_name: dict[str, list[Candidate]] = defaultdict(list)
-        for cand in self.candidates():
-            by_name[cand.name].append(cand)
-        settings.check_names(set(by_name), set(STATE.ops))
+        candidates = self.candidates()
+        settings.check_names({c.name for c in candidates}, set(STATE.ops))
         self.settings = settings
         layers = [
             PriorityLayer(source.where("priority"), source.values["priority"])
@@ -92,32 +95,15 @@ class ProviderManager:
         ]
         fusions = tuple(tuple(sorted(layer.items())) for layer in config.fusion_layers(settings))
         STATE.set_configured(layers, fusions)
-        for name in sorted(by_name):
-            cands = by_name[name]
-            record = self.records.get(name)
-            if record is None:
-                first = cands[0]
-                record = ProviderRecord(name, first.distribution, first.version, first.module)
-                self.records[name] = record
+        for record, cands in records_by_name(candidates, self.records):
+            name = record.name
             enabled, why = settings.enabled(name)
             if not enabled:  # configuration decides first: a disabled provider is never examined
                 self._disable(record, why)
                 continue
-            if len(cands) > 1:
-                dists = " and ".join(f"{c.distribution} {c.version}" for c in cands)
-                self._settle(
-                    record,
-                    ProviderState.CONFLICT,
-                    f"provider name {name!r} is claimed by {dists}; uninstall one of them",
-                )
-                continue
-            problem = name_problem(name)
-            if problem:
-                self._settle(record, ProviderState.INVALID, problem)
-                continue
-            excluded = incompatibility(cands[0], __version__)
-            if excluded:
-                self._settle(record, ProviderState.INCOMPATIBLE, excluded)
+            refused = refusal(name, cands, __version__)  # nothing imported for any of these
+            if refused is not None:
+                self._settle(record, *refused)
                 continue
             if not record.imported or (ops_changed and record.state is ProviderState.INVALID):
                 self._activate(record)
@@ -180,9 +166,6 @@ class ProviderManager:
         self, record: ProviderRecord, run: _ownership.ProviderRun
     ) -> tuple[Registrar, dict[str, int]] | tuple[ProviderState, str]:
         """Import and run the hooks: the filled registrar and the ranks, or a state and its reason."""
-        bad_value = value_problem(record.module)  # nothing imported for a value that is no module
-        if bad_value:
-            return ProviderState.INVALID, bad_value
         try:
             module = importlib.import_module(record.module)
         except BaseException as exc:

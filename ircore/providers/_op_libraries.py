@@ -12,19 +12,12 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections import defaultdict
 
 from ircore import _ownership, _torch_ops
 from ircore._version import __version__
 from ircore.errors import IrcoreError
-from ircore.providers._discovery import (
-    OPS_ENTRY_POINT_GROUP,
-    Candidate,
-    discover,
-    incompatibility,
-    name_problem,
-)
-from ircore.providers._records import ProviderRecord, ProviderState, describe_failure
+from ircore.providers._discovery import OPS_ENTRY_POINT_GROUP, discover, refusal
+from ircore.providers._records import ProviderRecord, ProviderState, describe_failure, records_by_name
 
 
 class OpLibraries:
@@ -35,28 +28,12 @@ class OpLibraries:
 
     def load(self) -> None:
         """Import every op library not imported yet; each settles in a state with a reason."""
-        by_name: dict[str, list[Candidate]] = defaultdict(list)
-        for cand in discover(OPS_ENTRY_POINT_GROUP):
-            by_name[cand.name].append(cand)
-        for name in sorted(by_name):
-            cands = by_name[name]
-            record = self.records.get(name)
-            if record is None:
-                first = cands[0]
-                record = ProviderRecord(name, first.distribution, first.version, first.module)
-                self.records[name] = record
+        for record, cands in records_by_name(discover(OPS_ENTRY_POINT_GROUP), self.records):
             if record.imported:
                 continue
-            if len(cands) > 1:
-                dists = " and ".join(f"{c.distribution} {c.version}" for c in cands)
-                record.state = ProviderState.CONFLICT
-                record.reason = f"op library name {name!r} is claimed by {dists}; uninstall one of them"
-                continue
-            problem = name_problem(name) or incompatibility(cands[0], __version__)
-            if problem:
-                incompatible = not name_problem(name)
-                record.state = ProviderState.INCOMPATIBLE if incompatible else ProviderState.INVALID
-                record.reason = problem.replace("entry point name", "op library name")
+            refused = refusal(record.name, cands, __version__, kind="op library")
+            if refused is not None:
+                record.state, record.reason = refused
                 continue
             self._import(record)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import traceback
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from types import TracebackType
@@ -80,3 +81,21 @@ def describe_failure(exc: BaseException, during: str) -> str:
     """A failed provider's reason: the exception, its message's first line, where and when."""
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {message} (at {_where(exc.__traceback__)}, {during})"
+
+
+def records_by_name(
+    candidates: Iterable[Any], records: dict[str, ProviderRecord]
+) -> list[tuple[ProviderRecord, list[Any]]]:
+    """Each distinct entry-point name's record (made on first sight, from its first candidate) with
+    every candidate claiming that name, in name order."""
+    by_name: dict[str, list[Any]] = {}
+    for cand in candidates:
+        by_name.setdefault(cand.name, []).append(cand)
+    out = []
+    for name in sorted(by_name):
+        first = by_name[name][0]
+        record = records.get(name)
+        if record is None:
+            record = records[name] = ProviderRecord(name, first.distribution, first.version, first.module)
+        out.append((record, by_name[name]))
+    return out

@@ -8,6 +8,7 @@ from bench_gpu import NORM_VARIANTS
 from conftest import requires_cuda
 from ircore_vllm_c import kernels
 
+import ircore
 from ircore.testing import assert_pdl_chain_matches
 
 pytestmark = [requires_cuda, pytest.mark.gpu]
@@ -259,6 +260,10 @@ def test_second_device():
 
 @pytest.mark.slow
 def test_compiled_graph_calls_the_cuda_kernels():
+    """The ops, called directly, under torch.compile: their fakes are the ircore ops', given when
+    ircore registered the provider."""
+    ircore.dispatch.ensure_loaded()
+    assert "vllm_c" in ircore.ops.rms_norm.impls
     x = _randn((8, 4096), torch.bfloat16, 1)
     w = _randn((4096,), torch.bfloat16, 2)
     f = torch.compile(lambda x, w: ops.rms_norm(x, w, 1e-6, None) + 1, fullgraph=True)
