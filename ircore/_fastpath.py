@@ -69,7 +69,7 @@ _SIGNATURE_BLOCK = """
             _ir_scope = _ir_SCOPE.get()
             if _ir_scope is not None and _ir_name in _ir_scope.priorities:
                 _ir_plan = _ir_plan_for(_ir_self, _ir_scope)
-                _ir_entry = _ir_plan.signatures.get(_ir_key)
+                _ir_entry = _ir_plan[2].get(_ir_key)
                 if _ir_entry is None:
                     return _ir_choose_and_cache(_ir_self, _ir_key, ({args},), _ir_plan)
             else:
@@ -77,11 +77,11 @@ _SIGNATURE_BLOCK = """
                 if _ir_entry is None:
                     return _ir_choose_and_cache(_ir_self, _ir_key, ({args},))
             if _ir_log_enabled(10):
-                _ir_log.debug("%s: running %s", _ir_name, _ir_entry.provider)
+                _ir_log.debug("%s: running %s", _ir_name, _ir_entry[0])
             try:
-                return _ir_entry.call({args})
+                return _ir_entry[1]({args})
             except Exception as _ir_exc:
-                _ir_note_failure(_ir_name, _ir_entry.provider, _ir_exc)
+                _ir_note_failure(_ir_name, _ir_entry[0], _ir_exc)
                 raise
 """
 
@@ -95,28 +95,28 @@ def __call__(_ir_self, {params}):{signature_block}
     _ir_scope = _ir_SCOPE.get()
     if _ir_scope is None or _ir_name not in _ir_scope.priorities:
         _ir_plan = _ir_self._plan
-        if _ir_plan.generation is not _ir_STATE.generation:
+        if _ir_plan[0] is not _ir_STATE.generation:
             _ir_plan = _ir_plan_for(_ir_self, None)
     else:
         _ir_plan = _ir_plan_for(_ir_self, _ir_scope)
     # dispatch.first_supported's walk, inlined (a call of it costs ~0.4 us here); a predicate that
     # raises goes to it, which reports it and skips that entry. A differentiable call gets native.
     if _ir_grad_enabled() and ({requires_grad}):
-        _ir_entry = _ir_plan.entries[-1]
+        _ir_entry = _ir_plan[1][-1]
     else:
         try:
-            for _ir_entry in _ir_plan.entries:
-                _ir_pred = _ir_entry.supports_args
+            for _ir_entry in _ir_plan[1]:
+                _ir_pred = _ir_entry[3]
                 if _ir_pred is None or _ir_pred({args}):
                     break
         except Exception:
-            _ir_entry = _ir_first(_ir_name, _ir_plan.entries, ({args},))[0]
+            _ir_entry = _ir_first(_ir_name, _ir_plan[1], ({args},))[0]
     if _ir_log_enabled(10):
-        _ir_log.debug("%s: running %s", _ir_name, _ir_entry.provider)
+        _ir_log.debug("%s: running %s", _ir_name, _ir_entry[0])
     try:
-        return _ir_entry.call({args})
+        return _ir_entry[1]({args})
     except Exception as _ir_exc:
-        _ir_note_failure(_ir_name, _ir_entry.provider, _ir_exc)
+        _ir_note_failure(_ir_name, _ir_entry[0], _ir_exc)
         raise
 """
 
