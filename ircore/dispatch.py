@@ -315,7 +315,7 @@ def _shared_plan(op: OpLike, names: tuple[str, ...], generation: list[bool]) -> 
     """The plan of ``op`` for the list ``names`` (``native`` last), one per (op, list) and
     generation, shared by every scope that resolves ``op`` to that list."""
     plan: Plan | None = STATE.plans.get((op.name, names))
-    if plan is None or plan.generation is not generation:
+    if plan is None or plan[0] is not generation:  # by position: a named field costs more
         plan = STATE.remember(
             STATE.plans, (op.name, names), _tuple_new(Plan, (generation, _entries(op, names), {}))
         )
@@ -332,13 +332,13 @@ def plan_for(op: OpLike, scope: Scope | None) -> Plan:
     """
     if scope is not None and op.name in scope.priorities:
         plan: Plan | None = scope.plans.get(op.name)
-        if plan is None or plan.generation is not STATE.generation:
+        if plan is None or plan[0] is not STATE.generation:
             ensure_loaded()
             plan = _shared_plan(op, effective_priority(op, scope)[0], STATE.generation)
             scope.plans[op.name] = plan
         return plan
     plan = op._plan
-    if plan.generation is not STATE.generation:
+    if plan[0] is not STATE.generation:
         ensure_loaded()
         generation = STATE.generation
         plan = _tuple_new(

@@ -19,6 +19,9 @@ class _Host:
     def ensure_loaded(self) -> None:
         from ircore.providers._manager import MANAGER
 
+        # Later calls go straight to the manager (one object for the process: tests restore its
+        # state in place): the import statement costs more than the check it guards.
+        self.ensure_loaded = MANAGER.ensure_loaded  # type: ignore[method-assign]
         MANAGER.ensure_loaded()
 
     def discovered(self) -> frozenset[str]:
