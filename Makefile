@@ -43,8 +43,8 @@ demo: setup
 # leaves out those marked slow (pytest -m "not slow"; markers declared in each pyproject.toml):
 # fresh interpreters, Inductor compiles, gloo ranks, wheel and kernel builds, Triton's interpreter
 # beyond tiny cases; ~100 s of CPU, under 2 minutes on an idle 2-core box. (The GPU pass,
-# benchmarks/gpu_run.sh tests, runs -m "gpu or not slow".) One pytest run for the core and one per
-# provider: the providers' test folders share file names, the triton tests must set
+# benchmarks/gpu_run.sh tests and tests-triton, runs -m "gpu or not slow".) One pytest run for
+# the core and one per provider: the providers' test folders share file names, the triton tests must set
 # TRITON_INTERPRET before triton is first imported, and the xpu tests define the torch namespace
 # _C that only one library per process may own.
 test: PYTEST_MARKS :=

@@ -57,13 +57,15 @@ def test_check_platform_without_triton(provider: types.ModuleType, monkeypatch: 
 def triton_not_registered():
     """The registrar validates rows against the ops' registrations, and an earlier test of this
     process (the conformance kit loads the installed providers; under ``TRITON_INTERPRET=1`` the
-    installed triton provider is active on CPU) may have registered ``triton`` for real."""
-    from ircore.op import all_ops
+    installed triton provider is active on CPU) may have registered ``triton`` for real: a
+    scratch copy of ircore's state without it."""
+    import ircore
 
-    saved = {name: op.impls.pop("triton") for name, op in all_ops().items() if "triton" in op.impls}
-    yield
-    for name, impl in saved.items():
-        all_ops()[name].impls["triton"] = impl
+    with ircore.testing.isolated():
+        for op in ircore.all_ops().values():
+            if "triton" in op.impls:
+                op.unregister_impl("triton")
+        yield
 
 
 @pytest.mark.usefixtures("triton_not_registered")

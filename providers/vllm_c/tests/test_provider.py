@@ -38,6 +38,18 @@ def test_check_platform():
     assert "needs an NVIDIA GPU or a CPU; found XPU" in provider.ircore_check_platform(XPU)
 
 
+@pytest.fixture
+def vllm_c_not_registered():
+    """The registrar validates rows against the ops' registrations, and an earlier test of this
+    process may have loaded the installed provider: a scratch copy of ircore's state without it."""
+    with ircore.testing.isolated():
+        for op in ircore.all_ops().values():
+            if "vllm_c" in op.impls:
+                op.unregister_impl("vllm_c")
+        yield
+
+
+@pytest.mark.usefixtures("vllm_c_not_registered")
 def test_table_registers_all_three_with_rank_10():
     """The declarative table, read by the core's own registrar: functions, in place, cache, ranks."""
     registrar = Registrar("vllm_c")
