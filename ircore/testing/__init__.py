@@ -10,10 +10,13 @@ gives inputs for the norms' fp32-overflow rule at any width, for a kernel's own 
 ``assert_pdl_chain_matches(chain, inputs, set_pdl)`` checks dependent calls on the GPU;
 ``isolated()`` gives a test a scratch copy of ircore's state (ops, implementations, priorities,
 configuration, providers), undone on exit; ``install_standins`` and ``simulated_active`` test an
-adapter against stand-ins of a vendor library, as on its platform.
+adapter against stand-ins of a vendor library, as on its platform; ``compiled_code(fn, args)``
+compiles ``fn`` with the ``ircore`` backend and returns its outputs and the generated code (which
+ops the graph calls).
 """
 
 from ircore.testing._compare import Comparison, assert_close_to_reference, compare_to_reference
+from ircore.testing._compiled import compiled_code
 from ircore.testing._conformance import (
     Case,
     CaseResult,
@@ -38,6 +41,7 @@ __all__ = [
     "beyond_fp32_rows",
     "check_provider",
     "compare_to_reference",
+    "compiled_code",
     "isolated",
     "install_standins",
     "iter_cases",

@@ -10,11 +10,10 @@ from collections import Counter
 
 import pytest
 import torch
-from conftest import compiled_code
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import ircore
-from ircore.testing import assert_close_to_reference, check_provider
+from ircore.testing import assert_close_to_reference, check_provider, compiled_code
 from tests.layouts import (
     BF16,
     FP16,

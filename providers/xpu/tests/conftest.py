@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo's tests.provider_env
 
@@ -45,16 +44,3 @@ def xpu(penv):
     """ircore and its providers as on an Intel GPU machine, vllm-xpu-kernels being the stand-in."""
     with simulated_active("xpu", **XPU) as platform:
         yield platform
-
-
-def compiled_code(fn, args: tuple) -> tuple[object, str]:
-    """``torch.compile(fn, backend="ircore")`` run on ``args`` with no cached graph (the lowering
-    runs in this process): its outputs and the code Inductor generated."""
-    from torch._inductor.utils import run_and_get_code
-
-    torch._dynamo.reset()
-    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(
-        enable_autograd_cache=False
-    ):
-        out, (code,) = run_and_get_code(torch.compile(fn, backend="ircore", fullgraph=True), *args)
-    return out, code
