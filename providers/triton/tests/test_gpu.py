@@ -11,7 +11,7 @@ from _ref import assert_close, assert_residual, rms_norm_ref, silu_and_mul_ref
 from ircore_triton import impls, kernels
 
 import ircore
-from ircore.testing import assert_pdl_chain_matches
+from ircore.testing import assert_pdl_chain_matches, compiled_code
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (torch.cuda)"),
@@ -77,6 +77,29 @@ def _graph(fn):
     return g, out
 
 
+def _replay_and_check(g_norm, g_silu, g_fused, inputs, outputs) -> None:
+    """Replay the three captured graphs twice, with new inputs written into the captured buffers
+    each time: the outputs match the references, the in-place op wrote into x and x_residual."""
+    x, w, xs, xa, ra = inputs
+    y, s = outputs
+    t, h = x.shape
+    dtype = x.dtype
+    for _ in range(2):  # new inputs each time, written into the captured buffers
+        x.copy_(_randn(t, h, dtype=dtype))
+        xs.copy_(_randn(t, 2 * h, dtype=dtype))
+        x0, r0 = _randn(t, h, dtype=dtype), _randn(t, h, dtype=dtype)
+        xa.copy_(x0)
+        ra.copy_(r0)
+        g_norm.replay()
+        g_silu.replay()
+        g_fused.replay()
+        torch.cuda.synchronize()
+        assert_close(y, rms_norm_ref(x, w, EPS), dtype)
+        assert_close(s, silu_and_mul_ref(xs), dtype)
+        assert_residual(ra, x0 + r0)
+        assert_close(xa, rms_norm_ref(x0 + r0, w, EPS), dtype)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("t", [1, 128, 4096])
 def test_cuda_graph_replay(t: int, dtype: torch.dtype) -> None:
@@ -96,20 +119,7 @@ def test_cuda_graph_replay(t: int, dtype: torch.dtype) -> None:
     with torch.cuda.graph(g_fused):
         fused()
 
-    for _ in range(2):  # new inputs each time, written into the captured buffers
-        x.copy_(_randn(t, h, dtype=dtype))
-        xs.copy_(_randn(t, 2 * h, dtype=dtype))
-        x0, r0 = _randn(t, h, dtype=dtype), _randn(t, h, dtype=dtype)
-        xa.copy_(x0)
-        ra.copy_(r0)
-        g_norm.replay()
-        g_silu.replay()
-        g_fused.replay()
-        torch.cuda.synchronize()
-        assert_close(y, rms_norm_ref(x, w, EPS), dtype)
-        assert_close(s, silu_and_mul_ref(xs), dtype)
-        assert_residual(ra, x0 + r0)
-        assert_close(xa, rms_norm_ref(x0 + r0, w, EPS), dtype)
+    _replay_and_check(g_norm, g_silu, g_fused, (x, w, xs, xa, ra), (y, s))
 
 
 def test_first_call_inside_capture() -> None:
@@ -173,20 +183,7 @@ def test_cuda_graph_of_the_provider_ops() -> None:
     with torch.cuda.graph(g_fused):
         ops.fused_add_rms_norm.default(xa, ra, w, EPS, None)
 
-    for _ in range(2):
-        x.copy_(_randn(t, h, dtype=dtype))
-        xs.copy_(_randn(t, 2 * h, dtype=dtype))
-        x0, r0 = _randn(t, h, dtype=dtype), _randn(t, h, dtype=dtype)
-        xa.copy_(x0)
-        ra.copy_(r0)
-        g_norm.replay()
-        g_silu.replay()
-        g_fused.replay()
-        torch.cuda.synchronize()
-        assert_close(y, rms_norm_ref(x, w, EPS), dtype)
-        assert_close(s, silu_and_mul_ref(xs), dtype)
-        assert_residual(ra, x0 + r0)
-        assert_close(xa, rms_norm_ref(x0 + r0, w, EPS), dtype)
+    _replay_and_check(g_norm, g_silu, g_fused, (x, w, xs, xa, ra), (y, s))
 
 
 @pytest.mark.slow
@@ -194,9 +191,6 @@ def test_cuda_graph_of_the_provider_ops() -> None:
 def test_inductor_fullgraph() -> None:
     """``backend="ircore"``: each ircore call becomes one node of the provider's op, and
     ``maybe_inplace``'s results land in the caller's tensors."""
-    from torch._inductor import config as inductor_config
-    from torch._inductor.utils import run_and_get_code
-
     def f(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         out, res = ircore.ops.fused_add_rms_norm.maybe_inplace(x, r, w, EPS)
         y = ircore.ops.rms_norm(res, w, EPS) + out
@@ -206,15 +200,10 @@ def test_inductor_fullgraph() -> None:
     x, r, w = _randn(8, 4096, dtype=dtype), _randn(8, 4096, dtype=dtype), _weight(4096, dtype)
     expected = f(x.clone(), r.clone(), w)
     x2, r2 = x.clone(), r.clone()
+    got, code = compiled_code(f, (x2, r2, w))
     torch._dynamo.reset()
-    try:
-        with inductor_config.patch(fx_graph_cache=False):  # a cache hit runs no pass
-            got, codes = run_and_get_code(torch.compile(f, backend="ircore", fullgraph=True), x2, r2, w)
-    finally:
-        torch._dynamo.reset()
     torch.testing.assert_close(got, expected, atol=3e-2, rtol=3e-2)
     assert torch.equal(r2, x + r)
-    code = "".join(codes)
     for name in ("fused_add_rms_norm", "rms_norm", "silu_and_mul"):
         assert code.count(f"torch.ops.ircore_triton.{name}.default(") == 1, name
     assert "torch.ops.ircore." not in code  # every ircore node lowered
