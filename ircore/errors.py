@@ -13,7 +13,16 @@ __all__ = [
     "ProviderIsolationError",
     "UnknownOpError",
     "NoToleranceError",
+    "ProviderError",
+    "CONTAINED",
 ]
+
+#: What ircore contains when a provider's code raises it (its import, hooks, predicates, kernels):
+#: every ``Exception``, and ``SystemExit`` and ``GeneratorExit``, which a library raising them
+#: cannot mean for the user's process. Any other ``BaseException`` (``KeyboardInterrupt``, an
+#: ``asyncio.CancelledError``, a test framework's outcome) is the caller's control flow and
+#: propagates, after ircore undid what the provider changed.
+CONTAINED: tuple[type[BaseException], ...] = (Exception, SystemExit, GeneratorExit)
 
 
 class IrcoreError(Exception):
@@ -67,3 +76,10 @@ class NoToleranceError(IrcoreError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class ProviderError(IrcoreError, RuntimeError):
+    """A provider's kernel raised ``SystemExit`` or ``GeneratorExit`` in a call of an op.
+
+    The original is its ``__cause__``; the message names the provider and the op.
+    """
