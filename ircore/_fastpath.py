@@ -47,6 +47,7 @@ import torch
 
 from ircore import _import_hook, _signature, dispatch
 from ircore._state import SCOPE, STATE
+from ircore.errors import CONTAINED
 
 
 class EagerOp(dispatch.OpLike, Protocol):
@@ -80,8 +81,10 @@ _SIGNATURE_BLOCK = """
                 _ir_log.debug("%s: running %s", _ir_name, _ir_entry[0])
             try:
                 return _ir_entry[1]({args})
-            except Exception as _ir_exc:
-                _ir_note_failure(_ir_name, _ir_entry[0], _ir_exc)
+            except BaseException as _ir_exc:
+                _ir_failure = _ir_note_failure(_ir_name, _ir_entry[0], _ir_exc)
+                if _ir_failure is not None:
+                    raise _ir_failure from _ir_exc
                 raise
 """
 
@@ -109,14 +112,16 @@ def __call__(_ir_self, {params}):{signature_block}
                 _ir_pred = _ir_entry[3]
                 if _ir_pred is None or _ir_pred({args}):
                     break
-        except Exception:
+        except _ir_CONTAINED:
             _ir_entry = _ir_first(_ir_name, _ir_plan[1], ({args},))[0]
     if _ir_log_enabled(10):
         _ir_log.debug("%s: running %s", _ir_name, _ir_entry[0])
     try:
         return _ir_entry[1]({args})
-    except Exception as _ir_exc:
-        _ir_note_failure(_ir_name, _ir_entry[0], _ir_exc)
+    except BaseException as _ir_exc:
+        _ir_failure = _ir_note_failure(_ir_name, _ir_entry[0], _ir_exc)
+        if _ir_failure is not None:
+            raise _ir_failure from _ir_exc
         raise
 """
 
@@ -214,6 +219,7 @@ def make_call_script(op: EagerOp) -> tuple[str, dict[str, Any]]:
         "_ir_plan_for": dispatch.plan_for,
         "_ir_first": dispatch.first_supported,
         "_ir_note_failure": dispatch.note_failure,
+        "_ir_CONTAINED": CONTAINED,
         "_ir_log": _log,
         "_ir_log_enabled": _log.isEnabledFor,
         "_ir_grad_enabled": torch.is_grad_enabled,

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ircore import _ownership, _signature
 from ircore._state import SCOPE, STATE, PriorityLayer, Scope
-from ircore.errors import PriorityError
+from ircore.errors import CONTAINED, PriorityError, ProviderError
 
 __all__ = [
     "DEFAULT_RANK",
@@ -152,7 +152,7 @@ def set_priority(
     appended. Raises :class:`~ircore.errors.PriorityError` for unknown ops or providers. A
     provider's own code (its import and hooks) may not call it.
     """
-    _ownership.refuse_inside_provider("ircore.set_priority()")
+    _ownership.refuse_provider_code("ircore.set_priority()")
     ensure_loaded()
     validated = validate_priority({**(priorities or {}), **ops}, "ircore.set_priority()")
     with STATE.lock:
@@ -405,7 +405,7 @@ def first_supported(
         cacheable = cacheable and entry.cacheable
         try:
             accepted = pred(*args)
-        except Exception as exc:
+        except CONTAINED as exc:
             _predicate_raised(op_name, entry.provider, exc)
             if on_step is not None:
                 on_step(entry, False, f"supports_args raised {type(exc).__name__}: {exc}")
@@ -454,19 +454,31 @@ def run_entry(op_name: str, provider: str, fn: Callable[..., Any], args: tuple[A
         _log.debug("%s: running %s", op_name, provider)
     try:
         return fn(*args)
-    except Exception as exc:
-        note_failure(op_name, provider, exc)
+    except BaseException as exc:
+        failure = note_failure(op_name, provider, exc)
+        if failure is not None:
+            raise failure from exc
         raise
 
 
-def note_failure(op_name: str, provider: str, exc: BaseException) -> None:
-    """Say in the traceback which provider's implementation raised, and how to bypass it."""
-    add_note = getattr(exc, "add_note", None)  # Python 3.11+
-    if provider != NATIVE and add_note is not None:
-        add_note(
-            f"raised in provider {provider!r}'s implementation of ircore op {op_name!r}; "
-            f"to bypass it: ircore.set_priority({op_name}=[...]) or IRCORE_DISABLE={provider}"
+def note_failure(op_name: str, provider: str, exc: BaseException) -> ProviderError | None:
+    """Say in the traceback which provider's implementation raised, and how to bypass it.
+
+    A ``SystemExit`` or ``GeneratorExit`` from a kernel is not the user's to get: the error to
+    raise instead (a :class:`~ircore.errors.ProviderError`, the original as its cause) is returned.
+    Any other exception is kept (None).
+    """
+    bypass = f"to bypass it: ircore.set_priority({op_name}=[...]) or IRCORE_DISABLE={provider}"
+    if isinstance(exc, (SystemExit, GeneratorExit)):
+        return ProviderError(
+            f"the implementation of ircore op {op_name!r} by provider {provider!r} raised "
+            f"{type(exc).__name__}({', '.join(map(repr, exc.args))}), which ircore does not let end the "
+            f"caller's program; {bypass}"
         )
+    add_note = getattr(exc, "add_note", None)  # Python 3.11+
+    if provider != NATIVE and add_note is not None and isinstance(exc, Exception):
+        add_note(f"raised in provider {provider!r}'s implementation of ircore op {op_name!r}; {bypass}")
+    return None
 
 
 def run(op: OpLike, args: tuple[Any, ...], *, allow_inplace: bool) -> Any:

@@ -139,15 +139,27 @@ bool debug_logging_may_be_on(FastCall* self) {
   return cached != Py_False;  // not yet cached, or True: the Python path asks isEnabledFor
 }
 
-// Tell note_failure which provider raised (it adds a note to the exception), keep the exception.
+// Tell note_failure which provider raised (it adds a note to the exception) and keep the
+// exception, unless note_failure returns another to raise instead (for a SystemExit or a
+// GeneratorExit from a kernel: ircore.dispatch.note_failure), the original as its cause.
 void note_failure(FastCall* self, PyObject* provider) {
-  if (!PyErr_ExceptionMatches(PyExc_Exception)) return;
+  if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) return;
   PyObject *type, *value, *traceback;
   PyErr_Fetch(&type, &value, &traceback);
   PyErr_NormalizeException(&type, &value, &traceback);
   if (traceback != nullptr) PyException_SetTraceback(value, traceback);
   PyObject* done = PyObject_CallFunctionObjArgs(self->note_failure, self->name, provider, value, nullptr);
   if (done == nullptr) PyErr_Clear();  // a failing note must not replace the real error
+  if (done != nullptr && PyExceptionInstance_Check(done)) {
+    PyException_SetCause(done, value);  // steals the reference to value
+    Py_INCREF(value);
+    PyException_SetContext(done, value);  // steals it too
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(done)), done);
+    Py_DECREF(done);
+    Py_DECREF(type);
+    Py_XDECREF(traceback);
+    return;
+  }
   Py_XDECREF(done);
   PyErr_Restore(type, value, traceback);
 }
