@@ -82,6 +82,42 @@ class Scope:
 SCOPE: ContextVar[Scope | None] = ContextVar("ircore_priority_scope", default=None)
 
 
+#: What an op is from its declaration (:class:`ircore.IrOp`): fixed once declared, and compared by
+#: the guard around provider code (``ircore._ownership``) by identity.
+DECLARED_ATTRIBUTES = (
+    "name", "native", "inplace_args", "check_args", "tolerances", "sample_inputs", "make_inputs",
+    "reference", "cache_by_signature", "signature", "param_names", "defaults", "schema",
+    "check_types", "tensor_indices", "inplace_indices", "signature_spec", "impls", "removed",
+    "signature_cache", "fake", "torch_op", "torch_inplace_op",
+)  # fmt: skip
+
+
+class Identities(tuple):
+    """A tuple whose equality is its items' identity (a replaced function, or dict, differs)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, tuple) and len(self) == len(other) and all(a is b for a, b in zip(self, other))
+        )
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = tuple.__hash__
+
+
+def _declared(op: Any) -> Identities:
+    return Identities(op.__dict__.get(name) for name in DECLARED_ATTRIBUTES)
+
+
+def _fields(impl: Any) -> Identities:
+    """An implementation's fields, names and values in turn (``object.__setattr__`` gets past its
+    frozen dataclass)."""
+    return Identities(part for item in vars(impl).items() for part in item)
+
+
 class Snapshot(NamedTuple):
     """The contents of :data:`STATE` at one moment (see :meth:`State.snapshot`)."""
 
@@ -94,16 +130,24 @@ class Snapshot(NamedTuple):
     blocked: dict[str, str]
     fusions: object
     config_api: dict[str, Any]
+    #: op -> its declared attributes (:data:`DECLARED_ATTRIBUTES`), as they were
+    declared: dict[str, Identities]
+    #: op -> provider -> that implementation's fields, as they were
+    impl_fields: dict[str, dict[str, Identities]]
 
     def settings(self) -> tuple[Any, ...]:
         """What a provider's code must leave alone, for the guard to compare (ircore._ownership)."""
         return (
             sorted(self.ops),
-            self.impls,
+            {
+                op: {p: (impl, self.impl_fields[op][p]) for p, impl in impls.items()}
+                for op, impls in self.impls.items()
+            },
             self.api_priority,
             [(layer.source, dict(layer.priorities)) for layer in self.layers],
             self.ranks,
             self.blocked,
+            self.declared,
         )
 
 
@@ -270,6 +314,8 @@ class State:
                 dict(self.blocked),
                 self.fusions,
                 {key: _copy(value) for key, value in self.config_api.items()},
+                {name: _declared(op) for name, op in self.ops.items()},
+                {name: {p: _fields(impl) for p, impl in op.impls.items()} for name, op in self.ops.items()},
             )
 
     def restore(self, snapshot: Snapshot) -> None:
@@ -280,6 +326,15 @@ class State:
             self.ops.clear()
             self.ops.update(snapshot.ops)
             for name, op in self.ops.items():
+                declared = snapshot.declared.get(name)
+                if declared is not None and _declared(op) != declared:
+                    op.__dict__.update(zip(DECLARED_ATTRIBUTES, declared))
+                for provider, fields in snapshot.impl_fields.get(name, {}).items():
+                    impl = snapshot.impls[name][provider]
+                    if _fields(impl) != fields:
+                        vars(impl).clear()
+                        vars(impl).update(zip(fields[::2], fields[1::2]))
+                op._entries.clear()  # made from fields that may have been changed
                 op.impls.clear()
                 op.impls.update(snapshot.impls.get(name, {}))
                 op.removed.clear()

@@ -16,9 +16,11 @@ For ``providers``, ``disable`` and ``strict`` the highest source that sets the k
 names the fusion. Files: ``IRCORE_CONFIG``, else ``./ircore.toml``, else ``[tool.ircore]`` in
 ``./pyproject.toml``.
 
-The environment and the file are read when the provider loader next needs the settings
-(:func:`resolve_settings`); what ``configure`` sets is kept in ``ircore._state.STATE`` with the rest
-of the state, and a change tells the loader to decide provider states again on next use.
+The environment and the file are read once, when the provider loader first needs the settings
+(:func:`resolve_settings`), before any provider's code runs: so nothing written to ``os.environ``
+later (by a provider, say) changes the configuration; :func:`reset_api_settings` reads them again.
+What ``configure`` sets is kept in ``ircore._state.STATE`` with the rest of the state, and a
+change tells the loader to decide provider states again on next use.
 """
 
 from __future__ import annotations
@@ -319,12 +321,45 @@ def api_source() -> ConfigSource:
     return ConfigSource("ircore.configure()", STATE.config_api)
 
 
-def resolve_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Settings:
-    """Read environment and file, stack them under the API settings, decide each key."""
-    sources = [api_source(), read_environment(environ)]
+#: The environment and the file as first read (see the module docstring): [] until then.
+_READ: list[list[ConfigSource]] = []
+
+
+def _read(environ: Mapping[str, str] | None, cwd: Path | None) -> list[ConfigSource]:
+    sources = [read_environment(environ)]
     path = find_config_file(environ, cwd)
     if path is not None:
         sources.append(read_file(path))
+    return sources
+
+
+def read_sources() -> list[ConfigSource]:
+    """The environment's and the file's settings, read on the first call (an error is not kept:
+    it is raised again on the next)."""
+    with _api_lock:
+        if not _READ:
+            _READ.append(_read(None, None))
+        return list(_READ[0])
+
+
+def remembered_sources() -> list[list[ConfigSource]]:
+    """What :func:`read_sources` keeps, for ``ircore.testing.isolated`` to put back."""
+    return list(_READ)
+
+
+def restore_sources(remembered: list[list[ConfigSource]]) -> None:
+    with _api_lock:
+        _READ[:] = remembered
+
+
+def resolve_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Settings:
+    """Stack the environment and the file under the API settings, decide each key.
+
+    Without arguments the environment and file as first read (:func:`read_sources`); with either,
+    read now from ``environ`` (default ``os.environ``) and ``cwd`` (default the working directory).
+    """
+    read = read_sources() if environ is None and cwd is None else _read(environ, cwd)
+    sources = [api_source(), *read]
     settings = Settings(sources=sources)
     for key in ("providers", "disable", "strict"):
         for source in sources:
@@ -359,7 +394,7 @@ def configure(
     use. Compiled functions recompile on their next call after any change. A provider's own code
     (its import and hooks) may not call it.
     """
-    _ownership.refuse_inside_provider("ircore.configure()")
+    _ownership.refuse_provider_code("ircore.configure()")
     raw: dict[str, Any] = {}
     if providers is not None:
         raw["providers"] = providers
@@ -378,7 +413,10 @@ def configure(
 
 
 def reset_api_settings() -> None:
-    """Forget everything ``configure`` set (for tests and long-lived tools); re-read the rest."""
+    """Forget everything ``configure`` set (for tests and long-lived tools); read the environment
+    and the file again on next use."""
+    _ownership.refuse_provider_code("ircore.config.reset_api_settings()")
     with _api_lock:
         STATE.config_api.clear()
+        _READ.clear()
     STATE.config_changed()

@@ -21,7 +21,7 @@ import torch
 from ircore import _ownership, _torch_ops, _validation, dispatch
 from ircore._argtypes import tensor_parameters, type_checker
 from ircore._fastpath import build_eager_call, providers_loaded
-from ircore._state import STATE
+from ircore._state import DECLARED_ATTRIBUTES, STATE
 from ircore._validation import NAME_PATTERN, RESERVED_PROVIDER_NAMES, reject, source_of
 from ircore.dispatch import Entry, Plan
 from ircore.errors import NoToleranceError
@@ -112,6 +112,9 @@ class Impl:
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
+_DECLARED = frozenset(DECLARED_ATTRIBUTES)
+
+
 def _no_checks(*args: Any) -> None:
     """The argument check of an op declared without one."""
 
@@ -124,6 +127,9 @@ class IrOp(Generic[P, R]):
     ``torch.compile``, ``make_fx`` or any dispatch mode it calls ``torch.ops.ircore.<name>``
     instead, so the graph records the op. Made by :func:`register_op` only.
     """
+
+    #: set once declared: the declared attributes are then fixed (see __setattr__)
+    _sealed = False
 
     if TYPE_CHECKING:
 
@@ -333,7 +339,7 @@ class IrOp(Generic[P, R]):
         An installed provider's name is that provider's alone: it registers through the registrar
         its hook receives, and a provider's own code (its import and hooks) may not call this.
         """
-        _ownership.refuse_inside_provider(f"ircore.ops.{self.name}.register_impl({provider!r}, ...)")
+        _ownership.refuse_provider_code(f"ircore.ops.{self.name}.register_impl({provider!r}, ...)")
         dispatch.ensure_loaded()  # waits while providers load: their check would take it for theirs
         if isinstance(provider, str) and provider in STATE.providers.discovered():
             raise reject(
@@ -470,7 +476,7 @@ class IrOp(Generic[P, R]):
 
         A provider's own code (its import and hooks) may not call this.
         """
-        _ownership.refuse_inside_provider(f"ircore.ops.{self.name}.unregister_impl({provider!r})")
+        _ownership.refuse_provider_code(f"ircore.ops.{self.name}.unregister_impl({provider!r})")
         dispatch.ensure_loaded()
         how = f"removed by ircore.ops.{self.name}.unregister_impl() at {_ownership.caller_location()}"
         STATE.remove_impl(self.name, provider, how)
@@ -492,6 +498,17 @@ class IrOp(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<ircore op {self.name}{self.signature} impls={list(self.impls)}>"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """What the declaration made the op (``native``, ``check_args``, ...) is fixed: dispatch,
+        compiled graphs and every provider's conformance rely on it."""
+        if name in _DECLARED and self.__dict__.get("_sealed"):
+            _ownership.refuse_inside_provider(f"ircore.ops.{self.name}.{name} = ...", verb="set")
+            raise AttributeError(
+                f"ircore.ops.{self.name}.{name} is fixed when the op is declared; declare another op "
+                "(ircore.register_op) for other semantics, or register an implementation for other kernels"
+            )
+        object.__setattr__(self, name, value)
 
 
 @overload
@@ -561,6 +578,7 @@ def register_op(
         op.fake = fake
         op.torch_op, op.torch_inplace_op = _torch_ops.define(op)
         cls.__call__ = build_eager_call(op)  # type: ignore[method-assign]
+        op._sealed = True
         STATE.add_op(op)
         return op
 

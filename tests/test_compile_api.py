@@ -104,7 +104,8 @@ def test_fusions_precedence_per_name(clean_api, monkeypatch, tmp_path):
     (tmp_path / "ircore.toml").write_text('providers = "none"\n[fusions]\nadd_rms_norm = false\nrms_norm_reshape = false\n')
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("IRCORE_FUSIONS", "rms_norm_reshape=on")
-    ircore.configure(providers="none")  # re-read environment and file
+    config.reset_api_settings()  # read the environment and the file again
+    ircore.configure(providers="none")
     assert effective_fusions() == {"add_rms_norm": False, "rms_norm_reshape": True}
     ircore.configure(fusions={"add_rms_norm": True})
     assert effective_fusions() == {"add_rms_norm": True, "rms_norm_reshape": True}

@@ -21,6 +21,14 @@ HOSTILE = [
     "evil_import", "evil_direct", "evil_layers", "evil_forge", "evil_signature", "evil_kwonly", "evil_default",
     "evil_calls_op", "rogue_impersonate", "rogue_unregister", "rogue_replace",
 ]  # fmt: skip
+#: The second pass: identity, BaseExceptions, configuration leaks, threads, the guard's reach.
+SECOND = [
+    "evil_identity", "evil_forced_identity", "evil_exit_import", "evil_generator_exit", "evil_exit_predicate",
+    "evil_exit_kernel", "evil_open_scope", "evil_environ", "evil_late_thread", "evil_worker",
+    "evil_replace_native", "evil_force_native", "evil_replace_dispatch", "evil_kernel_config",
+    "rogue_mutate_impl", "rogue_exit_after_write",
+]  # fmt: skip
+ALL_HOSTILE = [*HOSTILE, *SECOND, "rogue_interrupt"]
 RULE = "a provider registers only through the registrar its ircore_register hook receives"
 
 MATRIX = r"""
@@ -205,7 +213,7 @@ def test_a_removed_implementation_is_reported_by_list_explain_and_doctor(matrix)
 def test_explain_names_a_disabled_provider_once(penv, matrix):
     step = matrix["disabled_explain"]["steps"][0]  # disabled after it loaded
     assert step["reason"] == "provider 'good' is disabled: listed in ircore.configure(): disable"
-    disable = ",".join([*penv.real, "good", "incompatible", *HOSTILE])
+    disable = ",".join([*penv.real, "good", "incompatible", *ALL_HOSTILE])
     env = {"IRCORE_DISABLE": disable, "IRCORE_PRIORITY": "rms_norm=good"}
     run = penv.cli("explain", "rms_norm", "--shape", "2x8", "--dtype", "float32", env=env)  # never loaded
     assert run.returncode == 0, run.stderr
@@ -225,7 +233,7 @@ def test_strict_mode_refuses_broken_providers_and_unavailable_ones_the_user_name
 
 def test_strict_mode_passes_with_an_unavailable_provider_nobody_named(penv):
     # the repo's own providers too: on a machine without a GPU, triton is unavailable
-    everything_else = ",".join(["incompatible", *HOSTILE])
+    everything_else = ",".join(["incompatible", *ALL_HOSTILE])
     run = penv.cli("doctor", "--json", env={"IRCORE_STRICT": "1", "IRCORE_DISABLE": everything_else})
     assert run.returncode == 0, run.stdout
     report = json.loads(run.stdout)
@@ -240,3 +248,216 @@ def test_doctor_reports_an_incompatible_provider(penv):
     assert "no problems found" not in run.stdout
     assert "problems: incompatible; see the reasons above" in run.stdout
     assert "incompatible (ircore-fixture-incompatible 1.0.0): incompatible: " in run.stdout
+
+
+
+# ---------------------------------------------------------------------- the second pass
+SECOND_MATRIX = r"""
+import contextlib, io, json, os, torch, ircore, ircore.dispatch
+from ircore import cli
+from ircore.providers._manager import MANAGER
+
+def cli_text(*argv):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = cli.main(list(argv))
+    return [code, buf.getvalue()]
+
+def attempt(fn):
+    try:
+        fn()
+        return "no error"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc} | cause: {exc.__cause__!r}"
+
+def states(*names):
+    return {n: [r.state.value, r.reason] for n, r in MANAGER.records.items() if not names or n in names}
+
+out = {}
+x, s = torch.randn(2, 8), torch.randn(2, 8)
+out["correct"] = torch.equal(ircore.ops.rms_norm(x, None, 1e-6), ircore.ops.rms_norm.native(x, None, 1e-6))
+out["states"] = states()
+out["impls"] = {n: {p: i.fn.__module__ for p, i in op.impls.items()} for n, op in ircore.all_ops().items()}
+out["explain"] = ircore.explain("rms_norm", x, None, 1e-6).to_dict()
+out["native"] = ircore.ops.rms_norm.native.__module__
+out["first_supported"] = ircore.dispatch.first_supported.__module__
+out["silu"] = torch.equal(ircore.ops.silu_and_mul(s), ircore.ops.silu_and_mul.native(s))
+out["silu_explain"] = ircore.explain("silu_and_mul", s).to_dict()
+out["kernel_exit"] = attempt(lambda: ircore.ops.fused_add_rms_norm(x.clone(), x.clone(), None, 1e-6))
+import ircore_fixture_hostile.evil_worker as worker
+out["worker"] = worker.RESULT
+import ircore_fixture_hostile.evil_late_thread as late
+late.GO.set()
+late.THREAD.join(30)
+out["late"] = late.OUTCOME
+import ircore_fixture_hostile.evil_kernel_config as kernel_config
+x16 = torch.randn(2, 8, dtype=torch.bfloat16)
+out["bf16"] = torch.equal(ircore.ops.rms_norm(x16, None, 1e-6), ircore.ops.rms_norm.native(x16, None, 1e-6))
+out["kernel_config"] = kernel_config.OUTCOME
+out["priority"] = {op: ircore.get_priority(op) for op in ("rms_norm", "silu_and_mul")}
+ircore.ops.rms_norm(x, None, 1e-6)  # the next use: what was refused since makes its provider invalid
+out["states_after"] = states("evil_late_thread", "evil_kernel_config")
+out["bf16_after"] = ircore.explain("rms_norm", x16, None, 1e-6).chosen
+ircore.configure(fusions={"add_rms_norm": True})  # the loader decides again; the environment stays as read
+out["after_configure"] = ircore.explain("rms_norm", x, None, 1e-6).to_dict()
+out["environ"] = os.environ.get("IRCORE_PRIORITY")
+out["doctor"] = cli_text("doctor")
+out["list"] = cli_text("list")
+print("SECOND" + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def second(penv) -> dict:
+    env = {
+        "IRCORE_PROVIDERS": ",".join(["good", *SECOND]),
+        "IRCORE_PRIORITY": "rms_norm=good,evil_kernel_config",
+    }
+    run = penv.run(["-c", SECOND_MATRIX], env)
+    line = next((line for line in run.stdout.splitlines() if line.startswith("SECOND")), None)
+    assert line is not None, run.stdout + run.stderr
+    return json.loads(line[len("SECOND") :])
+
+
+def _unchanged(second: dict) -> None:
+    """What every hostile provider of the second pass must leave: good's results and the user's priority."""
+    assert second["states"]["good"][0] == "active"
+    assert second["impls"]["rms_norm"]["good"] == "ircore_fixture_good"
+    assert second["correct"] and second["explain"]["chosen"] == "good"
+    assert second["explain"]["source"] == "IRCORE_PRIORITY"
+
+
+def test_a_registrar_cannot_be_renamed_to_another_provider(second):
+    _unchanged(second)
+    state, reason = second["states"]["evil_identity"]
+    assert state == "invalid" and reason.startswith("set registrar.provider = 'good' (at "), reason
+    assert "ircore_fixture_hostile/evil_identity.py:" in reason and RULE in reason
+    state, reason = second["states"]["evil_forced_identity"]
+    assert state == "invalid"
+    assert reason.startswith("registered rms_norm under the name 'good' (its registrar's provider was changed)")
+
+
+def test_an_implementation_changed_in_place_is_found_and_undone(second):
+    _unchanged(second)
+    state, reason = second["states"]["rogue_mutate_impl"]
+    assert state == "invalid" and reason.startswith("changed the implementations of rms_norm directly"), reason
+    assert reason.endswith("(all undone)")
+
+
+def test_system_exit_and_generator_exit_from_providers_are_contained(second):
+    state, reason = second["states"]["evil_exit_import"]
+    assert state == "failed"
+    assert reason.startswith("SystemExit: 3 (at ") and "evil_exit_import.py:4, importing " in reason, reason
+    state, reason = second["states"]["evil_generator_exit"]
+    assert state == "failed" and reason.startswith("GeneratorExit: from a hook (at "), reason
+    assert reason.endswith("in ircore_register)")
+    # a direct write and then SystemExit: rejected for the write, which is undone
+    state, reason = second["states"]["rogue_exit_after_write"]
+    assert state == "invalid" and "changed the implementations of rms_norm directly" in reason
+    _unchanged(second)
+    # a predicate that exits declines the call; a kernel that exits raises an error the caller can catch
+    steps = {step["provider"]: step for step in second["silu_explain"]["steps"]}
+    assert steps["evil_exit_predicate"]["outcome"] == "skipped"
+    assert steps["evil_exit_predicate"]["reason"] == "supports_args raised SystemExit: 4"
+    assert second["silu"]
+    assert second["kernel_exit"].startswith(
+        "ProviderError: the implementation of ircore op 'fused_add_rms_norm' by provider 'evil_exit_kernel' "
+        "raised SystemExit(5), which ircore does not let end the caller's program"
+    ), second["kernel_exit"]
+    assert second["kernel_exit"].endswith("| cause: SystemExit(5)")
+    # and the tools report them
+    code, text = second["doctor"]
+    assert code == 1 and "evil_exit_import (ircore-fixture-hostile 1.0.0): failed: SystemExit: 3" in text
+    code, text = second["list"]
+    assert code == 0 and "SystemExit: 3" in text and "GeneratorExit: from a hook" in text
+
+
+def test_a_priority_scope_left_open_by_a_hook_is_refused_and_closed(second):
+    _unchanged(second)
+    state, reason = second["states"]["evil_open_scope"]
+    assert state == "invalid"
+    assert reason.startswith("entered a priority scope (with ircore.priority(...)) and did not leave it")
+
+
+def test_the_environment_a_hook_writes_changes_no_configuration(second):
+    # the environment was read once, before any provider's code ran
+    assert second["environ"] == "rms_norm=native"  # what evil_environ wrote
+    assert second["after_configure"]["chosen"] == "good"
+    assert second["after_configure"]["source"] == "IRCORE_PRIORITY"
+    assert second["priority"]["rms_norm"][0] == "good"
+
+
+def test_configuration_calls_from_provider_threads_and_kernels_are_refused_later_too(second):
+    (late,) = second["late"]
+    assert late.startswith("ProviderIsolationError: provider 'evil_late_thread' called ircore.set_priority() (at ")
+    assert "from thread 'evil-later', which its code started" in late
+    (kernel,) = second["kernel_config"]
+    assert kernel.startswith("ProviderIsolationError: provider 'evil_kernel_config' called ircore.set_priority()")
+    assert "evil_kernel_config.py:" in kernel and "from its code" in kernel
+    assert second["bf16"]  # the kernel swallowed the refusal and returned the right result
+    assert second["priority"]["silu_and_mul"][-1] == "native" and second["priority"]["silu_and_mul"] != ["native"]
+    # each is invalid from the next use on, with the refused call as its reason
+    for name in ("evil_late_thread", "evil_kernel_config"):
+        state, reason = second["states_after"][name]
+        assert state == "invalid" and reason.startswith("called ircore.set_priority() (at "), (name, reason)
+    assert second["bf16_after"] == "native"
+    _unchanged(second)
+
+
+def test_an_op_called_from_a_hooks_worker_thread_does_not_deadlock(second):
+    assert second["worker"] == [[[0.7310585975646973, 0.7310585975646973]], "joined"]
+    assert second["states"]["evil_worker"][0] == "active"
+
+
+def test_an_ops_declaration_and_the_dispatch_functions_cannot_be_replaced(second):
+    _unchanged(second)
+    assert second["native"] == "ircore.ops._norms" or second["native"].startswith("ircore.")
+    assert second["first_supported"] == "ircore.dispatch"
+    state, reason = second["states"]["evil_replace_native"]
+    assert state == "invalid" and reason.startswith("set ircore.ops.rms_norm.native = ... (at "), reason
+    state, reason = second["states"]["evil_force_native"]
+    assert state == "invalid"
+    assert reason.startswith("changed the declared attributes of rms_norm (an op is what its declaration made it)")
+    state, reason = second["states"]["evil_replace_dispatch"]
+    assert state == "invalid" and reason.startswith("replaced ircore.dispatch.first_supported, while ircore loaded it")
+
+
+INTERRUPTED = r"""
+import json, torch, ircore
+from ircore.providers._manager import MANAGER
+x = torch.randn(2, 8)
+out = {}
+try:
+    ircore.ops.rms_norm(x, None, 1e-6)
+    out["first"] = "no error"
+except KeyboardInterrupt:
+    out["first"] = "KeyboardInterrupt"
+out["second"] = torch.equal(ircore.ops.rms_norm(x, None, 1e-6), ircore.ops.rms_norm.native(x, None, 1e-6))
+out["chosen"] = ircore.explain("rms_norm", x, None, 1e-6).chosen
+out["states"] = {n: [r.state.value, r.reason] for n, r in MANAGER.records.items()}
+print("INTERRUPTED" + json.dumps(out))
+"""
+
+
+def test_a_keyboard_interrupt_in_a_hook_propagates_and_leaves_nothing_of_the_provider(penv):
+    env = {"IRCORE_PROVIDERS": "good,rogue_interrupt", "IRCORE_PRIORITY": "rms_norm=good"}
+    run = penv.run(["-c", INTERRUPTED], env)
+    line = next((line for line in run.stdout.splitlines() if line.startswith("INTERRUPTED")), None)
+    assert line is not None, run.stdout + run.stderr
+    out = json.loads(line[len("INTERRUPTED") :])
+    assert out["first"] == "KeyboardInterrupt"  # a real Ctrl-C reaches the user
+    assert out["second"] and out["chosen"] == "good"  # its direct write was undone
+    assert out["states"]["rogue_interrupt"] == [
+        "failed",
+        "interrupted by KeyboardInterrupt (in ircore_register); nothing of it is registered, and it stays "
+        "failed in this process",
+    ]
+    assert out["states"]["good"][0] == "active"
+
+
+def test_the_pytest_plugin_reports_a_provider_that_exits_on_import(penv, tmp_path):
+    env = {"IRCORE_PROVIDERS": "good,evil_exit_import"}
+    run = penv.run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--ircore-provider", "evil_exit_import"], env, tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr  # tests failed; not 3 (INTERNALERROR)
+    assert "INTERNALERROR" not in run.stdout + run.stderr
+    assert "provider 'evil_exit_import' is failed: SystemExit: 3 (at " in run.stdout

@@ -3,9 +3,11 @@
 For every discovered provider, in name order: a conflict, a bad name, an ``ircore`` requirement
 that excludes this core, or configuration that disables it each settle its state *before* its
 module is imported. Otherwise the module is imported and its hooks run (platform check, register
--- or its ``IRCORE_IMPLEMENTATIONS`` table is read --, default priority); any exception makes it
-``failed``, any rejected implementation ``invalid``, and nothing of such a provider stays
-registered.
+-- or its ``IRCORE_IMPLEMENTATIONS`` table is read --, default priority); an exception
+(:data:`ircore.errors.CONTAINED`: also ``SystemExit`` and ``GeneratorExit``) makes it ``failed``,
+any rejected implementation ``invalid``, and nothing of such a provider stays registered. Any
+other ``BaseException`` (``KeyboardInterrupt``) propagates, with the provider ``failed`` and
+nothing of it registered either.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ircore import _ownership, config
 from ircore._state import STATE, PriorityLayer
 from ircore._version import __version__
 from ircore.config import Settings
-from ircore.errors import ImplRegistrationError, ProviderLoadError
+from ircore.errors import CONTAINED, ImplRegistrationError, ProviderLoadError
 from ircore.platform import current_platform
 from ircore.providers import hookspecs
 from ircore.providers._discovery import Candidate, discover, refusal
@@ -69,7 +71,14 @@ class ProviderManager:
         """
         if self._loaded_for == (STATE.config_version, STATE.ops_version) or _ownership.current() is not None:
             return
-        with self._lock:
+        if not self._lock.acquire(blocking=False):
+            run = _ownership.in_progress()
+            if run is not None and run.started(threading.current_thread()):
+                # A thread a provider's hook started, which the hook may be waiting for: it runs
+                # with the providers loaded so far, as the hook's own calls do (no deadlock).
+                return
+            self._lock.acquire()
+        try:
             if self._loaded_for == (STATE.config_version, STATE.ops_version):
                 return
             config_version = STATE.config_version
@@ -77,6 +86,8 @@ class ProviderManager:
             STATE.bump()
             self._enforce_strict()  # likewise: strict mode keeps refusing until fixed
             self._loaded_for = (config_version, STATE.ops_version)
+        finally:
+            self._lock.release()
 
     def _load(self) -> None:
         settings = config.resolve_settings()
@@ -95,8 +106,15 @@ class ProviderManager:
         ]
         fusions = tuple(tuple(sorted(layer.items())) for layer in config.fusion_layers(settings))
         STATE.set_configured(layers, fusions)
+        late = _ownership.late_refusals()
         for record, cands in records_by_name(candidates, self.records):
             name = record.name
+            if name in late and record.state is not ProviderState.INVALID:  # refused after loading
+                if record.state is ProviderState.ACTIVE:
+                    STATE.block(name, f"provider {name!r} is invalid: {late[name]}")
+                self._settle(record, ProviderState.INVALID, late[name])
+            if name in late:
+                continue
             enabled, why = settings.enabled(name)
             if not enabled:  # configuration decides first: a disabled provider is never examined
                 self._disable(record, why)
@@ -131,7 +149,17 @@ class ProviderManager:
         """
         record.imported = True
         with _ownership.provider_code(record.name) as run:
-            outcome = self._run_hooks(record, run)
+            try:
+                outcome = self._run_hooks(record, run)
+            except BaseException as exc:  # not contained (a KeyboardInterrupt): undo, say so, go on up
+                run.undo()
+                self._settle(
+                    record,
+                    ProviderState.FAILED,
+                    f"interrupted by {type(exc).__name__} ({run.during}); nothing of it is registered, "
+                    "and it stays failed in this process",
+                )
+                raise
         refused = run.verdict()
         if refused:
             run.undo()
@@ -141,6 +169,15 @@ class ProviderManager:
             self._settle(record, *outcome)
             return
         registrar, ranks = outcome
+        impostor = next((impl for impl in registrar.impls if impl.provider != record.name), None)
+        if impostor is not None:  # its registrar's identity was forced (object.__setattr__)
+            self._settle(
+                record,
+                ProviderState.INVALID,
+                f"registered {impostor.op_name} under the name {impostor.provider!r} (its registrar's "
+                f"provider was changed); {_ownership.rule_for_providers()}",
+            )
+            return
         registrar.commit()
         STATE.set_ranks(record.name, ranks)
         self._registered[record.name] = record.ops = registrar.op_names
@@ -168,10 +205,9 @@ class ProviderManager:
         """Import and run the hooks: the filled registrar and the ranks, or a state and its reason."""
         try:
             module = importlib.import_module(record.module)
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                raise
+        except CONTAINED as exc:
             return ProviderState.FAILED, describe_failure(exc, f"importing {record.module}")
+        _ownership.note_provider_code(record.name, module)
         pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         pm.add_hookspecs(hookspecs)
         unmarked = self._warn_unmarked(record, pm, module)
@@ -213,7 +249,7 @@ class ProviderManager:
                 ranks, ranks_from = registrar.ranks, "the ranks of its ImplSpec rows"
         except ImplRegistrationError as exc:
             return ProviderState.INVALID, str(exc)
-        except Exception as exc:
+        except CONTAINED as exc:
             return ProviderState.FAILED, describe_failure(exc, run.during)
         problem = self._rank_problem(ranks, registrar.op_names)
         if problem:

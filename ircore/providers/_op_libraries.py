@@ -15,7 +15,7 @@ import sys
 
 from ircore import _ownership, _torch_ops
 from ircore._version import __version__
-from ircore.errors import IrcoreError
+from ircore.errors import CONTAINED, IrcoreError
 from ircore.providers._discovery import OPS_ENTRY_POINT_GROUP, discover, refusal
 from ircore.providers._records import ProviderRecord, ProviderState, describe_failure, records_by_name
 
@@ -51,17 +51,31 @@ class OpLibraries:
                     importlib.import_module(module)
             except IrcoreError as exc:  # a declaration refused (a name taken, a bad signature)
                 state, failure = ProviderState.INVALID, str(exc)
-            except Exception as exc:
+            except CONTAINED as exc:
                 state, failure = ProviderState.FAILED, describe_failure(exc, f"importing {module}")
+            except BaseException as exc:  # not contained (a KeyboardInterrupt): undo, say so, go on up
+                self._undo(run, record, f"interrupted by {type(exc).__name__} (importing {module})")
+                raise
         declared = run.declared()
         refused = run.verdict()
         if refused:
             state, failure = ProviderState.INVALID, refused
         if failure is not None:
-            run.undo()
-            for name in declared:
-                _torch_ops.undefine(name)
-            record.state, record.reason, record.ops = state, failure, ()
+            self._undo(run, record, failure, state)
             return
         record.state, record.ops = ProviderState.ACTIVE, tuple(declared)
         record.reason = f"declares {', '.join(declared) or 'no op'}"
+
+    @staticmethod
+    def _undo(
+        run: _ownership.ProviderRun,
+        record: ProviderRecord,
+        reason: str,
+        state: ProviderState = ProviderState.FAILED,
+    ) -> None:
+        """Leave none of the library's ops (nor anything else it changed); settle it with ``reason``."""
+        declared = run.declared()
+        run.undo()
+        for name in declared:
+            _torch_ops.undefine(name)
+        record.state, record.reason, record.ops = state, reason, ()

@@ -20,11 +20,27 @@ from ircore.providers._table import TABLE_ATTRIBUTE, ImplSpec, resolve
 class Registrar:
     """Registers one provider's implementations, all or nothing."""
 
+    _provider: str
+
     def __init__(self, provider: str) -> None:
-        self.provider = provider
+        object.__setattr__(self, "_provider", provider)
         self._pending: list[tuple[IrOp, Impl]] = []
         #: ranks suggested by table rows (see :meth:`register_table`)
         self.ranks: dict[str, int] = {}
+
+    @property
+    def provider(self) -> str:
+        """The provider this registrar registers for: fixed (a provider registers as itself)."""
+        return self._provider
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("provider", "_provider"):
+            _ownership.refuse_inside_provider(f"registrar.{name} = {value!r}", verb="set")
+            raise ImplRegistrationError(
+                f"Registrar({self.provider!r}).{name} is fixed: a registrar registers for the provider "
+                "it was made for"
+            )
+        object.__setattr__(self, name, value)
 
     def register(
         self,

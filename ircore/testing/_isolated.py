@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from ircore import _torch_ops
+from ircore import _torch_ops, config
 from ircore import platform as _platform
 from ircore._state import SCOPE, STATE, State
 from ircore.providers._manager import MANAGER
@@ -35,11 +35,13 @@ def isolated() -> Iterator[State]:
     As a pytest fixture: ``ircore_isolated`` (from ircore's pytest plugin).
     """
     snapshot, loader, simulated = STATE.snapshot(), MANAGER.snapshot(), _platform._simulated
+    sources = config.remembered_sources()
     token = SCOPE.set(None)
     try:
         yield STATE
     finally:
         SCOPE.reset(token)
+        config.restore_sources(sources)
         _platform.set_simulated_platform(simulated)
         declared = set(STATE.ops) - set(snapshot.ops)
         MANAGER.restore(loader)
