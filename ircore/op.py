@@ -379,7 +379,11 @@ class IrOp(Generic[P, R]):
                 f"({self.impls[provider].source})",
             )
         if not callable(fn):
-            raise reject(self.name, provider, fn, f"{fn!r} is not callable")
+            why = (
+                f"fn {fn!r} (of type {type(fn).__name__}) is not callable; pass the function, or the torch "
+                f"op, that computes {self.name}"
+            )
+            raise reject(self.name, provider, fn, why)
         if inplace and not self.inplace_args:
             raise reject(
                 self.name,

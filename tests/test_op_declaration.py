@@ -65,6 +65,20 @@ def test_name_must_match_pattern(bad):
         ircore.register_op(native, name=bad)
 
 
+def test_name_with_a_trailing_newline_is_refused_saying_so():
+    def native(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    with pytest.raises(OpDeclarationError) as info:
+        ircore.register_op(native, name="scale\n")
+    assert str(info.value).startswith(
+        "op name 'scale\\n' ends with whitespace or a control character ('\\n'); a name must match "
+        "^[a-z][a-z0-9_]*$: lower-case ASCII letters, digits and underscores, starting with a letter, "
+        "e.g. 'my_op' ("
+    )
+    assert "scale\n" not in ircore.all_ops()
+
+
 def test_duplicate_name_rejected_with_both_places():
     def rms_norm(x: torch.Tensor) -> torch.Tensor:
         return x
