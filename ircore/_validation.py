@@ -125,7 +125,11 @@ def _same_default(a: object, b: object) -> bool:
 
 # ---------------------------------------------------------------------- native functions
 def check_native(
-    name: str | None, native: Callable[..., Any], inplace_args: Sequence[str], declared: Mapping[str, Any]
+    name: str | None,
+    native: Callable[..., Any],
+    inplace_args: Sequence[str],
+    declared: Mapping[str, Any],
+    any_layout_args: Sequence[str] = (),
 ) -> str:
     """Validate a native function for ``register_op``; return the op's name."""
     if not callable(native):
@@ -165,6 +169,14 @@ def check_native(
         raise OpDeclarationError(
             f"op {op_name!r} ({where}): cannot infer a torch schema from its annotations: {exc}"
         ) from None
+    hints = typing.get_type_hints(native)
+    tensors = [p for p in params if hints.get(p) in (torch.Tensor, torch.Tensor | None)]
+    for arg in any_layout_args:
+        if arg not in tensors:
+            raise OpDeclarationError(
+                f"op {op_name!r} ({where}): any_layout_args names {arg!r}, which is not a tensor "
+                f"parameter (tensor parameters: {tensors})"
+            )
     return op_name
 
 
