@@ -51,6 +51,9 @@ _is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.comp
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
 _grad_enabled = torch.is_grad_enabled
 _is_alias_of = torch._C._is_alias_of  # type: ignore[attr-defined]  # same storage (conservative: also disjoint parts of one)
+# 0: no element of the tensor shares memory with another; 1: some do (stride 0); 2: cannot tell
+_internal_overlap = torch._debug_has_internal_overlap
+_NO_OVERLAP = 0
 
 
 class Tolerance(NamedTuple):
@@ -223,8 +226,9 @@ class IrOp(Generic[P, R]):
 
         For callers that no longer need those inputs: it saves the clone that the functional
         call makes before an in-place implementation. Use only the returned tensors. When a
-        tensor it could overwrite shares memory with another argument (``f(x, x, ...)``), an
-        in-place implementation runs on copies, as in the functional call, so results are right.
+        tensor it could overwrite shares memory with another argument (``f(x, x, ...)``) or with
+        itself (an expanded tensor, whose elements share memory), an in-place implementation
+        runs on copies, as in the functional call, so results are right.
 
         Under ``torch.compile``, ``make_fx``, ``torch.fx.symbolic_trace`` or a dispatch mode the
         graph records one ``torch.ops.ircore.<name>.maybe_inplace`` node, which writes the
@@ -275,9 +279,14 @@ class IrOp(Generic[P, R]):
         return False
 
     def inputs_overlap(self, args: tuple[Any, ...]) -> bool:
-        """Whether a tensor an in-place implementation may write shares memory with another argument."""
+        """Whether a tensor an in-place implementation may write cannot be written in place: it
+        shares memory with another argument, or its own elements share memory (an expanded,
+        stride-0 tensor: writing it is undefined), or torch cannot tell that they don't."""
         for i, j in self._overlap_pairs:
             if args[j] is not None and _is_alias_of(args[i], args[j]):
+                return True
+        for i in self.inplace_indices:
+            if _internal_overlap(args[i]) != _NO_OVERLAP:
                 return True
         return False
 

@@ -156,13 +156,16 @@ def result_or_error(fn):
     except Exception as exc:
         return None, f"{type(exc).__name__}: {exc}"
 
-# Every provider agrees with native on extreme or non-finite values of float parameters.
+# Every provider agrees with native: maybe_inplace with an in-place argument expanded (stride 0,
+# which no kernel may write in place), and extreme or non-finite values of float parameters.
 agree = []
 for op_name, op in sorted(ircore.all_ops().items()):
     if op.make_inputs is None:
         continue
     hints = typing.get_type_hints(op.native)
     variants = []
+    for i in op.inplace_indices:
+        variants.append((f"maybe_inplace {op.param_names[i]} expanded", i, lambda t: t[:1].expand_as(t), True))
     for i, name in enumerate(op.param_names):
         if hints.get(name) in (float, float | None):
             for value in (float("inf"), 1e308, 2**63 - 1):
@@ -305,6 +308,8 @@ def test_every_bad_argument_gets_one_error_whichever_provider_would_run(penv, pa
     assert {"x sparse", "weight sparse", "x_residual sparse", "epsilon int beyond 64 bits"} <= generic
     disagree = [row for row in matrix["agree"] if row[3] != "agrees with native" and not row[3].startswith("refused: ")]
     assert not disagree, disagree
+    expanded = [row for row in matrix["agree"] if "expanded" in row[1]]
+    assert expanded and all(row[3] == "agrees with native" for row in expanded), expanded
     by_value: dict[tuple[str, str], set[str]] = {}
     for op, label, _provider, verdict in matrix["agree"]:
         by_value.setdefault((op, label), set()).add(verdict)
@@ -507,6 +512,29 @@ def test_non_finite_and_extreme_float_arguments_give_one_outcome(op_name):
                 continue
             assert expected is not None, (name, value, "native fails where ircore ran the spy")
             torch.testing.assert_close(got, expected, equal_nan=True, msg=f"{name}={value!r}")
+
+
+@pytest.mark.usefixtures("spied")
+@pytest.mark.parametrize("op_name", [n for n in OPS_WITH_INPUTS if ircore.get_op(n).inplace_args])
+def test_maybe_inplace_never_writes_an_expanded_argument_in_place(op_name):
+    """An in-place argument whose elements share memory (stride 0, from expand) cannot be written
+    in place: the in-place implementation runs on copies (the spy's copy_ would raise), the
+    result is native's, and the caller's tensors are unchanged."""
+    op = ircore.get_op(op_name)
+    for i in op.inplace_indices:
+        good = _good_args(op)
+        expanded = good[i][:1].expand_as(good[i])
+        assert torch._debug_has_internal_overlap(expanded) == 1
+        args = _with(good, i, expanded)
+        before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        expected = op.native(*before)
+        SPIED.clear()
+        got = op.maybe_inplace(*args)
+        assert [name for name, _ in SPIED] == [op_name]  # the spy ran, on copies
+        torch.testing.assert_close(got, expected)
+        for a, b in zip(args, before):
+            if isinstance(a, torch.Tensor):
+                assert torch.equal(a, b)
 
 
 def test_an_op_declared_later_inherits_the_checks(spied):
