@@ -10,12 +10,14 @@ not a tensor), where torch's own argument parser would otherwise answer first.
 
 from __future__ import annotations
 
+import linecache
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import torch
 
+from ircore import _signature
 from ircore.errors import InvalidArgumentError
 
 _Proxy = torch.fx.Proxy
@@ -79,3 +81,181 @@ def type_checker(op: str, native: Callable[..., Any], names: Sequence[str]) -> C
                 bad_argument(op, name, f"must be {wanted}, got {describe(args[i])}")
 
     return check_types
+
+
+# ---------------------------------------------------------------------- what a schema type holds
+#: An ``int`` in a torch schema is 64-bit; a ``float`` is a double, which an implementation may
+#: receive through a 64-bit integer when the caller gives an int (native's Python arithmetic
+#: does). So an int argument, for an ``int`` or a ``float`` parameter, must fit in 64 bits.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_INT_RANGE = "[-2**63, 2**63 - 1]"
+_STRIDED = torch.strided
+
+
+def _int_text(value: int) -> str:
+    """An int for a message: its digits when short, else its size (``str()`` of a huge int is
+    slow, and refused past 4300 digits)."""
+    if value.bit_length() <= 128:
+        return repr(value)
+    digits = int(value.bit_length() * 0.30103) + 1
+    return f"{'-' if value < 0 else ''}an int of about {digits} digits"
+
+
+def _out_of_range(value: object) -> bool:
+    """An int (not a bool, not a SymInt) outside 64 bits."""
+    return isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX
+
+
+def _layout_problem(t: torch.Tensor) -> str | None:
+    """Why ``t`` is not a plain strided (dense) tensor, with what to do, or None."""
+    if t.is_nested:
+        return (
+            "is a nested tensor; expected a dense (strided) tensor: pad it "
+            "(torch.nested.to_padded_tensor) or pass its components one at a time"
+        )
+    layout = t.layout
+    if layout is _STRIDED:
+        return None
+    kind = "sparse " if t.is_sparse or "sparse" in str(layout) else ""
+    return f"is a {kind}tensor of layout {layout}; expected a dense (strided) tensor: pass .to_dense()"
+
+
+def value_checker(
+    op: str, native: Callable[..., Any], names: Sequence[str], any_layout: Sequence[str] = ()
+) -> Callable[..., None]:
+    """``check_values(*args)``: what a parameter's annotation promises beyond its type.
+
+    A ``Tensor`` parameter (unless named in ``any_layout``) takes a dense, strided tensor: not a
+    sparse, nested or MKL-DNN one, which implementations would each fail on differently. An
+    ``int`` or ``float`` parameter given an int takes one that fits in 64 bits (the schema's
+    ``int``; what a ``float`` parameter's implementations convert an int through). Run after
+    the type check: a wrong type is that check's error.
+    """
+    hints = typing.get_type_hints(native)
+    tensors = [
+        (i, name)
+        for i, name in enumerate(names)
+        if hints.get(name) in (torch.Tensor, torch.Tensor | None) and name not in any_layout
+    ]
+    numbers = [(i, name, hints[name]) for i, name in enumerate(names) if hints.get(name) in _NUMBERS]
+
+    def check_values(*args: object) -> None:
+        for i, name in tensors:
+            arg = args[i]
+            if isinstance(arg, torch.Tensor) and not isinstance(arg, _Proxy):
+                problem = _layout_problem(arg)
+                if problem is not None:
+                    bad_argument(op, name, problem)
+        for i, name, kind in numbers:
+            arg = args[i]
+            if _out_of_range(arg):
+                assert isinstance(arg, int)
+                if kind in (int, int | None):
+                    why = "expected an int that fits in 64 bits (the schema's int)"
+                else:
+                    why = "an int given for a float parameter must fit in 64 bits; pass a float instead"
+                    if arg.bit_length() <= 1024:
+                        why += f" ({float(arg)!r})"
+                bad_argument(op, name, f"is {_int_text(arg)}, outside {_INT_RANGE}: {why}")
+
+    return check_values
+
+
+_NUMBERS = (int, int | None, float, float | None)
+
+# How the generated check tests each annotation on the common valid call, in one expression
+# (``{a}`` is the parameter), when the compiled signature helper is not loaded (with it, one call
+# of it answers for every parameter, in ~0.1 us: ircore._signature): cheaper tests than the
+# careful ones, true only for valid arguments; anything else goes to the careful checks, which
+# raise the precise error (or let an unusual valid call through).
+_FAST_TESTS: dict[Any, str] = {
+    torch.Tensor: (
+        "({a}.__class__ is _ir_T or {a}.__class__ is _ir_P) and {a}.layout is _ir_S and not {a}.is_nested"
+    ),
+    torch.Tensor | None: (
+        "{a} is None or (({a}.__class__ is _ir_T or {a}.__class__ is _ir_P) and {a}.layout is _ir_S "
+        "and not {a}.is_nested)"
+    ),
+    int: "{a}.__class__ is int and _ir_MIN <= {a} <= _ir_MAX",
+    int | None: "{a} is None or ({a}.__class__ is int and _ir_MIN <= {a} <= _ir_MAX)",
+    float: "{a}.__class__ is float",
+    float | None: "{a} is None or {a}.__class__ is float",
+    bool: "{a} is True or {a} is False",
+}
+_ANY_LAYOUT_TESTS: dict[Any, str] = {
+    torch.Tensor: "{a}.__class__ is _ir_T or {a}.__class__ is _ir_P",
+    torch.Tensor | None: "{a} is None or {a}.__class__ is _ir_T or {a}.__class__ is _ir_P",
+}
+
+_CHECK_TEMPLATE = """
+def check_args({params}):
+    try:
+        _ir_ok = {fast}
+    except Exception:  # an attribute a wrong type lacks (or raises on): the careful checks say which
+        _ir_ok = False
+    if not _ir_ok:
+        _ir_check_types({params})
+        _ir_check_values({params})
+    return _ir_op_check({params})
+"""
+
+
+def argument_checker(
+    op: str,
+    native: Callable[..., Any],
+    names: Sequence[str],
+    op_check: Callable[..., None],
+    any_layout: Sequence[str] = (),
+) -> tuple[Callable[..., None], Callable[..., None]]:
+    """``(check_args, check_annotations)`` for an op: the check every call of it runs first.
+
+    ``check_annotations(*args)`` raises :class:`InvalidArgumentError` for anything the op's
+    annotations rule out (:func:`type_checker`, :func:`value_checker`); ``check_args`` runs it,
+    then the op's own check (``op_check``), so every op, declared with a check or not, refuses
+    what its annotations rule out before any implementation sees it. ``check_args`` is generated
+    with the op's parameters (as the eager call is, :mod:`ircore._fastpath`): the common valid
+    call costs one expression and a call of ``op_check``.
+    """
+    hints = typing.get_type_hints(native)
+    check_types = type_checker(op, native, names)
+    check_values = value_checker(op, native, names, any_layout)
+
+    def check_annotations(*args: object) -> None:
+        check_types(*args)
+        check_values(*args)
+
+    params = ", ".join(names)
+    # The helper's signature is None for anything the careful checks might refuse (and more:
+    # dispatch modes, subclasses, tensors of any_layout_args that are not strided).
+    spec = _signature.spec_for([hints.get(name) for name in names]) if _signature.signature else None
+    if spec is not None:
+        fast = f"_ir_signature(_ir_spec, {params}) is not None"
+    else:
+        tests = []
+        for name in names:
+            any_layout_tensor = name in any_layout and hints.get(name) in _ANY_LAYOUT_TESTS
+            table = _ANY_LAYOUT_TESTS if any_layout_tensor else _FAST_TESTS
+            if hints.get(name) in table:
+                tests.append(table[hints[name]].format(a=name))
+        fast = " and ".join(f"({t})" for t in tests) or "True"
+    source = _CHECK_TEMPLATE.format(params=params, fast=fast)
+    namespace: dict[str, Any] = {
+        "_ir_op_check": op_check,
+        "_ir_signature": _signature.signature,
+        "_ir_spec": spec,
+        "_ir_check_types": check_types,
+        "_ir_check_values": check_values,
+        "_ir_T": torch.Tensor,
+        "_ir_P": torch.nn.Parameter,
+        "_ir_S": _STRIDED,
+        "_ir_MIN": INT64_MIN,
+        "_ir_MAX": INT64_MAX,
+    }
+    filename = f"<ircore argument check of {op}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    check_args: Callable[..., None] = namespace["check_args"]
+    check_args.__qualname__ = f"ircore.ops.{op}.check_args"
+    check_args.__doc__ = getattr(op_check, "__doc__", None)
+    check_args.__wrapped__ = op_check  # type: ignore[attr-defined]
+    return check_args, check_annotations

@@ -120,7 +120,7 @@ def build_extension(
             the library does not load. The message is one line (see :class:`BuildError`).
         ValueError: a bad ``name``, no sources, or a malformed architecture.
     """
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ValueError(f"build_extension: name must be an identifier (letters, digits, _), got {name!r}")
     if not sources:
         raise ValueError(f"build_extension({name!r}): no sources")

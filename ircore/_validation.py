@@ -21,8 +21,29 @@ import torch
 from ircore import _signature
 from ircore.errors import ImplRegistrationError, OpDeclarationError
 
-NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")  # matched with fullmatch: "$" alone allows a final "\n"
 RESERVED_PROVIDER_NAMES = frozenset({"native", "unfused"})
+_NAME_RULE = "lower-case ASCII letters, digits and underscores, starting with a letter"
+
+
+def name_problem(name: object, what: str) -> str | None:
+    """Why ``name`` cannot be an op's or a provider's name (``what``: "op name", "provider
+    name"), saying what is wrong and what names may be; None if it can."""
+    if isinstance(name, str) and NAME_PATTERN.fullmatch(name):
+        return None
+    example = "'my_op'" if what.startswith("op") else "'my_kernels'"
+    rule = f"must match {NAME_PATTERN.pattern}: {_NAME_RULE}, e.g. {example}"
+    if not isinstance(name, str):
+        return f"{what} {name!r} is of type {type(name).__name__}, not a str; a name {rule}"
+    odd = sorted({c for c in name if c.isspace() or not c.isprintable()})
+    if odd:
+        body = name
+        while body and body[-1] in odd:
+            body = body[:-1]
+        place = "ends with" if not any(c in odd for c in body) else "contains"
+        chars = ", ".join(repr(c) for c in odd)
+        return f"{what} {name!r} {place} whitespace or a control character ({chars}); a name {rule}"
+    return f"{what} {name!r} {rule}"
 
 
 def source_of(obj: object) -> str:
@@ -104,15 +125,20 @@ def _same_default(a: object, b: object) -> bool:
 
 # ---------------------------------------------------------------------- native functions
 def check_native(
-    name: str | None, native: Callable[..., Any], inplace_args: Sequence[str], declared: Mapping[str, Any]
+    name: str | None,
+    native: Callable[..., Any],
+    inplace_args: Sequence[str],
+    declared: Mapping[str, Any],
+    any_layout_args: Sequence[str] = (),
 ) -> str:
     """Validate a native function for ``register_op``; return the op's name."""
     if not callable(native):
         raise OpDeclarationError(f"register_op needs a function, got {native!r}")
     op_name = getattr(native, "__name__", "") if name is None else name
     where = source_of(native)
-    if not isinstance(op_name, str) or not NAME_PATTERN.match(op_name):
-        raise OpDeclarationError(f"op name {op_name!r} ({where}) must match {NAME_PATTERN.pattern}")
+    problem = name_problem(op_name, "op name")
+    if problem is not None:
+        raise OpDeclarationError(f"{problem} ({where})")
     if op_name in declared:
         raise OpDeclarationError(
             f"op {op_name!r} ({where}) is already declared by {source_of(declared[op_name].native)}"
@@ -143,6 +169,14 @@ def check_native(
         raise OpDeclarationError(
             f"op {op_name!r} ({where}): cannot infer a torch schema from its annotations: {exc}"
         ) from None
+    hints = typing.get_type_hints(native)
+    tensors = [p for p in params if hints.get(p) in (torch.Tensor, torch.Tensor | None)]
+    for arg in any_layout_args:
+        if arg not in tensors:
+            raise OpDeclarationError(
+                f"op {op_name!r} ({where}): any_layout_args names {arg!r}, which is not a tensor "
+                f"parameter (tensor parameters: {tensors})"
+            )
     return op_name
 
 
@@ -192,14 +226,18 @@ def signature_spec(op_name: str, native: Callable[..., Any], param_names: Sequen
 
 # ---------------------------------------------------------------------- implementations
 def reject(op: str, provider: str, fn: object, why: str) -> ImplRegistrationError:
+    """The error refusing ``provider``'s implementation ``fn`` of ``op``: located by ``fn``'s
+    ``file:line`` where it has one (a value that is no function has none to give)."""
+    where = f" ({source_of(fn)})" if callable(fn) else ""
     return ImplRegistrationError(
-        f"cannot register the implementation of op {op!r} by provider {provider!r} ({source_of(fn)}): {why}"
+        f"cannot register the implementation of op {op!r} by provider {provider!r}{where}: {why}"
     )
 
 
 def check_provider_name(op: str, provider: object, fn: object) -> str:
-    if not isinstance(provider, str) or not NAME_PATTERN.match(provider):
-        raise reject(op, str(provider), fn, f"provider name {provider!r} must match {NAME_PATTERN.pattern}")
+    problem = name_problem(provider, "provider name")
+    if problem is not None or not isinstance(provider, str):
+        raise reject(op, str(provider), fn, str(problem))
     if provider in RESERVED_PROVIDER_NAMES:
         raise reject(
             op, provider, fn, f"{provider!r} is reserved (reserved names: {sorted(RESERVED_PROVIDER_NAMES)})"

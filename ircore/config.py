@@ -97,7 +97,12 @@ def _parse_bool(value: Any, where: str) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
         return value.strip().lower() in _TRUE
-    raise ConfigError(f"{where}: expected true or false (1/0), got {value!r}")
+    if isinstance(value, str):  # the environment's form (a file may quote it too)
+        raise ConfigError(f"{where}: expected true or false (or 1/0, yes/no, on/off), got {value!r}")
+    raise ConfigError(  # a TOML number, or a Python value given to ircore.configure()
+        f"{where}: expected true or false, got {value!r}: a boolean (unquoted true/false in TOML, True/False "
+        "in Python)"
+    )
 
 
 def _parse_priority_string(text: str, where: str) -> dict[str, tuple[str, ...]]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeVar, 
 import torch
 
 from ircore import _ownership, _torch_ops, _validation, dispatch
-from ircore._argtypes import tensor_parameters, type_checker
+from ircore._argtypes import argument_checker, tensor_parameters, type_checker
 from ircore._fastpath import build_eager_call, providers_loaded
 from ircore._state import DECLARED_ATTRIBUTES, STATE
 from ircore._validation import NAME_PATTERN, RESERVED_PROVIDER_NAMES, reject, source_of
@@ -51,6 +51,9 @@ _is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.comp
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
 _grad_enabled = torch.is_grad_enabled
 _is_alias_of = torch._C._is_alias_of  # type: ignore[attr-defined]  # same storage (conservative: also disjoint parts of one)
+# 0: no element of the tensor shares memory with another; 1: some do (stride 0); 2: cannot tell
+_internal_overlap = torch._debug_has_internal_overlap
+_NO_OVERLAP = 0
 
 
 class Tolerance(NamedTuple):
@@ -142,6 +145,7 @@ class IrOp(Generic[P, R]):
         *,
         inplace_args: tuple[str, ...],
         check_args: Callable[..., None],
+        any_layout_args: tuple[str, ...] = (),
         tolerances: dict[torch.dtype, Tolerance],
         sample_inputs: Callable[..., Iterator[Sample]] | None,
         make_inputs: Callable[..., tuple[Any, ...]] | None,
@@ -151,8 +155,7 @@ class IrOp(Generic[P, R]):
         self.name = name
         self.native = native
         self.inplace_args = inplace_args
-        #: Raises InvalidArgumentError for bad input, before any implementation runs.
-        self.check_args = check_args
+        self.any_layout_args = any_layout_args
         self.tolerances = tolerances
         self.sample_inputs = sample_inputs
         self.make_inputs = make_inputs
@@ -169,6 +172,12 @@ class IrOp(Generic[P, R]):
         self.schema = _validation.infer_schema(native)
         #: Raises InvalidArgumentError for an argument of the wrong type (see ircore._argtypes).
         self.check_types = type_checker(name, native, self.param_names)
+        #: Raises InvalidArgumentError for bad input, before any implementation runs: what the
+        #: annotations rule out (types, layouts, 64-bit ints: ``check_annotations``), then the
+        #: op's own ``check_args`` as declared.
+        self.check_args, self.check_annotations = argument_checker(
+            name, native, self.param_names, check_args, any_layout_args
+        )
         self.tensor_indices = tensor_parameters(native, self.param_names)
         self.inplace_indices = tuple(self.param_names.index(a) for a in inplace_args)
         # (written, other) tensor parameters that must not share memory for an in-place call
@@ -223,8 +232,9 @@ class IrOp(Generic[P, R]):
 
         For callers that no longer need those inputs: it saves the clone that the functional
         call makes before an in-place implementation. Use only the returned tensors. When a
-        tensor it could overwrite shares memory with another argument (``f(x, x, ...)``), an
-        in-place implementation runs on copies, as in the functional call, so results are right.
+        tensor it could overwrite shares memory with another argument (``f(x, x, ...)``) or with
+        itself (an expanded tensor, whose elements share memory), an in-place implementation
+        runs on copies, as in the functional call, so results are right.
 
         Under ``torch.compile``, ``make_fx``, ``torch.fx.symbolic_trace`` or a dispatch mode the
         graph records one ``torch.ops.ircore.<name>.maybe_inplace`` node, which writes the
@@ -240,20 +250,21 @@ class IrOp(Generic[P, R]):
                 pass  # never true; read so that Dynamo guards on the version (see _fastpath)
             if self.torch_inplace_op is None or (type(first) is not _Tensor and isinstance(first, _Tensor)):
                 return self.call_torch_op(*full)  # type: ignore[no-any-return]
-            self.check_types(*full)
+            self.check_annotations(*full)
             self.torch_inplace_op(*full)
             outs = tuple(full[i] for i in self.inplace_indices)
             return outs if len(outs) > 1 else outs[0]  # type: ignore[return-value]
         return dispatch.run(self, full, allow_inplace=True)  # type: ignore[no-any-return]
 
     def call_torch_op(self, *args: Any) -> Any:
-        """Call ``torch.ops.ircore.<name>`` (tracing, tensor subclasses): argument types first.
+        """Call ``torch.ops.ircore.<name>`` (tracing, tensor subclasses): the checks of what the
+        annotations rule out first (types, layouts, 64-bit ints).
 
         torch's own argument parser would otherwise reject a wrong type with its own message. A
         call that needs grad runs (and is traced as) native, as in eager calls: the torch op has
         no autograd formula.
         """
-        self.check_types(*args)
+        self.check_annotations(*args)
         if type(args[0]) is not _Proxy and self.wants_grad(args):
             self.check_args(*args)
             native: Callable[..., Any] = self.native
@@ -274,9 +285,14 @@ class IrOp(Generic[P, R]):
         return False
 
     def inputs_overlap(self, args: tuple[Any, ...]) -> bool:
-        """Whether a tensor an in-place implementation may write shares memory with another argument."""
+        """Whether a tensor an in-place implementation may write cannot be written in place: it
+        shares memory with another argument, or its own elements share memory (an expanded,
+        stride-0 tensor: writing it is undefined), or torch cannot tell that they don't."""
         for i, j in self._overlap_pairs:
             if args[j] is not None and _is_alias_of(args[i], args[j]):
+                return True
+        for i in self.inplace_indices:
+            if _internal_overlap(args[i]) != _NO_OVERLAP:
                 return True
         return False
 
@@ -385,7 +401,11 @@ class IrOp(Generic[P, R]):
                 f"({self.impls[provider].source})",
             )
         if not callable(fn):
-            raise reject(self.name, provider, fn, f"{fn!r} is not callable")
+            why = (
+                f"fn {fn!r} (of type {type(fn).__name__}) is not callable; pass the function, or the torch "
+                f"op, that computes {self.name}"
+            )
+            raise reject(self.name, provider, fn, why)
         if inplace and not self.inplace_args:
             raise reject(
                 self.name,
@@ -527,6 +547,7 @@ def register_op(
     reference: Callable[..., Any] | None = None,
     fake: Callable[..., Any] | None = None,
     cache_by_signature: bool = False,
+    any_layout_args: Sequence[str] = (),
 ) -> Callable[[Callable[P, R]], IrOp[P, R]]: ...
 
 
@@ -543,6 +564,7 @@ def register_op(
     reference: Callable[..., Any] | None = None,
     fake: Callable[..., Any] | None = None,
     cache_by_signature: bool = False,
+    any_layout_args: Sequence[str] = (),
 ) -> Any:
     """Declare an op from its native function; usable as ``@register_op`` or ``@register_op(...)``.
 
@@ -554,12 +576,16 @@ def register_op(
     ``cache_by_signature=True`` promises that ``check_args`` passes or fails by the call's
     signature alone (see :mod:`ircore._signature`); with providers that promise the same of their
     ``supports_args``, eager calls then validate and choose once per signature.
+    Before ``check_args``, every call is checked against the annotations: each argument of its
+    declared type, tensors dense and strided (not sparse, nested or MKL-DNN: except the tensor
+    parameters named in ``any_layout_args``, which ``check_args`` then judges), ints (also an
+    int given for a float) within 64 bits.
     The returned :class:`IrOp` is typed like ``native`` for callers.
     """
 
     def declare(fn: Callable[P, R]) -> IrOp[P, R]:
         _ownership.refuse_op_declaration(str(name or getattr(fn, "__name__", "?")))
-        op_name = _validation.check_native(name, fn, inplace_args, STATE.ops)
+        op_name = _validation.check_native(name, fn, inplace_args, STATE.ops, any_layout_args)
         callbacks = {"check_args": check_args, "sample_inputs": sample_inputs, "make_inputs": make_inputs}
         _validation.check_callbacks(op_name, fn, {**callbacks, "reference": reference, "fake": fake})
         # A class per op, whose __call__ (made below, from the op) has the native signature.
@@ -574,6 +600,7 @@ def register_op(
             make_inputs=make_inputs,
             reference=reference,
             cache_by_signature=bool(cache_by_signature),
+            any_layout_args=tuple(any_layout_args),
         )
         op.fake = fake
         op.torch_op, op.torch_inplace_op = _torch_ops.define(op)

@@ -197,3 +197,19 @@ def test_ops_are_typed_for_callers_and_the_type_checker_runs_in_ci():
     config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["mypy"]
     assert "tests/typing" in config["files"] and (root / "tests/typing/check_ops.py").is_file()
     assert (root / "ircore" / "py.typed").is_file()
+
+
+def test_a_config_file_number_for_a_boolean_is_refused_without_offering_numbers(tmp_path):
+    """``strict = 0`` in TOML: the message must not offer "1/0", which a file cannot use unquoted."""
+    from ircore.config import read_environment, read_file
+
+    path = tmp_path / "ircore.toml"
+    path.write_text("strict = 0\n")
+    with pytest.raises(ircore.ConfigError) as info:
+        read_file(path)
+    assert str(info.value) == (
+        f"{path}: strict: expected true or false, got 0: a boolean (unquoted true/false in TOML, "
+        "True/False in Python)"
+    )
+    with pytest.raises(ircore.ConfigError, match=r"IRCORE_STRICT: expected true or false \(or 1/0, yes/no"):
+        read_environment({"IRCORE_STRICT": "maybe"})

@@ -130,3 +130,31 @@ def test_removal_is_recorded_and_explained():
     step = ircore.explain("rms_norm", x, None, 1e-6).steps[0]
     assert (step.provider, step.outcome, step.reason) == ("gone", "skipped", how)
     ircore.set_priority(rms_norm=None)
+
+
+@pytest.mark.parametrize(
+    "name, what",
+    [
+        ("vllm_c\n", "'vllm_c\\n' ends with whitespace or a control character ('\\n')"),
+        ("native\n", "'native\\n' ends with whitespace or a control character ('\\n')"),
+        ("mine ", "'mine ' ends with whitespace or a control character (' ')"),
+        ("my\tkernels", "'my\\tkernels' contains whitespace or a control character ('\\t')"),
+        ("x\x00", "'x\\x00' ends with whitespace or a control character ('\\x00')"),
+    ],
+)
+def test_names_with_whitespace_or_control_characters_are_refused_saying_so(name, what):
+    """A trailing newline passed the pattern's "$" (and so the reserved and installed-name checks)."""
+    with pytest.raises(ImplRegistrationError) as info:
+        rms_norm.register_impl(name, rms_norm_a)
+    message = str(info.value)
+    assert f"provider name {what}; a name must match ^[a-z][a-z0-9_]*$: lower-case ASCII letters" in message
+    assert name not in rms_norm.impls and name.strip() not in rms_norm.impls
+
+
+def test_a_value_that_is_not_a_function_is_not_given_a_location():
+    with pytest.raises(ImplRegistrationError) as info:
+        rms_norm.register_impl("mine", 42)
+    assert str(info.value) == (
+        "cannot register the implementation of op 'rms_norm' by provider 'mine': fn 42 (of type int) is "
+        "not callable; pass the function, or the torch op, that computes rms_norm"
+    )

@@ -65,6 +65,39 @@ def test_name_must_match_pattern(bad):
         ircore.register_op(native, name=bad)
 
 
+def test_name_with_a_trailing_newline_is_refused_saying_so():
+    def native(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    with pytest.raises(OpDeclarationError) as info:
+        ircore.register_op(native, name="scale\n")
+    assert str(info.value).startswith(
+        "op name 'scale\\n' ends with whitespace or a control character ('\\n'); a name must match "
+        "^[a-z][a-z0-9_]*$: lower-case ASCII letters, digits and underscores, starting with a letter, "
+        "e.g. 'my_op' ("
+    )
+    assert "scale\n" not in ircore.all_ops()
+
+
+def test_any_layout_args_must_name_tensor_parameters():
+    def native(x: torch.Tensor, k: float) -> torch.Tensor:
+        return x
+
+    with pytest.raises(OpDeclarationError, match=r"any_layout_args names 'k', which is not a tensor parameter"):
+        ircore.register_op(native, name="anylayout", any_layout_args=("k",))
+
+
+def test_any_layout_args_let_a_sparse_tensor_through_to_the_ops_check():
+    @ircore.register_op(any_layout_args=("x",))
+    def total(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x.to_dense() if x.is_sparse else x).sum(-1) * w
+
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(total(x.to_sparse(), torch.ones(2)), x.sum(-1))
+    with pytest.raises(ircore.InvalidArgumentError, match="argument 'w' is a sparse tensor"):
+        total(x, torch.ones(2).to_sparse())
+
+
 def test_duplicate_name_rejected_with_both_places():
     def rms_norm(x: torch.Tensor) -> torch.Tensor:
         return x

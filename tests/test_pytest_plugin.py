@@ -16,7 +16,8 @@ pytest_plugins = ["pytester"]
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     target = tmp_path_factory.mktemp("plugin_site")
-    install_fixtures(target, [FIXTURES / "good", FIXTURES / "unavailable", TOOL_FIXTURES / "sloppy"])
+    fixtures = [FIXTURES / "good", FIXTURES / "unavailable", TOOL_FIXTURES / "sloppy", TOOL_FIXTURES / "exits"]
+    install_fixtures(target, fixtures)
     return target
 
 
@@ -55,6 +56,16 @@ def test_a_provider_that_is_not_active_fails_with_its_reason(run):
     result.stdout.fnmatch_lines(
         ["*ircore provider 'unavailable': provider 'unavailable' is unavailable: needs ROCm*"]
     )
+
+
+def test_kernels_raising_systemexit_or_generatorexit_are_failing_tests(run):
+    """Not an INTERNALERROR, not the end of the session: each case fails naming the exception."""
+    result = run("--ircore-provider", "exits", "-k", "seed0 and float32 and (1x8 or 1x16)", "-rf")
+    result.assert_outcomes(failed=2)
+    text = result.stdout.str()
+    assert "INTERNALERROR" not in text
+    assert "exits.silu_and_mul [1x16] cpu float32 seed=0: raised SystemExit: 3" in text
+    assert "exits.rms_norm [1x8] cpu float32 seed=0: raised GeneratorExit" in text
 
 
 def test_fixture_runs_a_test_once_per_case(run, pytester):

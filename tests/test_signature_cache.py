@@ -641,6 +641,11 @@ def test_real_numbers_are_told_apart_by_sign_only():
     assert _signature.signature(b"fg", 1e-6, None) == _signature.signature(b"fg", 3, None) == b"\x10\xff"
     assert _signature.signature(b"fg", -1e-6, 2.0) == b"\x11\x10"
     assert _signature.signature(b"f", float("nan")) == b"\x11"
-    assert _signature.signature(b"f", -(10**30)) == b"\x11"  # an int too large for 64 bits
+    assert _signature.signature(b"f", 2**63 - 1) == _signature.signature(b"f", 2**63 - 1) == b"\x10"
+    assert _signature.signature(b"f", -(2**63)) == b"\x11"
+    # an int beyond 64 bits is refused by the careful path (ircore._argtypes), so never cached
+    for huge in (-(10**30), 2**63, 2**64, 10**400):
+        assert _signature.signature(b"f", huge) is None
+        assert _signature.signature(b"i", huge) is None
     for not_real in (None, "1", True, torch.tensor(1.0)):
         assert _signature.signature(b"f", not_real) is None

@@ -120,6 +120,43 @@ def test_an_implementation_that_raises_is_a_failing_case_not_a_crash():
     )
 
 
+def _raises(exc: BaseException):
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        raise exc
+
+    return kernel
+
+
+@pytest.mark.parametrize(
+    "exc, message",
+    [
+        (SystemExit(3), "raised SystemExit: 3 (provider code must raise an Exception: SystemExit would end"),
+        (GeneratorExit(), "raised GeneratorExit (provider code must raise an Exception: GeneratorExit would end"),
+    ],
+    ids=["SystemExit", "GeneratorExit"],
+)
+def test_a_kernel_raising_systemexit_or_generatorexit_is_a_failing_case(exc, message):
+    """Each case fails naming the exception, and verify goes on to the next (every case is run);
+    the conformance kit raises its AssertionError, and a case run as a test (the pytest plugin's
+    ircore_case.check()) too."""
+    ircore.ops.silu_and_mul.register_impl("v_exit", _raises(exc))
+    report = verify(["v_exit"], devices=["cpu"], dtypes=F32, seeds=(0,))
+    n = sum(1 for _ in ircore.ops.silu_and_mul.sample_inputs(torch.float32, "cpu", 0))
+    assert report.counts() == {"passed": 0, "failed": n, "declined": 0}
+    assert all(message in f.message for f in report.failures), report.failures[0].message
+    with pytest.raises(AssertionError, match=re.escape(message)):
+        check_provider("v_exit", dtypes=F32, seeds=(0,))
+    case, _ = next(iter_cases("v_exit", dtypes=F32, seeds=(0,)))
+    with pytest.raises(AssertionError, match=re.escape(message)):
+        case.check()
+
+
+def test_keyboard_interrupt_in_a_kernel_still_stops_verify():
+    ircore.ops.silu_and_mul.register_impl("v_interrupt", _raises(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        verify(["v_interrupt"], devices=["cpu"], dtypes=F32, seeds=(0,))
+
+
 def test_a_wrong_shape_or_nan_fails_with_infinite_error():
     def nan_out(x: torch.Tensor) -> torch.Tensor:
         out = ircore.ops.silu_and_mul.native(x)
@@ -224,3 +261,24 @@ def test_verify_command_passes_a_correct_provider_with_a_table(tools_env):
 def test_verify_command_usage_errors(tools_env, argv, message):
     run = tools_env.cli("verify", *argv)
     assert run.returncode == 2 and message in run.stderr, run.stderr
+
+
+@pytest.mark.slow
+def test_verify_command_reports_kernels_that_exit_and_goes_on(tmp_path_factory):
+    """A kernel raising SystemExit(3) or GeneratorExit: failing cases in the table, exit 1."""
+    site = tmp_path_factory.mktemp("exits_site")
+    install_fixtures(site, [TOOL_FIXTURES / "exits"])
+    run = ProviderEnv(site, tmp_path_factory.mktemp("exits_run")).cli(
+        "verify", "--provider", "exits", "--seeds", "1", "--dtype", "float32"
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].split()[:3] == ["provider", "op", "device"]
+    rows = {tuple(line.split()[:2]): line.split() for line in lines[1:3]}
+    assert rows["exits", "rms_norm"][3] == "0" and int(rows["exits", "rms_norm"][4]) > 0
+    assert rows["exits", "silu_and_mul"][3] == "0" and int(rows["exits", "silu_and_mul"][4]) > 0
+    text = run.stdout
+    assert "FAILED exits.silu_and_mul [1x16] cpu float32 seed=0: raised SystemExit: 3" in text
+    assert "FAILED exits.rms_norm [1x8] cpu float32 seed=0: raised GeneratorExit" in text
+    assert re.search(r"^\d+ of \d+ cases failed on cpu; 0 passed", lines[-1]), lines[-1]
+    assert "Traceback" not in run.stderr

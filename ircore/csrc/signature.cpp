@@ -12,7 +12,9 @@
 //   >= 0 (an op's check may refuse a negative or NaN epsilon), not its value. None (the caller
 //   takes the careful path) when a tensor is a subclass other than Parameter or is not a plain
 //   strided tensor (sparse, nested), an argument has an unexpected type (a real number is a
-//   float or an int, not a bool), or a torch dispatch mode is active.
+//   float or an int, not a bool), an int (also one given as a real number) does not fit in 64
+//   bits, or a torch dispatch mode is active: the careful path refuses these, so a remembered
+//   choice never serves one.
 #include "signature.h"
 
 #include <Python.h>
@@ -63,13 +65,14 @@ PyObject* signature_of(PyObject* spec_bytes, PyObject* const* args, Py_ssize_t n
       if (PyFloat_Check(a)) {
         non_negative = PyFloat_AS_DOUBLE(a) >= 0.0;  // false for NaN
       } else if (PyLong_CheckExact(a)) {
+        // An int beyond 64 bits is refused by the careful path (ircore._argtypes): never cached.
         int overflow = 0;
         const long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
-        if (v == -1 && PyErr_Occurred()) {
+        if (overflow || (v == -1 && PyErr_Occurred())) {
           PyErr_Clear();
           Py_RETURN_NONE;
         }
-        non_negative = overflow ? overflow > 0 : v >= 0;
+        non_negative = v >= 0;
       } else {
         Py_RETURN_NONE;
       }

@@ -77,7 +77,7 @@ def incompatibility(candidate: Candidate, core_version: str) -> str | None:
 
 def name_problem(name: str, kind: str = "provider") -> str | None:
     """Why an entry point's name cannot be a provider's (or an op library's) name, or None."""
-    if not NAME_PATTERN.match(name):
+    if not NAME_PATTERN.fullmatch(name):
         return f"entry point name {name!r} is not a valid {kind} name (must match {NAME_PATTERN.pattern})"
     if name in RESERVED_PROVIDER_NAMES:
         return f"entry point name {name!r} is reserved (reserved: {sorted(RESERVED_PROVIDER_NAMES)})"

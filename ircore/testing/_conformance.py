@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from ircore import _signature, _torch_ops, dispatch
-from ircore.errors import IrcoreError
+from ircore.errors import CONTAINED, IrcoreError
 from ircore.op import Impl, IrOp, all_ops, get_op
 from ircore.providers._discovery import ENTRY_POINT_GROUP
 from ircore.providers._manager import MANAGER
@@ -144,14 +144,26 @@ def _clone_args(args: tuple) -> tuple:
     return tuple(_same_layout_clone(a) if isinstance(a, torch.Tensor) else a for a in args)
 
 
+def raised(exc: BaseException) -> str:
+    """``raised RuntimeError: message``: what a case says of provider code that raised ``exc``
+    (one of :data:`ircore.errors.CONTAINED`; anything else, ``KeyboardInterrupt`` say, stops the run)."""
+    text = f"raised {type(exc).__name__}" + (f": {exc}" if str(exc) else "")
+    if not isinstance(exc, Exception):
+        text += (
+            f" (provider code must raise an Exception: {type(exc).__name__} would end the caller's "
+            f"{'process' if isinstance(exc, SystemExit) else 'generator'})"
+        )
+    return text
+
+
 def _predicate_problem(impl: Impl, args: tuple) -> tuple[bool, str | None]:
     """``supports_args``' verdict, or why the predicate itself is at fault."""
     if impl.supports_args is None:
         return True, None
     try:
         verdict = impl.supports_args(*args)
-    except Exception as exc:
-        return False, f"supports_args raised {type(exc).__name__}: {exc} (it must return True or False)"
+    except CONTAINED as exc:
+        return False, f"supports_args {raised(exc)} (it must return True or False)"
     if type(verdict) is not bool:
         kind = type(verdict)
         kind_name = (
@@ -197,7 +209,7 @@ def _fake_problem(op: IrOp, impl: Impl, args: tuple, out: Any) -> str | None:
         with FakeTensorMode() as mode:
             fake_args = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args)
             fake_out = target(*fake_args)
-    except Exception as exc:
+    except CONTAINED as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return (
             f"torch.ops.{name} (what compiled graphs hold for it) fails on fake tensors: "
@@ -255,7 +267,7 @@ def _cache_claim_problem(op: IrOp, impl: Impl, args: tuple, verdict: bool) -> st
             continue
         try:
             answer = bool(impl.supports_args(*variant))
-        except Exception:
+        except CONTAINED:
             continue  # reported as its own failure where it matters
         if answer != verdict:
             return (
@@ -304,8 +316,8 @@ def run_case(case: Case, args: tuple[Any, ...] | None = None) -> CaseResult:
         if problem is None:
             fake_problem = _fake_problem(op, impl, args, out)
             problem = f"{where}: {fake_problem}" if fake_problem else None
-    except Exception as exc:
-        return CaseResult(case, FAILED, f"{where}: raised {type(exc).__name__}: {exc}")
+    except CONTAINED as exc:  # KeyboardInterrupt (and the like) stops the run
+        return CaseResult(case, FAILED, f"{where}: {raised(exc)}")
     return CaseResult(case, FAILED if problem else PASSED, problem or "", worst)
 
 

@@ -206,3 +206,48 @@ def test_conformance_kit(device):
         pytest.skip("ircore-provider-vllm-c is not installed (no entry point), or not active here")
     assert all(n > 0 for n in report.checked.values()), str(report)
 
+
+
+def _with_vllm_c_first(name):
+    ircore.dispatch.ensure_loaded()
+    if "vllm_c" not in ircore.get_op(name).impls:
+        pytest.skip("ircore-provider-vllm-c is not installed (no entry point), or not active here")
+    return ircore.priority(**{name: ["vllm_c"]})
+
+
+@pytest.mark.parametrize("expanded", ["x", "x_residual"])
+def test_maybe_inplace_with_an_expanded_argument_runs_the_kernel_on_copies(expanded):
+    """A stride-0 (expanded) in-place argument cannot be written in place: the core hands the
+    in-place kernel copies, so the result is native's and the inputs are unchanged."""
+    op = ircore.ops.fused_add_rms_norm
+    x, r, w = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64)
+    args = {"x": x, "x_residual": r}
+    args[expanded] = args[expanded][:1].expand(4, 64)
+    before = {k: v.clone() for k, v in args.items()}
+    expected = op.native(args["x"], args["x_residual"], w, 1e-6)
+    with _with_vllm_c_first("fused_add_rms_norm"):
+        assert op.explain(args["x"], args["x_residual"], w, 1e-6).chosen == "vllm_c"
+        out = op.maybe_inplace(args["x"], args["x_residual"], w, 1e-6)
+    torch.testing.assert_close(out, expected)
+    assert all(torch.equal(args[k], before[k]) for k in args)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (lambda x, w: (x, w, 2**64), "argument 'epsilon' is 18446744073709551616, outside [-2**63, 2**63 - 1]"),
+        (lambda x, w: (x, w, 10**400), "argument 'epsilon' is an int of about 401 digits, outside"),
+        (lambda x, w: (x.to_sparse(), w, 1e-6), "argument 'x' is a sparse tensor of layout torch.sparse_coo"),
+        (lambda x, w: (x, w.to_sparse(), 1e-6), "argument 'weight' is a sparse tensor of layout torch.sparse_coo"),
+    ],
+    ids=["epsilon 2**64", "epsilon 10**400", "sparse x", "sparse weight"],
+)
+def test_bad_input_the_kernel_would_take_is_refused_first(args, message):
+    """Ints beyond 64 bits and sparse tensors: refused by the core (after a good call filled the
+    signature cache), as with native, not run (2**64) or failed on by the kernel."""
+    x, w = torch.randn(2, 8), torch.randn(8)
+    with _with_vllm_c_first("rms_norm"):
+        ircore.ops.rms_norm(x, w, 1.0)  # an int-free good call with a non-negative epsilon: cached
+        with pytest.raises(ircore.InvalidArgumentError) as info:
+            ircore.ops.rms_norm(*args(x, w))
+    assert str(info.value).startswith("ircore.ops.rms_norm: ") and message in str(info.value)
