@@ -49,6 +49,19 @@ def forward(self, x):
 def forward(self, x):
     return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 """,
+    # Llama 4: the activation is ``activation_fn``
+    "llama4": """
+def forward(self, x):
+    down_proj = self.activation_fn(self.gate_proj(x)) * self.up_proj(x)
+    return self.down_proj(down_proj)
+""",
+}
+
+#: The attribute holding each MLP form's activation module.
+MLP_ACTIVATION: dict[str, str] = {
+    "gate_up_down": "act_fn",
+    "gate_up_down_inline": "act_fn",
+    "llama4": "activation_fn",
 }
 
 #: Activation modules that compute SiLU (``transformers.activations.SiLUActivation``, ``nn.SiLU``).

@@ -15,8 +15,8 @@ patches work on any ``nn.Module`` with these forms.
 
 from __future__ import annotations
 
-import importlib
 import logging
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,9 +26,12 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from ircore.integrations._forms import form_of
-from ircore.integrations._forwards import merge_gate_up, mlp_forward, norm_forward, patch_of, split_gate_up
+from ircore.integrations import _merge
+from ircore.integrations._forms import MLP_ACTIVATION, form_of
+from ircore.integrations._forwards import mlp_forward, norm_forward, patch_of
 from ircore.integrations._kernels_mapping import IrcoreRepository, IrcoreRMSNorm, kernel_mapping
+from ircore.integrations._kinds import is_gated_mlp, is_rmsnorm, other_feed_forward, other_norm
+from ircore.integrations._model_types import modeling_module
 
 __all__ = [
     "IrcoreRMSNorm",
@@ -41,7 +44,7 @@ __all__ = [
     "undo_classes",
 ]
 
-_log = logging.getLogger("ircore")
+_log = logging.getLogger("ircore.integrations.transformers")
 _UNKNOWN_FORM = "{}.forward is not a known RMSNorm form (kept as it is)"
 
 
@@ -51,23 +54,42 @@ class PatchSummary:
 
     ``rms_norm``: names of the modules (or classes) now calling ``ircore.ops.rms_norm``, with
     the form their forward had in ``forms``. ``mlp``: MLPs now running one gate/up matmul and
-    ``ircore.ops.silu_and_mul``. ``left_alone``: name -> why it was not patched (an unknown
-    norm form, a forward already replaced on the instance, ...).
+    ``ircore.ops.silu_and_mul``. ``left_alone``: name -> why it was not patched, for every norm
+    and (with ``mlp=True``) every feed-forward module not patched: an unknown norm form, a
+    LayerNorm, a gated RMSNorm, fused MoE experts, a fused ``gate_up_proj``, a forward already
+    replaced on the instance, ... ``own_forward``: patched norms that run their own forward, not
+    ircore's, because their weight's dtype is not their input's: found by ``apply`` where a
+    norm's weight has another dtype than the model's (weights the model keeps in fp32), and added
+    at the first such call otherwise (Mamba's ``norm_f`` gets the fp32 residual).
     """
 
     rms_norm: list[str] = field(default_factory=list)
     mlp: list[str] = field(default_factory=list)
     left_alone: dict[str, str] = field(default_factory=dict)
     forms: Counter[str] = field(default_factory=Counter)
+    own_forward: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
         forms = ", ".join(f"{form} {n}" for form, n in sorted(self.forms.items()))
         lines = [f"{len(self.rms_norm)} RMSNorm -> ircore.ops.rms_norm" + (f" ({forms})" if forms else "")]
         lines.append(f"{len(self.mlp)} MLP -> one gate/up matmul + ircore.ops.silu_and_mul")
-        if self.left_alone:
-            lines.append(f"{len(self.left_alone)} left alone:")
-            lines += [f"  {name}: {why}" for name, why in self.left_alone.items()]
+        own = "patched, but run their own forward"
+        for title, entries in (("left alone", self.left_alone), (own, self.own_forward)):
+            if entries:
+                lines.append(f"{len(entries)} {title}:")
+                lines += _grouped(entries)
         return "\n".join(lines)
+
+
+def _grouped(entries: dict[str, str]) -> list[str]:
+    """``  reason: name, name, ...`` lines; names differing only in layer numbers as one pattern."""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in entries.items():
+        pattern = re.sub(r"\.\d+\.", ".*.", name)
+        names = by_reason.setdefault(why, [])
+        if pattern not in names:
+            names.append(pattern)
+    return [f"  {', '.join(names)}: {why}" for why, names in by_reason.items()]
 
 
 # ---------------------------------------------------------------------- checks
@@ -92,41 +114,62 @@ def _norm_problem(module: nn.Module) -> tuple[str | None, str | None]:
 
 
 def _mlp_problem(module: nn.Module) -> str | None:
-    """Why ``module`` cannot be merged, or None."""
+    """Why ``module`` cannot be merged, or None. Checked in this order, so each reason is true."""
     cls = type(module)
     if patch_of(vars(module).get("forward")):
         return "already applied"
     if "forward" in vars(module):
         return "its forward was already replaced on the instance (by another library or a hook)"
-    layers = [getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
-    if not all(isinstance(layer, nn.Linear) for layer in layers):
-        return f"{cls.__name__}: gate_proj, up_proj and down_proj are not all nn.Linear"
-    gate, up = cast(nn.Linear, layers[0]), cast(nn.Linear, layers[1])
-    act = getattr(module, "act_fn", None)
+    form = form_of(cls, "mlp")
+    if form is None:
+        return f"{cls.__name__}.forward is not the gated MLP form down(act(gate(x)) * up(x))"
+    if not isinstance(module._modules.get("down_proj"), nn.Linear):
+        return f"{cls.__name__}: down_proj is not an nn.Linear"
+    act_name = MLP_ACTIVATION[form]
+    act = getattr(module, act_name, None)
     if not (isinstance(act, nn.SiLU) or (isinstance(act, nn.Module) and form_of(type(act), "silu"))):
         return f"{cls.__name__}: the activation {type(act).__name__} is not SiLU"
-    if form_of(cls, "mlp") is None:
-        return f"{cls.__name__}.forward is not the gated MLP form down(act(gate(x)) * up(x))"
-    if gate.weight.is_meta or up.weight.is_meta:
-        return "its weights are not loaded (meta tensors): apply after loading"
-    if (gate.weight.shape, gate.weight.dtype, gate.weight.device) != (
-        up.weight.shape,
-        up.weight.dtype,
-        up.weight.device,
-    ) or (gate.bias is None) != (up.bias is None):
-        return "gate_proj and up_proj differ in shape, dtype, device or bias"
+    why = _merge.merge_problem(module)
+    if why is not None:
+        if "meta device" in why:
+            return "its weights are not loaded (meta tensors): apply after loading"
+        return f"{cls.__name__}: {why}"
     return None
 
 
+def _model_dtype(model: nn.Module) -> torch.dtype | None:
+    """The floating dtype holding most of ``model``'s parameter elements."""
+    sizes: Counter[torch.dtype] = Counter()
+    for param in model.parameters():
+        if param.is_floating_point():
+            sizes[param.dtype] += param.numel()
+    return sizes.most_common(1)[0][0] if sizes else None
+
+
+def _kept_in_fp32(model: nn.Module, name: str) -> str:
+    """`` (the model keeps it in fp32: _keep_in_fp32_modules_strict)`` where that names ``name``."""
+    for attr in ("_keep_in_fp32_modules_strict", "_keep_in_fp32_modules"):
+        for key in getattr(model, attr, None) or ():
+            if re.search(rf"(^|\.){re.escape(key)}($|\.)", name):
+                return f" (the model keeps it in fp32: {attr})"
+    return ""
+
+
+class _OwnForwardNote:
+    """Records, once, that a patched norm ran its own forward (input dtype != weight dtype)."""
+
+    def __init__(self, summary: PatchSummary, name: str) -> None:
+        self.summary, self.name = summary, name
+
+    def __call__(self, module: Any, x: torch.Tensor) -> None:
+        if self.name in self.summary.own_forward:
+            return
+        why = f"input {x.dtype}, weight {module.weight.dtype}: ran its own forward, not ircore's"
+        self.summary.own_forward[self.name] = why
+        _log.info("ircore: %s: %s (recorded once)", self.name, why)
+
+
 # ---------------------------------------------------------------------- instance level
-def _is_norm_candidate(module: nn.Module) -> bool:
-    return type(module).__name__.lower().endswith("rmsnorm")
-
-
-def _is_mlp_candidate(module: nn.Module) -> bool:
-    return all(hasattr(module, name) for name in ("gate_proj", "up_proj", "down_proj"))
-
-
 def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False) -> PatchSummary:
     """Route a loaded model's RMSNorms (and, with ``mlp=True``, its gated MLPs) to ircore's ops.
 
@@ -135,33 +178,48 @@ def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False) -> Patc
     ``ircore.ops.rms_norm``; a call whose input dtype differs from the weight's runs the
     module's own forward. With ``mlp=True``, modules with ``gate_proj``/``up_proj``/``down_proj``
     linears, a SiLU activation and the forward ``down(act(gate(x)) * up(x))`` run one matmul
-    over merged gate/up weights (merged once, here; the two parameters become views of the
-    merged tensor) followed by ``ircore.ops.silu_and_mul``. Apply after loading weights and
-    after moving the model. Returns what was patched and what was left alone, and why.
+    over merged gate/up weights (the two parameters become views of the merged tensor; merged
+    again at the next call if they get new storage, from ``.to()`` or anything else) followed by
+    ``ircore.ops.silu_and_mul``. Returns what was patched, and every other norm (and, with
+    ``mlp=True``, feed-forward module) with the reason it was left alone.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(
             f"ircore.integrations.transformers.apply: expected an nn.Module, got {type(model).__name__}"
         )
     summary = PatchSummary()
+    model_dtype = _model_dtype(model)
     for name, module in model.named_modules():
         name = name or type(model).__name__
-        if rms_norm and _is_norm_candidate(module):
+        if rms_norm and is_rmsnorm(type(module)):
             form, why = _norm_problem(module)
             if form is None:
                 summary.left_alone[name] = why or ""
                 continue
-            module.forward = MethodType(norm_forward(type(module).forward), module)
+            note = _OwnForwardNote(summary, name)
+            module.forward = MethodType(norm_forward(type(module).forward, note), module)
             summary.rms_norm.append(name)
             summary.forms[form] += 1
-        elif mlp and _is_mlp_candidate(module):
+            weight_dtype = cast(torch.Tensor, module.weight).dtype
+            if model_dtype is not None and weight_dtype != model_dtype:
+                summary.own_forward[name] = (
+                    f"weight {weight_dtype}, the model's {model_dtype}{_kept_in_fp32(model, name)}: "
+                    f"{model_dtype} inputs run its own forward, not ircore's"
+                )
+        elif mlp and is_gated_mlp(module):
             why = _mlp_problem(module)
             if why is not None:
                 summary.left_alone[name] = why
                 continue
-            merge_gate_up(module)
+            _merge.merge(module, name)
             module.forward = MethodType(mlp_forward, module)
             summary.mlp.append(name)
+        else:
+            why = other_norm(type(module)) if rms_norm and not module._modules else None
+            if why is None and mlp:
+                why = other_feed_forward(module)
+            if why is not None:
+                summary.left_alone[name] = why
     _log.info("ircore.integrations.transformers.apply(%s):\n%s", type(model).__name__, summary)
     return summary
 
@@ -170,7 +228,7 @@ def undo(model: nn.Module) -> int:
     """Put back every module of ``model`` that ``apply`` patched; returns how many.
 
     Norms get their class's forward again; merged MLPs get their class's forward, and their gate
-    and up weights their own storage (as loaded, same values).
+    and up weights their own storage (same values as now).
     """
     restored = 0
     for module in model.modules():
@@ -179,7 +237,7 @@ def undo(model: nn.Module) -> int:
             continue
         del module.forward
         if kind == "mlp":
-            split_gate_up(module)
+            _merge.split(module)
         restored += 1
     return restored
 
@@ -190,18 +248,11 @@ _CLASS_PATCHES: dict[type, Any] = {}
 
 
 def _classes_of(target: str | ModuleType | type) -> tuple[str, list[type]]:
-    """The RMSNorm classes a target names: a model type (``"llama"``), a modeling module, a class."""
+    """The norm classes a target names: a model type (``"llama"``), a modeling module, a class."""
     if isinstance(target, type):
         return target.__qualname__, [target]
     if isinstance(target, str):
-        module_name = f"transformers.models.{target}.modeling_{target}"
-        try:
-            target = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            raise ValueError(
-                f"ircore.integrations.transformers.apply_to_classes: no module {module_name} ({exc}); "
-                "pass a model type as in config.model_type ('llama', 'qwen3'), a modeling module or a class"
-            ) from exc
+        target = modeling_module(target)
     if not isinstance(target, ModuleType):
         raise TypeError(
             "ircore.integrations.transformers.apply_to_classes: expected a model type name, a modeling "
@@ -213,7 +264,7 @@ def _classes_of(target: str | ModuleType | type) -> tuple[str, list[type]]:
         if isinstance(value, type)
         and issubclass(value, nn.Module)
         and value.__module__ == target.__name__
-        and value.__name__.lower().endswith("rmsnorm")
+        and (is_rmsnorm(value) or other_norm(value) is not None)
     ]
     return target.__name__, classes
 
@@ -221,10 +272,11 @@ def _classes_of(target: str | ModuleType | type) -> tuple[str, list[type]]:
 def apply_to_classes(*targets: str | ModuleType | type) -> PatchSummary:
     """Route RMSNorm classes to ``ircore.ops.rms_norm``, for models built or loaded afterwards.
 
-    Each target is a model type (``"llama"``, ``"qwen3"``: the RMSNorm classes of
-    ``transformers.models.<type>.modeling_<type>``), a modeling module, or a class. Classes whose
-    forward has a known form get ircore's forward (every instance, existing ones included);
-    the others are listed in ``left_alone``. The MLP merge needs loaded weights: use
+    Each target is a model type as in ``config.model_type`` (``"llama"``, ``"gemma3_text"``,
+    ``"internlm3"``: resolved to a modeling module as transformers' auto classes do), a modeling
+    module, or a class. RMSNorm classes whose forward has a known form get ircore's forward
+    (every instance, existing ones included); the other norm classes defined there are listed in
+    ``left_alone`` with the reason. The MLP merge needs loaded weights: use
     ``apply(model, rms_norm=False, mlp=True)`` after loading for that. ``undo_classes()`` reverts.
     """
     if not targets:
@@ -234,12 +286,15 @@ def apply_to_classes(*targets: str | ModuleType | type) -> PatchSummary:
     summary = PatchSummary()
     for target in targets:
         where, classes = _classes_of(target)
-        if not classes:
+        if not any(is_rmsnorm(cls) for cls in classes):
             summary.left_alone[where] = "no RMSNorm class defined there"
         for cls in classes:
             name = f"{cls.__module__}.{cls.__qualname__}"
             if cls in _CLASS_PATCHES:
                 continue  # applied before: nothing to do
+            if not is_rmsnorm(cls):
+                summary.left_alone[name] = other_norm(cls) or ""
+                continue
             form = form_of(cls, "norm")
             if form is None:
                 summary.left_alone[name] = _UNKNOWN_FORM.format(cls.__name__)

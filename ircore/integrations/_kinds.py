@@ -1,0 +1,83 @@
+"""What kind of norm or feed-forward module a module is, as far as ``apply`` is concerned.
+
+``apply`` patches RMSNorms (classes named ``*RMSNorm``) and gated MLPs (``gate_proj``,
+``up_proj``, ``down_proj``). Every other norm and feed-forward module it meets is named in the
+summary with the reason it is kept: the functions here give that reason, or None for a module
+that is none of these (a Linear, an attention block, ...).
+"""
+
+from __future__ import annotations
+
+import re
+
+from torch import nn
+
+_GATED = ("gate_proj", "up_proj", "down_proj")
+#: Class names of norm layers: ``...Norm``, ``...NormGated``, ``...Norm1P`` (Nemotron), ``...Norm2d``.
+_NORM_NAME = re.compile(r"norm(gated|1p|2d)?$", re.IGNORECASE)
+#: Class names of feed-forward blocks.
+_FFN_NAME = re.compile(r"mlp|feedforward|ffn$", re.IGNORECASE)
+_TORCH_NORMS = (nn.GroupNorm, nn.LocalResponseNorm, nn.modules.batchnorm._NormBase)
+
+
+def is_rmsnorm(cls: type) -> bool:
+    """A class ``apply`` tries as an RMSNorm: its name ends in ``RMSNorm``."""
+    return cls.__name__.lower().endswith("rmsnorm")
+
+
+def is_gated_mlp(module: nn.Module) -> bool:
+    """A module ``apply(mlp=True)`` tries to merge: it has ``gate_proj``, ``up_proj``, ``down_proj``."""
+    return all(hasattr(module, name) for name in _GATED)
+
+
+def other_norm(cls: type) -> str | None:
+    """Why a norm class that is not an RMSNorm candidate is kept, or None if it is no norm."""
+    name = cls.__name__
+    if name.lower().endswith("rmsnormgated"):
+        return f"{name} is a gated RMSNorm (its forward takes a gate): ircore.ops.rms_norm has no gate"
+    if issubclass(cls, nn.LayerNorm):
+        return f"{name} is an nn.LayerNorm (it subtracts the mean): ircore has no layer_norm op"
+    if issubclass(cls, _TORCH_NORMS):
+        return f"{name} is a batch, group or local response norm: ircore has no op for it"
+    if _NORM_NAME.search(name) and not is_rmsnorm(cls):
+        return f"{name} is not named *RMSNorm (only *RMSNorm classes with a known forward are patched)"
+    return None
+
+
+def _experts(module: nn.Module) -> str | None:
+    if "expert" not in type(module).__name__.lower():  # MixtralExperts, DbrxExpertGLU (not Conv1d)
+        return None
+    fused = {name: p for name, p in module.named_parameters(recurse=False) if p.dim() == 3}
+    if not fused:
+        return None
+    count = next(iter(fused.values())).shape[0]
+    return (
+        f"{type(module).__name__} holds {count} experts in 3-D parameters ({', '.join(fused)}): "
+        "ircore has no grouped-expert matmul op"
+    )
+
+
+def other_feed_forward(module: nn.Module) -> str | None:
+    """Why a feed-forward module that is not a gated MLP is kept, or None if it is none.
+
+    Fused MoE experts (3-D weights), MLPs with one fused ``gate_up_proj`` linear, and modules
+    named ``*MLP``/``*FeedForward``/``*FFN`` that are not gated; a block whose children are
+    reported themselves (an MoE block's experts) is not reported again.
+    """
+    cls = type(module).__name__
+    if is_gated_mlp(module):
+        return None
+    why = _experts(module)
+    if why is not None:
+        return why
+    if isinstance(getattr(module, "gate_up_proj", None), nn.Module):
+        return (
+            f"{cls} has one fused gate_up_proj linear (its forward splits the output): only separate "
+            "gate_proj/up_proj linears are merged"
+        )
+    if not _FFN_NAME.search(cls):
+        return None
+    if any(is_gated_mlp(m) or _experts(m) or hasattr(m, "gate_up_proj") for m in list(module.modules())[1:]):
+        return None  # its parts are reported on their own
+    missing = ", ".join(name for name in _GATED if not hasattr(module, name))
+    return f"{cls} has no {missing}: not a gated MLP"
