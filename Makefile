@@ -8,6 +8,8 @@ TRITON_PIN ?= triton==3.6.0
 # The transformers integration's tests and the demo (ircore[transformers]); kernels for its mapping.
 TRANSFORMERS_PIN ?= transformers==5.23.0
 KERNELS_PIN ?= kernels==0.17.2
+# accelerate: the transformers tests offload a patched model with it (cpu_offload after apply)
+ACCELERATE_PIN ?= accelerate==1.16.0
 # transformers 5.23 accepts only kernels >= 0.18.2 (not on the index); 5.22.2 accepts 0.17.2. A test
 # runs the kernels mapping with it, from this folder (not on the venv's path otherwise).
 COMPAT_TRANSFORMERS ?= transformers==5.22.2
@@ -26,7 +28,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard ircore/csrc/*) $(PROVIDERS) Makefil
 	@# (numpy<2.4: triton 3.6's interpreter breaks on 2.4, triton-lang/triton#9171).
 	$(BIN)/python -m pip install -q $(TRITON_PIN)
 	@# --no-build-isolation: setup.py compiles ircore's call-signature helper against this torch
-	$(BIN)/python -m pip install -q --no-build-isolation -e '.[dev,transformers]' '$(TRANSFORMERS_PIN)' '$(KERNELS_PIN)'
+	$(BIN)/python -m pip install -q --no-build-isolation -e '.[dev,transformers]' '$(TRANSFORMERS_PIN)' '$(KERNELS_PIN)' '$(ACCELERATE_PIN)'
 	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(COMPAT_DIR) '$(COMPAT_TRANSFORMERS)'
 	@for p in $(dir $(PROVIDERS)); do \
 		echo "==> installing provider $$p"; \

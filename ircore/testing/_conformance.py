@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from ircore import _signature, _torch_ops, dispatch
-from ircore.errors import CONTAINED, IrcoreError
+from ircore.errors import CONTAINED, IrcoreError, ProviderError
 from ircore.op import Impl, IrOp, all_ops, get_op
 from ircore.providers._discovery import ENTRY_POINT_GROUP
 from ircore.providers._manager import MANAGER
@@ -146,7 +146,11 @@ def _clone_args(args: tuple) -> tuple:
 
 def raised(exc: BaseException) -> str:
     """``raised RuntimeError: message``: what a case says of provider code that raised ``exc``
-    (one of :data:`ircore.errors.CONTAINED`; anything else, ``KeyboardInterrupt`` say, stops the run)."""
+    (one of :data:`ircore.errors.CONTAINED`; anything else, ``KeyboardInterrupt`` say, stops the run).
+    A kernel's ``SystemExit`` reaches here as the :class:`~ircore.errors.ProviderError` dispatch made
+    of it: the kernel's own exception is named."""
+    if isinstance(exc, ProviderError) and isinstance(exc.__cause__, (SystemExit, GeneratorExit)):
+        exc = exc.__cause__
     text = f"raised {type(exc).__name__}" + (f": {exc}" if str(exc) else "")
     if not isinstance(exc, Exception):
         text += (
