@@ -88,7 +88,8 @@ DECLARED_ATTRIBUTES = (
     "name", "native", "inplace_args", "check_args", "tolerances", "sample_inputs", "make_inputs",
     "reference", "cache_by_signature", "signature", "param_names", "defaults", "schema",
     "check_types", "tensor_indices", "inplace_indices", "signature_spec", "impls", "removed",
-    "signature_cache", "fake", "torch_op", "torch_inplace_op",
+    "signature_cache", "fake", "torch_op", "torch_inplace_op", "any_layout_args", "check_annotations",
+    "_overlap_pairs", "_required",
 )  # fmt: skip
 
 
