@@ -8,10 +8,11 @@
   depending on the implementation), so it is refused at compile time, naming the node. The call's
   results are separate nodes (``aten.alias`` of the written argument, made right after it), so
   their reads are told apart from reads of ``x``.
-- :func:`eliminate_clones` (post-grad, after lowering): ``aten.clone(v)`` becomes ``v`` where no
-  node reads ``v`` after the clone and ``v`` is not memory the caller owns (a graph input, a
-  constant, or a view of one). The graph is functional there, so this changes no value; it lets
-  Inductor's re-inplacing write into ``v`` itself instead of into a copy.
+
+Clones need no pass of ircore's: the lowering inserts none (in-place kernels are functionalized),
+and Inductor drops every clone of the functional graph (``remove_noop_ops``, before ircore's
+pass) and copies again only where its re-inplacing must: where the source is read later, or is
+a graph input the caller still owns.
 """
 
 from __future__ import annotations
@@ -99,71 +100,3 @@ def check_donations(gm: GraphModule) -> int:
                     "needed afterwards"
                 )
     return checked
-
-
-_VIEW_OPS = {
-    getattr(torch.ops.aten, name).default
-    for name in ("view", "reshape", "alias", "expand", "permute", "t", "transpose", "squeeze", "unsqueeze")
-    if hasattr(getattr(torch.ops.aten, name), "default")
-}
-_VIEW_OPS |= {
-    torch.ops.aten.slice.Tensor,
-    torch.ops.aten.select.int,
-    torch.ops.aten.as_strided.default,
-    torch.ops.aten.transpose.int,
-    torch.ops.aten.squeeze.dim,
-    torch.ops.aten.unsqueeze.default,
-    torch.ops.aten.view.dtype,
-}
-
-
-def _owned_by_caller(node: Node) -> bool:
-    """A graph input or constant, or a view of one (memory the caller still owns)."""
-    while node.op == "call_function" and node.target in _VIEW_OPS and node.args:
-        base = node.args[0]
-        if not isinstance(base, Node):
-            return False
-        node = base
-    return node.op in ("placeholder", "get_attr")
-
-
-def _readers(node: Node) -> list[Node]:
-    """Nodes reading ``node``'s memory: its users, and through views their users."""
-    out, stack = [], list(node.users)
-    while stack:
-        user = stack.pop()
-        out.append(user)
-        if user.op == "call_function" and user.target in _VIEW_OPS:
-            stack.extend(user.users)
-    return out
-
-
-def _same_strides(a: torch.Tensor, b: torch.Tensor) -> bool:
-    from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
-
-    return a.dim() == b.dim() and bool(statically_known_true(sym_eq(tuple(a.stride()), tuple(b.stride()))))
-
-
-def eliminate_clones(graph: Graph) -> int:
-    """``clone(v)`` -> ``v`` where nothing reads ``v`` after the clone and the caller does not own
-    ``v``; returns how many were removed."""
-    clone = torch.ops.aten.clone.default
-    order = {node: i for i, node in enumerate(graph.nodes)}
-    removed = 0
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not clone or not isinstance(node.args[0], Node):
-            continue
-        source = node.args[0]
-        if _owned_by_caller(source):
-            continue
-        val, src = node.meta.get("val"), source.meta.get("val")
-        if not isinstance(val, torch.Tensor) or not isinstance(src, torch.Tensor):
-            continue
-        if val.dtype != src.dtype or val.device != src.device or not _same_strides(val, src):
-            continue  # the clone changes the layout someone relies on
-        if any(order[reader] > order[node] for reader in _readers(source) if reader is not node):
-            continue
-        node.replace_all_uses_with(source)
-        graph.erase_node(node)
-        removed += 1
-    return removed

@@ -16,7 +16,7 @@ from torch._inductor import custom_graph_pass
 
 from ircore import dispatch
 from ircore._version import __version__
-from ircore.compile import _donation, _fusion, _lowering, _report
+from ircore.compile import _fusion, _lowering, _report
 from ircore.compile._settings import effective_fusions
 from ircore.op import all_ops
 from ircore.providers._manager import MANAGER
@@ -52,8 +52,7 @@ def lowering_state() -> dict[str, Any]:
 
 
 class IrcorePostGradPass(_Base):
-    """User passes -> fusions -> topological sort -> lowering -> clone elimination -> dead-code
-    elimination."""
+    """User passes -> fusions -> topological sort -> lowering -> dead-code elimination."""
 
     def __init__(self, fusions: Any = None, user_passes: Sequence[Any] = ()) -> None:
         self.fusions = fusions
@@ -82,9 +81,8 @@ class IrcorePostGradPass(_Base):
 
             stable_topological_sort(graph)
         chosen, left = _lowering.lower(graph)
-        clones = _donation.eliminate_clones(graph)
         graph.eliminate_dead_code()
-        _report.record_graph(counts, chosen, left, time.perf_counter() - start, clones)
+        _report.record_graph(counts, chosen, left, time.perf_counter() - start)
 
     def uuid(self) -> str | None:
         """Changes with anything that can change what this pass does (Inductor's cache key)."""

@@ -26,8 +26,7 @@ class CompileReport:
     process that compiled it, by the same rule as :func:`ircore.explain`).
 
     ``donations``: ``maybe_inplace`` calls the ``ircore`` backend checked for reads of a donated
-    tensor after the call (every graph it compiles, cached ones included). ``clones_removed``:
-    ``clone`` nodes the pass removed because nothing read their source afterwards.
+    tensor after the call (every graph it compiles, cached ones included).
     """
 
     graphs: int = 0
@@ -43,8 +42,6 @@ class CompileReport:
     cached_plans: list[dict[str, list[str]]] = field(default_factory=list)
     #: maybe_inplace calls checked for a read of their donated arguments afterwards
     donations: int = 0
-    #: clones removed because nothing read their source afterwards
-    clones_removed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,7 +54,6 @@ class CompileReport:
             "cached": self.cached,
             "cached_plans": [{op: list(p) for op, p in plan.items()} for plan in self.cached_plans],
             "donations": self.donations,
-            "clones_removed": self.clones_removed,
         }
 
 
@@ -78,7 +74,6 @@ def report() -> CompileReport:
             _REPORT.cached,
             [{op: list(p) for op, p in plan.items()} for plan in _REPORT.cached_plans],
             _REPORT.donations,
-            _REPORT.clones_removed,
         )
 
 
@@ -90,11 +85,10 @@ def reset_report() -> None:
 
 
 def record_graph(
-    fusions: Counter[str], lowering: dict[str, tuple[str, str]], left: int, seconds: float, clones: int = 0
+    fusions: Counter[str], lowering: dict[str, tuple[str, str]], left: int, seconds: float
 ) -> None:
     """Add one graph's results; ``lowering`` maps node name -> (op, provider)."""
     with _lock:
-        _REPORT.clones_removed += clones
         _REPORT.graphs += 1
         _REPORT.seconds += seconds
         _REPORT.fusions.update(fusions)
