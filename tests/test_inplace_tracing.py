@@ -108,7 +108,7 @@ def test_symbolic_trace_knows_no_shapes_and_the_node_refuses_a_result_that_does_
 
 
 def test_the_overload_called_directly_refuses_a_result_that_does_not_fit_under_fake_tensors():
-    mm_op, _ = _declare_ops()
+    _declare_ops()
     with pytest.raises(ircore.InvalidArgumentError, match="does not fit argument 'x'"):
         make_fx(lambda x, w: torch.ops.ircore.mm_op.maybe_inplace(x, w), tracing_mode="fake")(
             torch.randn(2, 3), torch.randn(3, 4)

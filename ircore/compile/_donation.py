@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.fx import Graph, GraphModule, Node
+from torch.fx import GraphModule, Node
 
 from ircore.compile._graph import full_args, ircore_ops_by_target
 from ircore.errors import IrcoreError
