@@ -26,6 +26,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from ircore import dispatch
+from ircore.errors import InvalidArgumentError
 
 NAMESPACE = "ircore"
 
@@ -65,6 +66,26 @@ def op_fake(op: DefinedOp) -> Callable[..., Any]:
 
     fake.__qualname__ = f"ircore.{op.name}[fake]"
     return fake
+
+
+def fake_outputs(op: DefinedOp, args: tuple[Any, ...]) -> Any:
+    """What a call of ``op`` on ``args`` returns, as fake tensors, computed outside any tracer.
+
+    For ``maybe_inplace`` under ``make_fx`` or a dispatch mode: whether its results fit its
+    in-place arguments decides which node is recorded. Fake arguments are evaluated in their own
+    fake mode (symbolic shapes stay symbolic), real ones in a fresh one; no node is recorded.
+    """
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        mode = next((a.fake_mode for a in args if isinstance(a, FakeTensor)), None) or FakeTensorMode()
+        with mode:
+            fakes = tuple(
+                mode.from_tensor(a) if isinstance(a, torch.Tensor) and not isinstance(a, FakeTensor) else a
+                for a in args
+            )
+            return op_fake(op)(*fakes)
 
 
 def define(op: DefinedOp) -> tuple[Any, Any]:
@@ -114,6 +135,27 @@ def inplace_schema(op: DefinedOp) -> str | None:
     return f"{params} -> ()" if returns == wanted else None
 
 
+def refuse_unfit(op: DefinedOp, args: tuple[Any, ...], outs: Any) -> None:
+    """The ``maybe_inplace`` node writes output i into in-place argument i: refuse an output of
+    another shape, dtype or device (``op.maybe_inplace`` records the functional op for such calls;
+    only a graph that calls the node directly, or ``torch.fx.symbolic_trace``, which knows no
+    shapes, gets here)."""
+    for i, out in zip(op.inplace_indices, outs if len(op.inplace_indices) > 1 else (outs,)):
+        arg = args[i]
+        if out.shape != arg.shape or out.dtype != arg.dtype or out.device != arg.device:
+            name = op.param_names[i]
+            raise InvalidArgumentError(
+                f"torch.ops.ircore.{op.name}.maybe_inplace: its result {i} ({_describe(out)}) does not fit "
+                f"argument {name!r} ({_describe(arg)}) it would be written into; call the functional op "
+                f"(ircore.ops.{op.name}(...)), or trace with make_fx or torch.compile, where "
+                f"ircore.ops.{op.name}.maybe_inplace records the functional op for such calls"
+            )
+
+
+def _describe(t: Any) -> str:
+    return f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')} on {t.device}"
+
+
 def _define_maybe_inplace(op: DefinedOp, lib: torch.library.Library, packet: Any) -> Any:
     """``torch.ops.ircore.<name>.maybe_inplace``: a graph node for ``op.maybe_inplace``.
 
@@ -133,6 +175,7 @@ def _define_maybe_inplace(op: DefinedOp, lib: torch.library.Library, packet: Any
         if kwargs or len(args) != arity:
             args = op.bind_args(args, kwargs)
         outs = dispatch.run(op, args, allow_inplace=True)
+        refuse_unfit(op, args, outs)
         for i, out in zip(indices, outs if len(indices) > 1 else (outs,)):
             if out is not args[i]:
                 args[i].copy_(out)
@@ -141,6 +184,7 @@ def _define_maybe_inplace(op: DefinedOp, lib: torch.library.Library, packet: Any
         if kwargs or len(args) != arity:
             args = op.bind_args(args, kwargs)
         check(*args)
+        refuse_unfit(op, args, op_fake(op)(*args))
 
     kernel.__qualname__ = f"ircore.{op.name}.maybe_inplace[kernel]"
     lib.impl(f"{op.name}.maybe_inplace", kernel, "CompositeExplicitAutograd")

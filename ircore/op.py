@@ -49,6 +49,8 @@ _is_compiling = torch.compiler.is_compiling
 _Proxy = torch.fx.Proxy
 _is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
+_is_wrapper_subclass = torch.utils._python_dispatch.is_traceable_wrapper_subclass
+_alias = torch.ops.aten.alias.default
 _grad_enabled = torch.is_grad_enabled
 _is_alias_of = torch._C._is_alias_of  # type: ignore[attr-defined]  # same storage (conservative: also disjoint parts of one)
 # 0: no element of the tensor shares memory with another; 1: some do (stride 0); 2: cannot tell
@@ -236,25 +238,54 @@ class IrOp(Generic[P, R]):
         itself (an expanded tensor, whose elements share memory), an in-place implementation
         runs on copies, as in the functional call, so results are right.
 
-        Under ``torch.compile``, ``make_fx``, ``torch.fx.symbolic_trace`` or a dispatch mode the
-        graph records one ``torch.ops.ircore.<name>.maybe_inplace`` node, which writes the
-        results into the in-place arguments and returns them; the compiler may then let an
-        in-place kernel write straight into those (donated) tensors. Tensor subclasses (DTensor)
-        take the functional op: a subclass may run the kernel on redistributed copies, where an
-        in-place write would be lost.
+        Under ``torch.compile``, ``make_fx`` (any tracing mode), ``torch.fx.symbolic_trace`` or a
+        dispatch mode the graph records one ``torch.ops.ircore.<name>.maybe_inplace`` node, which
+        writes the results into the in-place arguments; the compiler may then let an in-place
+        kernel write straight into those (donated) tensors. The traced call is the functional op
+        instead, as the eager call is, where that node cannot hold the call: a result of another
+        shape, dtype or device than its in-place argument (the eager call returns it as a new
+        tensor), a call that needs grad (``native``, as in eager calls), tensor subclasses
+        (DTensor: a subclass may run the kernel on redistributed copies, where an in-place write
+        would be lost). ``symbolic_trace`` has no shapes: it always records the node, which
+        refuses such a result when it runs.
         """
         full = self.bind_args(args, kwargs)
         first = full[0]
         if _is_compiling() or _dispatch_stack_len() or type(first) is not _Tensor:
             if _is_dynamo_compiling() and providers_loaded() and STATE.version < 0:
                 pass  # never true; read so that Dynamo guards on the version (see _fastpath)
-            if self.torch_inplace_op is None or (type(first) is not _Tensor and isinstance(first, _Tensor)):
-                return self.call_torch_op(*full)  # type: ignore[no-any-return]
-            self.check_annotations(*full)
-            self.torch_inplace_op(*full)
-            outs = tuple(full[i] for i in self.inplace_indices)
-            return outs if len(outs) > 1 else outs[0]  # type: ignore[return-value]
+            return self._traced_maybe_inplace(full)  # type: ignore[no-any-return]
         return dispatch.run(self, full, allow_inplace=True)  # type: ignore[no-any-return]
+
+    def _traced_maybe_inplace(self, full: tuple[Any, ...]) -> Any:
+        """``maybe_inplace`` under tracing: the rule in :meth:`maybe_inplace`'s docstring."""
+        first = full[0]
+        proxy = type(first) is _Proxy
+        if (
+            self.torch_inplace_op is None
+            or (not proxy and type(first) is not _Tensor and _is_wrapper_subclass(first))
+            or (not proxy and self.wants_grad(full))
+        ):
+            return self.call_torch_op(*full)
+        self.check_annotations(*full)
+        dynamo = _is_dynamo_compiling()
+        if dynamo:
+            # Dynamo runs no code of ours outside the trace: the functional node's fake values say
+            # whether the results fit. Where they do the node is dead; the ircore backend removes
+            # it (Inductor and AOTAutograd drop dead nodes too).
+            probe = self.torch_op(*full)
+            probes = probe if len(self.inplace_indices) > 1 else (probe,)
+            for i, out in zip(self.inplace_indices, probes):
+                arg = full[i]
+                if out.dtype != arg.dtype or out.device != arg.device or out.shape != arg.shape:
+                    return probe
+        elif not proxy and not _outputs_fit(self, full, _torch_ops.fake_outputs(self, full)):
+            return self.torch_op(*full)
+        self.torch_inplace_op(*full)
+        outs = tuple(full[i] for i in self.inplace_indices)
+        if dynamo:  # the results as nodes of their own, so that a later read of x is told apart
+            outs = tuple(_alias(out) for out in outs)
+        return outs if len(outs) > 1 else outs[0]
 
     def call_torch_op(self, *args: Any) -> Any:
         """Call ``torch.ops.ircore.<name>`` (tracing, tensor subclasses): the checks of what the
@@ -529,6 +560,25 @@ class IrOp(Generic[P, R]):
                 "(ircore.register_op) for other semantics, or register an implementation for other kernels"
             )
         object.__setattr__(self, name, value)
+
+
+def _outputs_fit(op: IrOp[..., Any], args: tuple[Any, ...], outs: Any) -> bool:
+    """Whether each output has the shape, dtype and device of its in-place argument (shapes
+    equal for every value their symbols may take)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
+
+    outs = outs if len(op.inplace_indices) > 1 else (outs,)
+    if not isinstance(outs, (tuple, list)) or len(outs) != len(op.inplace_indices):
+        return False
+    for i, out in zip(op.inplace_indices, outs):
+        arg = args[i]
+        if not isinstance(out, _Tensor) or not isinstance(arg, _Tensor):
+            return False
+        if out.dtype != arg.dtype or out.device != arg.device or out.dim() != arg.dim():
+            return False
+        if not statically_known_true(sym_eq(tuple(out.shape), tuple(arg.shape))):
+            return False
+    return True
 
 
 @overload

@@ -267,3 +267,93 @@ def test_a_call_needing_grad_is_traced_as_native():
     rms_norm.native(expected, w, 1e-6).square().sum().backward()
     torch.testing.assert_close(x.grad, expected.grad)
     assert impls.CALLS == []
+
+
+# ---------------------------------------------------------------------- donated buffers (issue 29)
+def _opaque_inplace_first():
+    fused_add_rms_norm.register_impl("opaque", impls.fused_inplace_opaque, inplace=True)
+    ircore.set_priority(fused_add_rms_norm=["opaque"])
+
+
+def test_a_read_of_a_donated_tensor_after_maybe_inplace_is_refused():
+    def reuse(x, r, w):
+        h = x * 2
+        out, res = fused_add_rms_norm.maybe_inplace(h, r, w, 1e-6)
+        return out + h, res
+
+    x, r, w = torch.randn(4, H), torch.randn(4, H), torch.randn(H)
+    with pytest.raises(Exception, match="DonatedInputError") as err:
+        torch.compile(reuse, backend="ircore", fullgraph=True)(x, r, w)
+    message = str(err.value)
+    assert "ircore.ops.fused_add_rms_norm.maybe_inplace (node 'fused_add_rms_norm_maybe_inplace' at File" in message
+    assert "donates its argument 'x' (h): it writes the results into it. The code then reads it (node 'add' at" in message
+    assert "in reuse: return out + h" in message
+    assert "Use the tensors maybe_inplace returns, or call the functional op" in message
+
+
+@pytest.mark.slow
+def test_a_chain_of_maybe_inplace_calls_on_one_buffer_copies_nothing():
+    _opaque_inplace_first()
+
+    def chain(x, r, w):
+        out, res = fused_add_rms_norm.maybe_inplace(x * 2, r, w, 1e-6)
+        out, res = fused_add_rms_norm.maybe_inplace(out, res, w, 1e-5)
+        return out + 1, res
+
+    x, r, w = torch.randn(4, H), torch.randn(4, H), torch.randn(H)
+    first = fused_add_rms_norm(x * 2, r, w, 1e-6)
+    expected = fused_add_rms_norm(*first, w, 1e-5)
+    (out, res), (code,) = run_and_get_code(torch.compile(chain, backend="ircore", fullgraph=True), x, r, w)
+    torch.testing.assert_close(out, expected[0] + 1)
+    torch.testing.assert_close(res, expected[1])
+    report = ircore.compile.report()
+    assert report.donations == 2
+    assert dict(report.lowered["fused_add_rms_norm"]) == {"opaque": 2}
+    assert _copy_kernels(code) == 0, code
+
+
+def _clone_cases(x, r, w, W, case):
+    h = torch.nn.functional.linear(x, W)  # an intermediate (extern mm): a copy of it is a copy kernel
+    if case == "unread source":
+        out, res = fused_add_rms_norm.maybe_inplace(h.clone(), r * 2, w, 1e-6)
+        return out, res
+    if case == "source read later":
+        out, res = fused_add_rms_norm.maybe_inplace(h.clone(), r * 2, w, 1e-6)
+        return out + h, res
+    # the caller's own tensors: the kernel writes into copies of them
+    out, res = fused_add_rms_norm.maybe_inplace(x.clone(), r.clone(), w, 1e-6)
+    return out, res
+
+
+@pytest.mark.parametrize(("case", "copies"), [("unread source", 0), ("source read later", 1), ("graph inputs", 1)])
+@pytest.mark.slow
+def test_clones_cost_a_copy_only_where_the_source_is_read_later_or_the_callers(case, copies):
+    """The clone before an in-place call: gone where nothing reads its source afterwards, kept
+    (as a copy kernel) where something does, or where the source is a graph input."""
+    _opaque_inplace_first()
+    torch.manual_seed(0)
+    x, r, w, W = torch.randn(4, H), torch.randn(4, H), torch.randn(H), torch.randn(H, H)
+    originals = [t.clone() for t in (x, r, w, W)]
+    expected = _clone_cases(*originals, case)
+    compiled = torch.compile(lambda *a: _clone_cases(*a, case), backend="ircore", fullgraph=True)
+    out, (code,) = run_and_get_code(compiled, x, r, w, W)
+    torch.testing.assert_close(out, expected)
+    for now, before in zip((x, r, w, W), originals):
+        torch.testing.assert_close(now, before, atol=0, rtol=0)  # the caller's tensors are unchanged
+    assert ircore.compile.report().lowered["fused_add_rms_norm"] == {"opaque": 1}
+    assert _copy_kernels(code) == copies, code
+
+
+@pytest.mark.slow
+def test_maybe_inplace_needing_grad_compiles_to_native_with_a_grad_fn():
+    _opaque_inplace_first()
+    x, r = torch.randn(4, H), torch.randn(4, H)
+    w = torch.randn(H, requires_grad=True)
+    f = lambda x, r, w: fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)  # noqa: E731
+    eager = f(x.clone(), r.clone(), w)
+    out = torch.compile(f, backend="ircore")(x.clone(), r.clone(), w)
+    assert eager[0].grad_fn is not None and out[0].grad_fn is not None
+    torch.testing.assert_close(out, eager)
+    out[0].sum().backward()
+    assert w.grad is not None
+    assert impls.CALLS == []  # native, not the provider's kernel

@@ -82,9 +82,12 @@ def compile_graph(
     from torch._inductor import list_mode_options
     from torch._inductor.compile_fx import compile_fx
 
+    from ircore.compile._donation import check_donations, remove_dead_probes
     from ircore.compile._passes import IrcorePostGradPass
 
     dispatch.ensure_loaded()
+    remove_dead_probes(gm)
+    _report.record_donations(check_donations(gm))
     patches = dict(list_mode_options(mode)) if mode else {}
     patches.update(options or {})
     user = patches.pop("post_grad_custom_post_pass", inductor_config.post_grad_custom_post_pass)

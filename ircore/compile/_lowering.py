@@ -68,7 +68,8 @@ def _mutated_bases(node: Node, op: IrOp) -> list[tuple[Node, int]] | None:
 
     ``auto_functionalized`` (v1) passes the arguments by name and returns their new values in
     argument order after the op's outputs; v2 passes bases and says which base each argument is
-    (``_<arg>_base_index``); an argument that is a view of a base (size/stride/slice entries) is
+    (``_<arg>_base_index``); an alias of its base (``_<arg>_alias``: the same size, strides and
+    offset) is the base; an argument that is another view of a base (size/stride/slice entries) is
     left alone (the node then dispatches at run time, still correctly).
     """
     kwargs: Any = node.kwargs  # auto_functionalized's: argument names -> values, and its own entries
@@ -79,7 +80,8 @@ def _mutated_bases(node: Node, op: IrOp) -> list[tuple[Node, int]] | None:
     out = []
     for name in op.inplace_args:
         index = kwargs.get(f"_{name}_base_index")
-        if index is None or any(f"_{name}_{info}" in kwargs for info in _VIEW_INFO):
+        # an alias of its base (what maybe_inplace returns under Dynamo) is the base itself
+        if index is None or any(f"_{name}_{info}" in kwargs for info in _VIEW_INFO[1:]):
             return None
         out.append((bases[index], 1 + index))
     if len({id(base) for base, _ in out}) != len(out):

@@ -24,6 +24,9 @@ class CompileReport:
     in order, ``native`` last -- the plan the cache key was computed from, so the plan the graph
     was lowered with. Which provider each node got is not known (that was decided in the
     process that compiled it, by the same rule as :func:`ircore.explain`).
+
+    ``donations``: ``maybe_inplace`` calls the ``ircore`` backend checked for reads of a donated
+    tensor after the call (every graph it compiles, cached ones included).
     """
 
     graphs: int = 0
@@ -37,6 +40,8 @@ class CompileReport:
     cached: int = 0
     #: one ``{op: [provider, ..., "native"]}`` per cached graph, in the order they were served
     cached_plans: list[dict[str, list[str]]] = field(default_factory=list)
+    #: maybe_inplace calls checked for a read of their donated arguments afterwards
+    donations: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -48,6 +53,7 @@ class CompileReport:
             "seconds": self.seconds,
             "cached": self.cached,
             "cached_plans": [{op: list(p) for op, p in plan.items()} for plan in self.cached_plans],
+            "donations": self.donations,
         }
 
 
@@ -67,6 +73,7 @@ def report() -> CompileReport:
             _REPORT.seconds,
             _REPORT.cached,
             [{op: list(p) for op, p in plan.items()} for plan in _REPORT.cached_plans],
+            _REPORT.donations,
         )
 
 
@@ -96,3 +103,9 @@ def record_cached(plan: dict[str, list[str]]) -> None:
     with _lock:
         _REPORT.cached += 1
         _REPORT.cached_plans.append({op: list(providers) for op, providers in plan.items()})
+
+
+def record_donations(calls: int) -> None:
+    """Add the ``maybe_inplace`` calls of one graph checked for reads after their donation."""
+    with _lock:
+        _REPORT.donations += calls
