@@ -229,7 +229,9 @@ def argument_checker(
     # dispatch modes, subclasses, tensors of any_layout_args that are not strided).
     spec = _signature.spec_for([hints.get(name) for name in names]) if _signature.signature else None
     if spec is not None:
-        fast = f"_ir_signature(_ir_spec, {params}) is not None"
+        # Under Dynamo (the test folds to True) the annotations were checked by the caller
+        # (IrOp.call_torch_op, maybe_inplace), and the C helper could not be traced.
+        fast = f"_ir_is_dynamo_compiling() or _ir_signature(_ir_spec, {params}) is not None"
     else:
         tests = []
         for name in names:
@@ -242,6 +244,7 @@ def argument_checker(
     namespace: dict[str, Any] = {
         "_ir_op_check": op_check,
         "_ir_signature": _signature.signature,
+        "_ir_is_dynamo_compiling": getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling),
         "_ir_spec": spec,
         "_ir_check_types": check_types,
         "_ir_check_values": check_values,

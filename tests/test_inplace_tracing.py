@@ -125,10 +125,10 @@ def test_a_call_that_needs_grad_traces_native(tracer, grad):
     w = torch.randn(16, requires_grad=True)
     with torch.set_grad_enabled(grad):
         eager = fused_add_rms_norm.maybe_inplace(x.clone(), r.clone(), w, 1e-6)
-        if tracer == "dynamo":  # (a call with grad breaks Dynamo's graph in the argument check)
+        if tracer == "dynamo":  # one graph, grad or not (the argument check traces under Dynamo)
             (out, _), targets = _dynamo(
                 lambda x, r, w: fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6), x.clone(), r.clone(), w,
-                fullgraph=False,
+                fullgraph=True,
             )
             assert (out.grad_fn is not None) == (eager[0].grad_fn is not None) == grad
         else:
