@@ -15,6 +15,7 @@ from ircore._version import __version__  # noqa: E402
 from ircore.dispatch import Explanation, get_priority, priority, set_priority  # noqa: E402
 from ircore.errors import (  # noqa: E402
     ConfigError,
+    DonatedInputError,
     ImplRegistrationError,
     InvalidArgumentError,
     IrcoreError,
@@ -38,6 +39,7 @@ _import_hook.call_after_import(
 __all__ = [
     "API_VERSION",
     "ConfigError",
+    "DonatedInputError",
     "Explanation",
     "Impl",
     "ImplRegistrationError",

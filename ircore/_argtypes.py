@@ -13,7 +13,7 @@ from __future__ import annotations
 import linecache
 import typing
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import torch
 
@@ -200,14 +200,27 @@ def check_args({params}):
 """
 
 
+# Cheaper than is_compiling (one call, no is_scripting), and folded to True by Dynamo.
+_is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
+
+
+class QuickTest(NamedTuple):
+    """An expression of the op's parameters that is true for a call the annotations allow (it may
+    raise, or be false, for calls they allow too: the careful checks then decide), and the globals
+    it reads. The eager call inlines it (ircore._fastpath), saving a call of ``check_args``."""
+
+    source: str
+    namespace: dict[str, Any]
+
+
 def argument_checker(
     op: str,
     native: Callable[..., Any],
     names: Sequence[str],
     op_check: Callable[..., None],
     any_layout: Sequence[str] = (),
-) -> tuple[Callable[..., None], Callable[..., None]]:
-    """``(check_args, check_annotations)`` for an op: the check every call of it runs first.
+) -> tuple[Callable[..., None], Callable[..., None], QuickTest]:
+    """``(check_args, check_annotations, quick_test)`` for an op: the check every call of it runs first.
 
     ``check_annotations(*args)`` raises :class:`InvalidArgumentError` for anything the op's
     annotations rule out (:func:`type_checker`, :func:`value_checker`); ``check_args`` runs it,
@@ -231,7 +244,7 @@ def argument_checker(
     if spec is not None:
         # Under Dynamo (the test folds to True) the annotations were checked by the caller
         # (IrOp.call_torch_op, maybe_inplace), and the C helper could not be traced.
-        fast = f"_ir_is_dynamo_compiling() or _ir_signature(_ir_spec, {params}) is not None"
+        fast = f"_ir_is_dynamo_compiling() or _ir_signature(_ir_arg_spec, {params}) is not None"
     else:
         tests = []
         for name in names:
@@ -241,18 +254,24 @@ def argument_checker(
                 tests.append(table[hints[name]].format(a=name))
         fast = " and ".join(f"({t})" for t in tests) or "True"
     source = _CHECK_TEMPLATE.format(params=params, fast=fast)
+    quick = QuickTest(
+        fast,
+        {
+            "_ir_signature": _signature.signature,
+            "_ir_is_dynamo_compiling": _is_dynamo_compiling,
+            "_ir_arg_spec": spec,
+            "_ir_T": torch.Tensor,
+            "_ir_P": torch.nn.Parameter,
+            "_ir_S": _STRIDED,
+            "_ir_MIN": INT64_MIN,
+            "_ir_MAX": INT64_MAX,
+        },
+    )
     namespace: dict[str, Any] = {
+        **quick.namespace,
         "_ir_op_check": op_check,
-        "_ir_signature": _signature.signature,
-        "_ir_is_dynamo_compiling": getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling),
-        "_ir_spec": spec,
         "_ir_check_types": check_types,
         "_ir_check_values": check_values,
-        "_ir_T": torch.Tensor,
-        "_ir_P": torch.nn.Parameter,
-        "_ir_S": _STRIDED,
-        "_ir_MIN": INT64_MIN,
-        "_ir_MAX": INT64_MAX,
     }
     filename = f"<ircore argument check of {op}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -261,4 +280,4 @@ def argument_checker(
     check_args.__qualname__ = f"ircore.ops.{op}.check_args"
     check_args.__doc__ = getattr(op_check, "__doc__", None)
     check_args.__wrapped__ = op_check  # type: ignore[attr-defined]
-    return check_args, check_annotations
+    return check_args, check_annotations, quick

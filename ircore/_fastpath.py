@@ -46,12 +46,15 @@ from typing import Any, Protocol
 import torch
 
 from ircore import _import_hook, _signature, dispatch
+from ircore._argtypes import QuickTest
 from ircore._state import SCOPE, STATE
 from ircore.errors import CONTAINED
 
 
 class EagerOp(dispatch.OpLike, Protocol):
     """What the eager call is generated from (:class:`ircore.IrOp`)."""
+
+    quick_test: QuickTest
 
     native: Callable[..., Any]
     signature: inspect.Signature
@@ -94,7 +97,15 @@ def __call__(_ir_self, {params}):{signature_block}
         if _ir_is_dynamo_compiling() and _ir_providers_loaded() and _ir_STATE.version < 0:
             pass  # never true; read so that Dynamo guards on the version (see the docstring)
         return _ir_self.call_torch_op({args})
-    _ir_self.check_args({args})
+    # check_args, inlined: the annotations' quick test (ircore._argtypes.QuickTest), the careful
+    # checks only where it fails, then the op's own check
+    try:
+        _ir_ok = {quick_test}
+    except Exception:
+        _ir_ok = False
+    if not _ir_ok:
+        _ir_self.check_annotations({args})
+    _ir_self.check_declared({args})
     _ir_scope = _ir_SCOPE.get()
     if _ir_scope is None or _ir_name not in _ir_scope.priorities:
         _ir_plan = _ir_self._plan
@@ -199,9 +210,11 @@ def make_call_script(op: EagerOp) -> tuple[str, dict[str, Any]]:
         first=names[0],
         args=args,
         requires_grad=requires_grad or "False",
+        quick_test=op.quick_test.source,
         signature_block=_SIGNATURE_BLOCK.format(args=args).rstrip("\n") if use_signature else "",
     )
     namespace: dict[str, Any] = {
+        **op.quick_test.namespace,
         "_ir_fast": make_fast_call(op) if use_signature else None,
         "_ir_MISS": _MISS,
         "_ir_is_compiling": torch.compiler.is_compiling,

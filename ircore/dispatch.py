@@ -100,6 +100,9 @@ class OpLike(Protocol):
     def check_args(self) -> Callable[..., None]: ...
 
     @property
+    def check_declared(self) -> Callable[..., None]: ...
+
+    @property
     def signature_cache(self) -> dict[bytes, Entry]: ...
 
     def entry(self, provider: str) -> Entry: ...
@@ -436,7 +439,9 @@ def choose_and_cache(op: OpLike, key: bytes, args: tuple[Any, ...], plan: Plan |
     """
     if plan is None:
         plan = plan_for(op, SCOPE.get())
-    op.check_args(*args)
+    # The signature helper described the call (``key``), which it does only for arguments the
+    # annotations allow (ircore._argtypes): the op's own check is what is left.
+    op.check_declared(*args)
     entry, cacheable = first_supported(op.name, plan.entries, args, op.wants_grad(args))
     if cacheable:
         cache = plan.signatures

@@ -14,6 +14,7 @@ __all__ = [
     "UnknownOpError",
     "NoToleranceError",
     "ProviderError",
+    "DonatedInputError",
     "CONTAINED",
 ]
 
@@ -83,3 +84,7 @@ class ProviderError(IrcoreError, RuntimeError):
 
     The original is its ``__cause__``; the message names the provider and the op.
     """
+
+
+class DonatedInputError(IrcoreError, RuntimeError):
+    """A tensor given to ``op.maybe_inplace`` is read after the call (found when compiling)."""

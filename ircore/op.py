@@ -177,7 +177,9 @@ class IrOp(Generic[P, R]):
         #: Raises InvalidArgumentError for bad input, before any implementation runs: what the
         #: annotations rule out (types, layouts, 64-bit ints: ``check_annotations``), then the
         #: op's own ``check_args`` as declared.
-        self.check_args, self.check_annotations = argument_checker(
+        #: the op's own check, as declared (``check_args`` runs it after the annotations' checks)
+        self.check_declared = check_args
+        self.check_args, self.check_annotations, self.quick_test = argument_checker(
             name, native, self.param_names, check_args, any_layout_args
         )
         self.tensor_indices = tensor_parameters(native, self.param_names)

@@ -24,12 +24,8 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ircore.compile._graph import full_args, ircore_ops_by_target
-from ircore.errors import IrcoreError
+from ircore.errors import DonatedInputError
 from ircore.op import IrOp, all_ops
-
-
-class DonatedInputError(IrcoreError, RuntimeError):
-    """A tensor given to ``op.maybe_inplace`` is read after the call (compile time)."""
 
 
 def _inplace_ops() -> dict[Any, IrOp]:
