@@ -68,9 +68,11 @@ def _core_modules() -> list[ModuleType]:
 def core_bindings() -> dict[tuple[Any, str], Any]:
     """``(owner, name) -> object`` for every function and class of the modules calls go through,
     the methods of ``IrOp`` and each op's generated ``__call__``: what no provider may replace."""
-    from ircore.op import IrOp  # loaded by the time any provider's code runs
-
-    owners: list[Any] = [*_core_modules(), IrOp, *(type(op) for op in STATE.ops.values())]
+    # each op's class and its bases (IrOp), from the ops themselves: no import of ircore.op here
+    classes = {
+        cls for op in STATE.ops.values() for cls in type(op).__mro__ if cls.__module__.startswith("ircore")
+    }
+    owners: list[Any] = [*_core_modules(), *sorted(classes, key=lambda cls: cls.__qualname__)]
     bindings = {}
     for owner in owners:
         for name, value in list(vars(owner).items()):
