@@ -31,11 +31,11 @@ SECOND = [
 ALL_HOSTILE = [*HOSTILE, *SECOND, "rogue_interrupt"]
 RULE = "a provider registers only through the registrar its ircore_register hook receives"
 
-MATRIX = r"""
-import contextlib, io, json, torch, ircore
+# What each scenario script starts with: the CLI's output as [exit code, text], and what a call raised.
+PRELUDE = r"""
+import contextlib, io, json, os, torch, ircore, ircore.dispatch
 from ircore import cli
 from ircore.providers._manager import MANAGER
-import ircore_fixture_good as good
 
 def cli_text(*argv):
     buf = io.StringIO()
@@ -48,7 +48,12 @@ def attempt(fn):
         fn()
         return "no error"
     except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
+        cause = "" if exc.__cause__ is None else f" | cause: {exc.__cause__!r}"
+        return f"{type(exc).__name__}: {exc}{cause}"
+"""
+
+MATRIX = PRELUDE + r"""
+import ircore_fixture_good as good
 
 out = {}
 x = torch.randn(2, 8)
@@ -252,23 +257,7 @@ def test_doctor_reports_an_incompatible_provider(penv):
 
 
 # ---------------------------------------------------------------------- the second pass
-SECOND_MATRIX = r"""
-import contextlib, io, json, os, torch, ircore, ircore.dispatch
-from ircore import cli
-from ircore.providers._manager import MANAGER
-
-def cli_text(*argv):
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        code = cli.main(list(argv))
-    return [code, buf.getvalue()]
-
-def attempt(fn):
-    try:
-        fn()
-        return "no error"
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc} | cause: {exc.__cause__!r}"
+SECOND_MATRIX = PRELUDE + r"""
 
 def states(*names):
     return {n: [r.state.value, r.reason] for n, r in MANAGER.records.items() if not names or n in names}
