@@ -263,13 +263,13 @@ class IrOp(Generic[P, R]):
         """``maybe_inplace`` under tracing: the rule in :meth:`maybe_inplace`'s docstring."""
         first = full[0]
         proxy = type(first) is _Proxy
+        self.check_annotations(*full)  # before anything reads a tensor's attributes
         if (
             self.torch_inplace_op is None
             or (not proxy and type(first) is not _Tensor and _is_wrapper_subclass(first))
             or (not proxy and self.wants_grad(full))
         ):
             return self.call_torch_op(*full)
-        self.check_annotations(*full)
         dynamo = _is_dynamo_compiling()
         if dynamo:
             # Dynamo runs no code of ours outside the trace: the functional node's fake values say
