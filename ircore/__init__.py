@@ -12,7 +12,7 @@ _state.STATE.providers = providers.HOST
 
 from ircore import ops  # noqa: E402 - declares the op library, with the loader attached
 from ircore._version import __version__  # noqa: E402
-from ircore.dispatch import Explanation, get_priority, priority, set_priority  # noqa: E402
+from ircore.dispatch import Explanation, get_priority, priority, set_priority, tracing_implementations  # noqa: E402
 from ircore.errors import (  # noqa: E402
     ConfigError,
     DonatedInputError,
@@ -73,6 +73,7 @@ __all__ = [
     "priority",
     "register_op",
     "set_priority",
+    "tracing_implementations",
     "testing",
 ]
 

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ircore import _import_hook, _signature, dispatch
+from ircore import _import_hook, _signature, _traced, dispatch
 from ircore._argtypes import QuickTest
 from ircore._state import SCOPE, STATE
 from ircore.errors import CONTAINED
@@ -148,8 +148,13 @@ _is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.comp
 
 
 def providers_loaded() -> bool:
-    """Load providers now, while Dynamo traces (it runs this for real and keeps the result)."""
+    """Load providers now, while Dynamo traces (it runs this for real and keeps the result); and
+    bring every op's process-wide plan up to date, so that a traced call that chooses its
+    implementation (``trace_implementations``) reads it without taking a lock."""
     dispatch.ensure_loaded()
+    if STATE.tracing_implementations:
+        for op in list(STATE.ops.values()):
+            dispatch.plan_for(op, None)
     return True
 
 
@@ -161,6 +166,7 @@ def mark_providers_loaded_constant() -> None:
     ircore`` would cost about a second.
     """
     torch.compiler.assume_constant_result(providers_loaded)
+    torch.compiler.assume_constant_result(_traced.record)  # counted once per trace, not per run
 
 
 _import_hook.call_after_import(

@@ -175,6 +175,11 @@ class State:
         self.blocked: dict[str, str] = {}  # provider -> why configuration stops it
         #: The configured fusion switches (ircore.config): compiled graphs depend on them.
         self.fusions: object = None
+        #: Tracing records the chosen implementation (``trace_implementations``: configured, or
+        #: inside ``ircore.tracing_implementations()`` blocks, counted in ``trace_blocks``).
+        self.tracing_implementations = False
+        self.trace_configured = False
+        self.trace_blocks = 0
         #: What ``ircore.configure`` set, parsed (ircore.config); the highest configuration source.
         self.config_api: dict[str, Any] = {}
         #: Counts changes to it: the loader re-decides provider states when this moves.
@@ -218,6 +223,7 @@ class State:
                 tuple(sorted(self.blocked)),
                 impls,
                 self.fusions,
+                self.tracing_implementations,
             )
         )
 
@@ -288,11 +294,20 @@ class State:
                 self.blocked[provider] = why
             self.bump()
 
-    def set_configured(self, layers: list[PriorityLayer], fusions: object) -> None:
-        """The priority layers and fusion switches read from the environment and the file."""
+    def set_configured(self, layers: list[PriorityLayer], fusions: object, trace: bool = False) -> None:
+        """The priority layers, fusion switches and ``trace_implementations`` configured."""
         with self.lock:
             self.layers = layers
             self.fusions = fusions
+            self.trace_configured = trace
+            self.tracing_implementations = trace or self.trace_blocks > 0
+            self.bump()
+
+    def enter_trace_block(self, delta: int) -> None:
+        """A ``tracing_implementations()`` block entered (+1) or left (-1): process-wide."""
+        with self.lock:
+            self.trace_blocks += delta
+            self.tracing_implementations = self.trace_configured or self.trace_blocks > 0
             self.bump()
 
     def config_changed(self) -> None:

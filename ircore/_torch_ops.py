@@ -46,6 +46,7 @@ class DefinedOp(dispatch.OpLike, Protocol):
     inplace_args: tuple[str, ...]
     inplace_indices: tuple[int, ...]
     fake: Callable[..., Any] | None
+    torch_inplace_op: Any
 
     def functional_call(self, impl: Any) -> Callable[..., Any]: ...
 
@@ -213,6 +214,38 @@ def impl_op(op: DefinedOp, impl: Any) -> Any:
         lib, overload = _define_impl_op(op, impl)
         _IMPL_OPS[key] = (impl, lib, overload)
         return overload
+
+
+def built_impl_op(op: DefinedOp, impl: Any) -> Any:
+    """:func:`impl_op`, read without the lock when it is built (attach_impls builds it at
+    registration): what code traced by Dynamo, which cannot trace a lock, calls."""
+    cached = _IMPL_OPS.get((impl.provider, op.name))
+    if cached is not None and cached[0] is impl:
+        return cached[2]
+    return impl_op(op, impl)
+
+
+def traced_form(op: DefinedOp, impl: Any) -> tuple[Any, bool]:
+    """(what a graph records for ``impl`` of ``op``, whether it writes its in-place arguments).
+
+    The op the core built for the implementation (:func:`impl_op`): one opaque node, whose
+    kernel runs the implementation at run time; for an in-place one, its in-place op followed
+    by its in-place arguments. The lowering (``ircore.compile``) traces it in place of an ircore
+    node; with ``trace_implementations`` on, tracing records it straight away.
+    """
+    target = built_impl_op(op, impl)
+    # the op has an in-place schema exactly when it has a maybe_inplace overload (define_inplace);
+    # read, not inferred again: Dynamo cannot trace infer_schema
+    if not (impl.inplace and op.torch_inplace_op is not None):
+        return target, False
+    indices = op.inplace_indices
+
+    def in_place(*args: Any) -> Any:
+        target(*args)
+        outs = tuple(args[i] for i in indices)
+        return outs if len(outs) > 1 else outs[0]
+
+    return in_place, True
 
 
 def impl_op_name(provider: str, op_name: str) -> str:

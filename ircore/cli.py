@@ -22,6 +22,7 @@ import torch
 
 import ircore
 from ircore import _signature, dispatch
+from ircore._state import STATE
 from ircore.config import ENV_VARS, find_config_file
 from ircore.errors import IrcoreError
 from ircore.providers._discovery import discover
@@ -170,6 +171,8 @@ def _doctor_report() -> dict[str, Any]:
         "config_file": str(config_file) if config_file else None,
         "environment": env,
         "config_error": config_error,
+        # tracing records the chosen implementations instead of torch.ops.ircore.* (docs/compiling.md)
+        "trace_implementations": STATE.tracing_implementations,
         "providers": providers,
         "not_active": [p for p in providers if p["state"] != ProviderState.ACTIVE.value],
         # distributions declaring ops of their own; a broken one is a problem as a provider is
@@ -204,6 +207,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     )
     if report["config_error"]:
         print(f"configuration error: {report['config_error']}")
+    if report["trace_implementations"]:
+        print("trace_implementations: on (graphs record the chosen implementations, not torch.ops.ircore.*)")
     active = [p["name"] for p in report["providers"] if p["state"] == "active"]
     print(f"active providers: {', '.join(active) or 'none'}")
     for p in report["not_active"]:

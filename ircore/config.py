@@ -10,11 +10,13 @@ Keys (the same in every source):
   that ``providers`` names, is an error at load time (``IRCORE_STRICT=1``);
 - ``fusions``: which compile-time fusions run (``IRCORE_FUSIONS="add_rms_norm=off"``; see
   ``ircore.compile.FUSIONS``).
+- ``trace_implementations``: tracing records the implementation each call would run instead of
+  ``torch.ops.ircore.<op>`` (``IRCORE_TRACE_IMPLEMENTATIONS=1``; see ``ircore.IrOp.traced_call``).
 
-For ``providers``, ``disable`` and ``strict`` the highest source that sets the key decides; for
-``priority`` the highest source that names the op decides, for ``fusions`` the highest source that
-names the fusion. Files: ``IRCORE_CONFIG``, else ``./ircore.toml``, else ``[tool.ircore]`` in
-``./pyproject.toml``.
+For ``providers``, ``disable``, ``strict`` and ``trace_implementations`` the highest source that
+sets the key decides; for ``priority`` the highest source that names the op decides, for
+``fusions`` the highest source that names the fusion. Files: ``IRCORE_CONFIG``, else
+``./ircore.toml``, else ``[tool.ircore]`` in ``./pyproject.toml``.
 
 The environment and the file are read once, when the provider loader first needs the settings
 (:func:`resolve_settings`), before any provider's code runs: so nothing written to ``os.environ``
@@ -40,13 +42,14 @@ from ircore.errors import ConfigError
 
 __all__ = ["FUSIONS", "KNOWN_KEYS", "ConfigSource", "Settings", "configure", "normalize_fusions"]
 
-KNOWN_KEYS = ("providers", "disable", "priority", "strict", "fusions")
+KNOWN_KEYS = ("providers", "disable", "priority", "strict", "fusions", "trace_implementations")
 ENV_VARS = {
     "providers": "IRCORE_PROVIDERS",
     "disable": "IRCORE_DISABLE",
     "priority": "IRCORE_PRIORITY",
     "strict": "IRCORE_STRICT",
     "fusions": "IRCORE_FUSIONS",
+    "trace_implementations": "IRCORE_TRACE_IMPLEMENTATIONS",
 }
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -277,6 +280,8 @@ class Settings:
     disable_from: str = "default"
     strict: bool = False
     strict_from: str = "default"
+    trace_implementations: bool = False
+    trace_implementations_from: str = "default"
 
     def enabled(self, provider: str) -> tuple[bool, str]:
         """Whether config lets ``provider`` load, and if not, which setting says so."""
@@ -366,7 +371,7 @@ def resolve_settings(environ: Mapping[str, str] | None = None, cwd: Path | None 
     read = read_sources() if environ is None and cwd is None else _read(environ, cwd)
     sources = [api_source(), *read]
     settings = Settings(sources=sources)
-    for key in ("providers", "disable", "strict"):
+    for key in ("providers", "disable", "strict", "trace_implementations"):
         for source in sources:
             if key in source.values:
                 setattr(settings, key, source.values[key])
@@ -388,6 +393,7 @@ def configure(
     priority: Mapping[str, Sequence[str] | None] | None = None,
     strict: bool | None = None,
     fusions: Mapping[str, bool] | Sequence[str] | str | None = None,
+    trace_implementations: bool | None = None,
 ) -> None:
     """Set configuration from Python; it outranks the environment and config files.
 
@@ -395,9 +401,10 @@ def configure(
     maps op names to provider lists (``None`` removes an op's setting), ``strict`` makes a broken
     provider (or an unavailable one that ``providers`` names) an error, ``fusions`` switches
     compile-time fusions (``{"add_rms_norm": False}``, a list of the names to run, ``"all"``,
-    ``"none"``). A provider disabled here stops being used at once; one enabled here loads on next
-    use. Compiled functions recompile on their next call after any change. A provider's own code
-    (its import and hooks) may not call it.
+    ``"none"``), ``trace_implementations`` makes tracing record the implementation each call
+    would run instead of ``torch.ops.ircore.<op>``. A provider disabled here stops being used at
+    once; one enabled here loads on next use. Compiled functions recompile on their next call
+    after any change. A provider's own code (its import and hooks) may not call it.
     """
     _ownership.refuse_provider_code("ircore.configure()")
     raw: dict[str, Any] = {}
@@ -409,6 +416,8 @@ def configure(
         raw["strict"] = strict
     if fusions is not None:
         raw["fusions"] = fusions
+    if trace_implementations is not None:
+        raw["trace_implementations"] = trace_implementations
     if raw:
         with _api_lock:
             parse_values(raw, api_source())

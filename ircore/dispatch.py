@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple, Protocol
 
@@ -199,6 +199,25 @@ def get_priority(op_name: str) -> list[str]:
     """The effective priority list of ``op_name`` in this context, ``native`` last."""
     ensure_loaded()
     return list(effective_priority(STATE.op(op_name), SCOPE.get())[0])
+
+
+# ---------------------------------------------------------------------- tracing implementations
+@contextlib.contextmanager
+def tracing_implementations() -> Iterator[None]:
+    """Within the block, tracing (``torch.compile`` with any backend, ``make_fx``) records the
+    implementation each call would run instead of ``torch.ops.ircore.<op>``, as the configuration
+    key ``trace_implementations`` does (``IrOp.traced_call``).
+
+    Process-wide, not per thread: compiled functions guard on ircore's configuration
+    fingerprint, which includes it, so a function compiled inside the block recompiles outside
+    it (and finds that graph again inside the next one). For debugging and for compiling.
+    """
+    _ownership.refuse_provider_code("ircore.tracing_implementations()")
+    STATE.enter_trace_block(+1)
+    try:
+        yield
+    finally:
+        STATE.enter_trace_block(-1)
 
 
 # ---------------------------------------------------------------------- priority blocks
@@ -518,6 +537,9 @@ class Explanation(NamedTuple):
     priority: tuple[str, ...]
     source: str
     steps: tuple[Step, ...]
+    #: what tracing such a call records: torch.ops.ircore.<op>, or with trace_implementations on
+    #: the chosen implementation's op (see IrOp.traced_call)
+    traced: str = ""
 
     def __str__(self) -> str:
         lines = [
@@ -525,6 +547,8 @@ class Explanation(NamedTuple):
             f"  priority: {', '.join(self.priority)}  (from {self.source})",
         ]
         lines += [f"  {s.provider:<12} {s.outcome:<15} {s.reason}" for s in self.steps]
+        if STATE.tracing_implementations and self.traced:
+            lines.append(f"  traced as: {self.traced}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -534,6 +558,7 @@ class Explanation(NamedTuple):
             "priority": list(self.priority),
             "source": self.source,
             "steps": [s._asdict() for s in self.steps],
+            "traced": self.traced,
         }
 
 

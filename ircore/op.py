@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeVar, 
 
 import torch
 
-from ircore import _ownership, _torch_ops, _validation, dispatch
+from ircore import _ownership, _torch_ops, _traced, _validation, dispatch
 from ircore._argtypes import argument_checker, tensor_parameters, type_checker
 from ircore._fastpath import build_eager_call, providers_loaded
 from ircore._state import DECLARED_ATTRIBUTES, STATE
@@ -264,6 +264,8 @@ class IrOp(Generic[P, R]):
         first = full[0]
         proxy = type(first) is _Proxy
         self.check_annotations(*full)  # before anything reads a tensor's attributes
+        if STATE.tracing_implementations and self._traces_implementation(first) and not self.wants_grad(full):
+            return self.traced_call(full, donated=True)
         if (
             self.torch_inplace_op is None
             or (not proxy and type(first) is not _Tensor and _is_wrapper_subclass(first))
@@ -302,7 +304,43 @@ class IrOp(Generic[P, R]):
             self.check_args(*args)
             native: Callable[..., Any] = self.native
             return native(*args)
+        if STATE.tracing_implementations and self._traces_implementation(args[0]):
+            return self.traced_call(args)
         return self.torch_op(*args)
+
+    @staticmethod
+    def _traces_implementation(first: Any) -> bool:
+        """With ``trace_implementations`` on: a traced call with values (not symbolic_trace's
+        proxies; not a tensor subclass such as DTensor, whose sharding rules need the ircore op)."""
+        return type(first) is not _Proxy and not (type(first) is not _Tensor and _is_wrapper_subclass(first))
+
+    def traced_call(self, args: tuple[Any, ...], donated: bool = False) -> Any:
+        """What tracing records with ``trace_implementations`` on: the implementation an eager call
+        with these (fake) arguments would run, in place of ``torch.ops.ircore.<name>``.
+
+        The choice is the eager rule over the process-wide plan (``dispatch.first_supported``, as
+        the ``ircore`` backend's lowering makes it): a provider's implementation is recorded as
+        the op the core built for it (``ircore._torch_ops.traced_form``: its own torch op, or one
+        opaque op whose kernel calls it), ``native`` as the ops it is made of. An in-place
+        implementation writes copies of the in-place arguments, or, ``donated``
+        (``maybe_inplace``), the arguments themselves. Under Dynamo the predicates are traced, so
+        the graph is guarded on what they read. Counted in ``ircore.compile.report().traced``.
+        """
+        self.check_args(*args)
+        # Under Dynamo the plan was brought up to date for real (_fastpath.providers_loaded): read
+        # as it is, so that the graph is not guarded on the generation (which every change replaces)
+        plan = self._plan if _is_dynamo_compiling() else dispatch.plan_for(self, None)
+        entry = dispatch.first_supported(self.name, plan.entries, args)[0]
+        _traced.record(self.name, entry.provider)
+        impl = self.impls.get(entry.provider)
+        if impl is None:
+            native: Callable[..., Any] = self.native
+            return native(*args)
+        fn, in_place = _torch_ops.traced_form(self, impl)
+        if in_place and not donated:
+            indices = self.inplace_indices
+            args = tuple(a.clone() if i in indices else a for i, a in enumerate(args))
+        return fn(*args)
 
     def wants_grad(self, args: tuple[Any, ...]) -> bool:
         """Whether this call must be differentiable: grad mode is on and a tensor requires grad.
@@ -546,8 +584,19 @@ class IrOp(Generic[P, R]):
             ) from None
 
     def explain(self, *args: P.args, **kwargs: P.kwargs) -> dispatch.Explanation:
-        """Which implementation a call with these arguments runs, and why the others don't."""
-        return dispatch.explain(self, self.bind_args(args, kwargs))
+        """Which implementation a call with these arguments runs, and why the others don't; and
+        what tracing such a call records (``traced``)."""
+        explanation = dispatch.explain(self, self.bind_args(args, kwargs))
+        return explanation._replace(traced=self._traced_as(explanation.chosen))
+
+    def _traced_as(self, chosen: str) -> str:
+        if not STATE.tracing_implementations:
+            return f"torch.ops.ircore.{self.name} (trace_implementations is off)"
+        impl = self.impls.get(chosen)
+        if impl is None:
+            return "native's own ops (trace_implementations is on)"
+        target = _torch_ops.built_impl_op(self, impl)
+        return f"torch.ops.{target} ({chosen}'s op; trace_implementations is on)"
 
     def __repr__(self) -> str:
         return f"<ircore op {self.name}{self.signature} impls={list(self.impls)}>"

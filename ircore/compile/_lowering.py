@@ -125,25 +125,14 @@ def functionalize_maybe_inplace(graph: Graph) -> None:
 def replacement(op: IrOp, entry: dispatch.Entry) -> tuple[Any, bool]:
     """(what to trace in place of an ircore node for ``entry``, whether to trace it functionalized).
 
-    ``native`` is traced into aten ops; a provider's implementation becomes the op the core built
-    for it (``ircore._torch_ops.impl_op``): one opaque node, whose kernel runs the implementation
-    at run time. An in-place one is its in-place op followed by its in-place arguments, traced
-    under functionalization (``auto_functionalized``).
+    ``native`` is traced into aten ops; a provider's implementation becomes its traced form
+    (``ircore._torch_ops.traced_form``): the op the core built for it, in place for an in-place
+    one, traced under functionalization (``auto_functionalized``).
     """
     impl = op.impls.get(entry.provider)
     if impl is None:
         return entry.call, False
-    target = _torch_ops.impl_op(op, impl)
-    if not (impl.inplace and _torch_ops.inplace_schema(op) is not None):
-        return target, False
-    indices = op.inplace_indices
-
-    def in_place(*args: Any) -> Any:
-        target(*args)
-        outs = tuple(args[i] for i in indices)
-        return outs if len(outs) > 1 else outs[0]
-
-    return in_place, True
+    return _torch_ops.traced_form(op, impl)
 
 
 def lower(graph: Graph) -> tuple[dict[str, tuple[str, str]], int]:

@@ -7,6 +7,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ircore import _traced
+
 
 @dataclass
 class CompileReport:
@@ -27,6 +29,10 @@ class CompileReport:
 
     ``donations``: ``maybe_inplace`` calls the ``ircore`` backend checked for reads of a donated
     tensor after the call (every graph it compiles, cached ones included).
+
+    ``traced``: with ``trace_implementations`` on (any backend, ``make_fx`` too), per op how many
+    traced calls recorded each provider's implementation (``native``: its aten ops) in place of
+    ``torch.ops.ircore.<op>``; once per trace, not per run.
     """
 
     graphs: int = 0
@@ -42,6 +48,8 @@ class CompileReport:
     cached_plans: list[dict[str, list[str]]] = field(default_factory=list)
     #: maybe_inplace calls checked for a read of their donated arguments afterwards
     donations: int = 0
+    #: with trace_implementations on: per op, how many traced calls recorded each implementation
+    traced: dict[str, Counter[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +62,7 @@ class CompileReport:
             "cached": self.cached,
             "cached_plans": [{op: list(p) for op, p in plan.items()} for plan in self.cached_plans],
             "donations": self.donations,
+            "traced": {op: dict(c) for op, c in self.traced.items()},
         }
 
 
@@ -74,6 +83,7 @@ def report() -> CompileReport:
             _REPORT.cached,
             [{op: list(p) for op, p in plan.items()} for plan in _REPORT.cached_plans],
             _REPORT.donations,
+            _traced.counts(),
         )
 
 
@@ -82,6 +92,7 @@ def reset_report() -> None:
     global _REPORT
     with _lock:
         _REPORT = CompileReport()
+    _traced.reset()
 
 
 def record_graph(
