@@ -7,6 +7,8 @@ shows which modules really call ircore, since fp32 results are bitwise those of 
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import re
@@ -223,7 +225,9 @@ def test_class_level_apply_before_building(counting):
 
 
 def test_class_level_errors_name_the_target():
-    with pytest.raises(ValueError, match=r"no module transformers\.models\.lama\.modeling_lama .*'llama', 'qwen3'"):
+    with pytest.raises(
+        ValueError, match=r"no module transformers\.models\.lama\.modeling_lama .*'llama', 'qwen3'"
+    ):
         irt.apply_to_classes("lama")
     with pytest.raises(TypeError, match="name at least one model type or class"):
         irt.apply_to_classes()
@@ -429,13 +433,11 @@ def build_type(model_type, **extra):
 
 LAYER_NORM = "{} is an nn.LayerNorm (it subtracts the mean): ircore has no layer_norm op"
 NOT_RMSNORM = "{} is not named *RMSNorm (only *RMSNorm classes with a known forward are patched)"
-EXPERTS = (
-    "{} holds 4 experts in 3-D parameters (gate_up_proj, down_proj): ircore has no grouped-expert matmul op"
+OTHER_GATE = (
+    "{}._apply_gate is not act(gate) * up over [gate | up] (clamped, interleaved or another gating): "
+    "ircore has no op for it"
 )
-FUSED = (
-    "{} has one fused gate_up_proj linear (its forward splits the output): only separate gate_proj/up_proj "
-    "linears are merged"
-)
+NOT_SILU = "{}: the activation {} is not SiLU (ircore has no other gated activation op)"
 GATED = "{} is a gated RMSNorm (its forward takes a gate): ircore.ops.rms_norm has no gate"
 #: model type -> (extra config, {module: why it is left alone}) for layer 0 (layer 1 alike) and model.norm
 LEFT_ALONE = {
@@ -453,20 +455,18 @@ LEFT_ALONE = {
             "input_layernorm": LAYER_NORM.format("NemotronLayerNorm1P"),
         },
     ),
-    "phimoe": (
-        {},
-        {"mlp.experts": EXPERTS.format("PhimoeExperts"), "input_layernorm": LAYER_NORM.format("LayerNorm")},
-    ),
+    "phimoe": ({}, {"input_layernorm": LAYER_NORM.format("LayerNorm")}),
     "cohere": ({}, {"input_layernorm": NOT_RMSNORM.format("CohereLayerNorm")}),
     "cohere2": ({}, {"input_layernorm": NOT_RMSNORM.format("Cohere2LayerNorm")}),
     "stablelm": ({}, {"input_layernorm": LAYER_NORM.format("LayerNorm")}),
-    "mixtral": ({}, {"mlp.experts": EXPERTS.format("MixtralExperts")}),
-    "qwen3_moe": ({}, {"mlp.experts": EXPERTS.format("Qwen3MoeExperts")}),
-    "gpt_oss": ({}, {"mlp.experts": EXPERTS.format("GptOssExperts")}),
-    "deepseek_v3": ({"first_k_dense_replace": 0}, {"mlp.experts": EXPERTS.format("DeepseekV3Experts")}),
-    "phi3": ({}, {"mlp": FUSED.format("Phi3MLP")}),
-    "glm": ({}, {"mlp": FUSED.format("GlmMLP")}),
-    "glm4": ({}, {"mlp": FUSED.format("Glm4MLP")}),
+    # clamped SwiGLU with alpha, gate and up interleaved: swigluoai_and_mul, not silu_and_mul
+    "gpt_oss": ({}, {"mlp.experts": OTHER_GATE.format("GptOssExperts")}),
+    "deepseek_v4": ({}, {"mlp.experts": OTHER_GATE.format("DeepseekV4Experts")}),  # clamps gate and up
+    "qwen3_moe": (  # experts of the covered form, with a GELU
+        {"hidden_act": "gelu_pytorch_tanh"},
+        {"mlp.experts": NOT_SILU.format("Qwen3MoeExperts", "GELUTanh")},
+    ),
+    "phi3": ({"hidden_act": "gelu_new"}, {"mlp": NOT_SILU.format("Phi3MLP", "NewGELUActivation")}),
     "mamba2": ({"num_heads": 8, "head_dim": 16}, {"mixer.norm": GATED.format("MambaRMSNormGated")}),
     "bamba": ({}, {"mamba.norm": GATED.format("BambaRMSNormGated")}),
     "qwen3_next": ({}, {"linear_attn.norm": GATED.format("Qwen3NextRMSNormGated")}),
@@ -541,9 +541,10 @@ def test_llama4_mlp_activation_fn_is_merged(counting):
     stock = logits(model)
     summary = irt.apply(model, rms_norm=False, mlp=True)
     assert summary.mlp == [f"model.layers.{i}.feed_forward.shared_expert" for i in range(2)]
+    assert summary.experts == [f"model.layers.{i}.feed_forward.experts" for i in range(2)]
     counting.clear()
     close(logits(model), stock, torch.float32)
-    assert [op for op, _ in counting].count("silu_and_mul") == 2
+    assert [op for op, _ in counting].count("silu_and_mul") == 2 + 2  # shared experts, then routed experts
 
 
 def test_mlp_reasons_are_checked_in_order():
@@ -553,6 +554,165 @@ def test_mlp_reasons_are_checked_in_order():
     assert summary.left_alone["model.layers.0.mlp.shared_experts"] == (
         "DeepseekV4MLP.forward is not the gated MLP form down(act(gate(x)) * up(x))"
     )
+
+
+# ---------------------------------------------------------------------- fused gate_up_proj MLPs, MoE experts
+#: DeepSeek-V2/V3's attention (MLA) at TINY's size; the first layer an MoE one
+MLA = dict(
+    first_k_dense_replace=0,
+    qk_rope_head_dim=8,
+    qk_nope_head_dim=8,
+    v_head_dim=16,
+    kv_lora_rank=16,
+    q_lora_rank=None,
+    head_dim=8,
+    n_group=1,
+    topk_group=1,
+)
+#: model type -> (extra config, the per-layer module that is a fused MLP, MoE experts, a merged MLP)
+COVERED = {
+    "phi3": ({}, "mlp", None, None),
+    "glm": ({}, "mlp", None, None),
+    "glm4": ({}, "mlp", None, None),
+    "mixtral": ({}, None, "mlp.experts", None),
+    "qwen3_moe": ({}, None, "mlp.experts", None),
+    "qwen2_moe": ({}, None, "mlp.experts", "mlp.shared_expert"),
+    "deepseek_v3": (MLA, None, "mlp.experts", "mlp.shared_experts"),
+    "olmoe": ({}, None, "mlp.experts", None),
+    "phimoe": ({}, None, "mlp.experts", None),
+    "aria_text": ({}, None, "mlp.experts", "mlp.shared_experts"),  # transposed experts: x @ gate_up_proj[e]
+}
+PROMPT = torch.randint(1, SMALL["vocab_size"], (2, 6), generator=torch.Generator().manual_seed(3))
+
+
+def greedy(model):
+    with torch.no_grad():
+        return model.generate(PROMPT, max_new_tokens=4, do_sample=False)
+
+
+@functools.cache
+def _stock(model_type):
+    model = build_type(model_type, **COVERED[model_type][0])
+    return model, logits(model), greedy(model)
+
+
+def covered(model_type):
+    """A fresh copy of the stock tiny ``model_type`` model, its logits and greedy tokens (built once)."""
+    model, stock_logits, tokens = _stock(model_type)
+    return copy.deepcopy(model), stock_logits, tokens
+
+
+def per_layer(suffix):
+    return [f"model.layers.{i}.{suffix}" for i in range(2)] if suffix else []
+
+
+def silu_calls(counting):
+    return [op for op, _ in counting].count("silu_and_mul")
+
+
+@pytest.mark.parametrize("model_type", COVERED)
+def test_fused_mlps_and_moe_experts_call_silu_and_mul(model_type, counting):
+    """Issue 28.6: fused gate_up_proj MLPs and MoE experts were left alone; now silu_and_mul, no merge."""
+    _, fused, experts, merged = COVERED[model_type]
+    model, stock, tokens = covered(model_type)
+    summary = irt.apply(model, mlp=True)
+    assert summary.fused_mlp == per_layer(fused)
+    assert summary.experts == per_layer(experts)
+    assert summary.mlp == per_layer(merged)
+    assert not [name for name in summary.left_alone if ".mlp" in name]
+    counting.clear()
+    close(logits(model), stock, torch.float32)
+    # one call per module and forward: grouped_mm (transformers' default) runs all experts at once
+    assert silu_calls(counting) == len(summary.fused_mlp + summary.experts + summary.mlp)
+    assert torch.equal(greedy(model), tokens)
+    assert irt.apply(model, mlp=True).left_alone[per_layer(fused or experts)[0]] == "already applied"
+    assert irt.undo(model) == len(summary.rms_norm + summary.fused_mlp + summary.experts + summary.mlp)
+    assert not any({"forward", "_apply_gate"} & set(vars(m)) for m in model.modules())
+    counting.clear()
+    assert torch.equal(logits(model), stock)  # bitwise: transformers' own forwards again
+    assert counting == []
+
+
+@pytest.mark.parametrize("implementation, calls", [("grouped_mm", 2), ("batched_mm", 2), ("eager", 8)])
+def test_experts_call_silu_and_mul_in_every_experts_implementation(implementation, calls, counting):
+    """grouped_mm and batched_mm call the instance's _apply_gate; the eager loop once per expert hit."""
+    model, stock, _ = covered("qwen3_moe")
+    model.set_experts_implementation(implementation)
+    summary = irt.apply(model, rms_norm=False, mlp=True)
+    assert summary.experts == per_layer("mlp.experts")
+    counting.clear()
+    close(logits(model), stock, torch.float32)
+    assert silu_calls(counting) == calls  # eager: 4 experts hit in each of the 2 layers
+
+
+@pytest.mark.parametrize("model_type", ["phi3", "qwen3_moe"])
+def test_fused_and_moe_bf16_is_as_accurate_as_stock_against_fp32(model_type):
+    """silu_and_mul rounds once where act(gate) * up rounds twice: as accurate as stock, not equal to it."""
+    fp32, _, _ = covered(model_type)
+    with torch.no_grad():
+        fp32.lm_head.weight.mul_(10)
+    reference = logits(fp32)
+    stock = logits(fp32.to(torch.bfloat16)).float()
+    summary = irt.apply(fp32, mlp=True)
+    assert summary.fused_mlp or summary.experts
+    patched = logits(fp32).float()
+    assert reference.abs().max() > 4
+    error = {k: (v - reference).abs().max().item() for k, v in (("stock", stock), ("patched", patched))}
+    assert error["patched"] <= 1.25 * error["stock"], error
+
+
+def test_patched_moe_model_saves_and_reloads_the_stock_weights(tmp_path):
+    model, stock, _ = covered("qwen3_moe")
+    irt.apply(model, mlp=True)
+    model.save_pretrained(tmp_path)
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert torch.equal(logits(reloaded), stock)
+
+
+def test_fused_mlp_with_grad_on_gives_stock_gradients(counting):
+    """With grad on, silu_and_mul runs native: gradients flow into gate_up_proj as through stock."""
+    model, _, _ = covered("phi3")
+    stock, _, _ = covered("phi3")
+    irt.apply(model, mlp=True)
+    model(PROMPT).logits.square().mean().backward()
+    stock(PROMPT).logits.square().mean().backward()
+    mine, theirs = (
+        model.model.layers[0].mlp.gate_up_proj.weight.grad,
+        stock.model.layers[0].mlp.gate_up_proj.weight.grad,
+    )
+    torch.testing.assert_close(mine, theirs)
+    assert "forward" in vars(model.model.layers[0].mlp)  # ircore's forward ran ...
+    assert silu_calls(counting) == 0  # ... and silu_and_mul chose native, not the counting implementation
+
+
+def test_class_level_apply_patches_fused_mlps_and_experts(counting):
+    from transformers.models.phi3.modeling_phi3 import Phi3MLP
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts, Qwen3MoeMLP
+
+    own = (Phi3MLP.forward, Qwen3MoeExperts.forward, Qwen3MoeExperts._apply_gate)
+    try:
+        summary = irt.apply_to_classes("phi3", "qwen3_moe", mlp=True)
+        assert summary.fused_mlp == ["transformers.models.phi3.modeling_phi3.Phi3MLP"]
+        assert summary.experts == ["transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeExperts"]
+        assert summary.left_alone[f"{Qwen3MoeMLP.__module__}.Qwen3MoeMLP"] == (
+            "Qwen3MoeMLP: merging gate_proj and up_proj needs loaded weights: apply(model, mlp=True) after loading"
+        )
+        for model_type in ("phi3", "qwen3_moe"):
+            model, stock, _ = covered(model_type)  # built before: its classes are patched too
+            counting.clear()
+            close(logits(model), stock, torch.float32)
+            assert silu_calls(counting) == 2
+            assert (
+                irt.apply(model, rms_norm=False, mlp=True)
+                .left_alone[per_layer(COVERED[model_type][1] or COVERED[model_type][2])[0]]
+                .endswith("already patched (apply_to_classes)")
+            )
+    finally:
+        assert irt.undo_classes() == 2 + 2  # the two RMSNorm classes, Phi3MLP, Qwen3MoeExperts
+    assert (Phi3MLP.forward, Qwen3MoeExperts.forward, Qwen3MoeExperts._apply_gate) == own
+    assert "_apply_gate" in vars(
+        Qwen3MoeExperts
+    )  # transformers' decorator set it there: restored, not deleted
 
 
 #: config.model_type -> the modeling module transformers' auto classes build its models from

@@ -64,6 +64,95 @@ MLP_ACTIVATION: dict[str, str] = {
     "llama4": "activation_fn",
 }
 
+#: MLPs with one fused ``gate_up_proj`` projection whose output is ``[gate | up]`` (gate first):
+#: ``down(up * act(gate))`` is ``down(silu_and_mul(gate_up_proj(x)))`` for a SiLU activation, with
+#: no merge (transformers 5.23: phi3, glm, glm4, glm4v, glm_image, glm_ocr, dia, esmfold2, ...).
+FUSED_MLP_FORMS: dict[str, str] = {
+    "gate_up_proj": """
+def forward(self, hidden_states):
+    up_states = self.gate_up_proj(hidden_states)
+    gate, up_states = up_states.chunk(2, dim=-1)
+    up_states = up_states * self.activation_fn(gate)
+    return self.down_proj(up_states)
+""",
+}
+
+#: The attribute holding each fused MLP form's activation.
+FUSED_MLP_ACTIVATION: dict[str, str] = {"gate_up_proj": "activation_fn"}
+
+#: MoE experts held in 3-D parameters, by the eager forward of their class (the one
+#: ``use_experts_implementation`` wraps): each applies ``act(gate) * up`` to one matmul's
+#: ``[gate | up]`` output (gate first), which is ``silu_and_mul`` of it for a SiLU activation.
+EXPERTS_FORMS: dict[str, str] = {
+    # Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3, OLMoE, ... (54 classes): gate_up_proj (E, 2I, H)
+    "linear_loop": """
+def forward(self, hidden_states, top_k_index, top_k_weights):
+    final_hidden_states = torch.zeros_like(hidden_states)
+    with torch.no_grad():
+        expert_mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.num_experts + 1)
+        expert_mask = expert_mask.permute(2, 1, 0)
+        expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+
+    for expert_idx in expert_hit:
+        expert_idx = expert_idx[0]
+        if expert_idx == self.num_experts:
+            continue
+        top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+        current_state = hidden_states[token_idx]
+        gate, up = nn.functional.linear(current_state, self.gate_up_proj[expert_idx]).chunk(2, dim=-1)
+        current_hidden_states = self.act_fn(gate) * up
+        current_hidden_states = nn.functional.linear(current_hidden_states, self.down_proj[expert_idx])
+        current_hidden_states = current_hidden_states * top_k_weights[token_idx, top_k_pos, None]
+        final_hidden_states.index_add_(0, token_idx, current_hidden_states.to(final_hidden_states.dtype))
+
+    return final_hidden_states
+""",
+    # Aria: transposed weights, gate_up_proj (E, H, 2I)
+    "matmul_loop": """
+def forward(self, hidden_states, top_k_index, top_k_weights):
+    final_hidden_states = torch.zeros_like(hidden_states)
+    with torch.no_grad():
+        expert_mask = nn.functional.one_hot(top_k_index, num_classes=self.num_experts + 1)
+        expert_mask = expert_mask.permute(2, 1, 0)
+        expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+
+    for expert_idx in expert_hit:
+        expert_idx = expert_idx[0]
+        if expert_idx == self.num_experts:
+            continue
+        top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+        current_state = hidden_states[token_idx]
+        gate, up = (current_state @ self.gate_up_proj[expert_idx]).chunk(2, dim=-1)
+        current_hidden_states = self.act_fn(gate) * up
+        current_hidden_states = current_hidden_states @ self.down_proj[expert_idx]
+        current_hidden_states = current_hidden_states * top_k_weights[token_idx, top_k_pos, None]
+        final_hidden_states.index_add_(0, token_idx, current_hidden_states.to(final_hidden_states.dtype))
+
+    return final_hidden_states
+""",
+    # Llama 4: every expert over its slice of the (already routed) tokens, gate_up_proj (E, H, 2I)
+    "llama4_bmm": """
+def forward(self, hidden_states):
+    hidden_states = hidden_states.view(self.gate_up_proj.shape[0], -1, self.hidden_size)
+    gate_up = torch.bmm(hidden_states, self.gate_up_proj)
+    gate, up = gate_up.chunk(2, dim=-1)  # not supported for DTensors
+    next_states = torch.bmm((up * self.act_fn(gate)), self.down_proj)
+    next_states = next_states.view(-1, self.hidden_size)
+    return next_states
+""",
+}
+
+#: ``_apply_gate`` methods (what transformers' grouped_mm / batched_mm / deepgemm experts
+#: implementations call between their two matmuls) that compute ``act(gate) * up`` over
+#: ``[gate | up]``: transformers' default (``integrations.moe._default_apply_gate``).
+GATE_FORMS: dict[str, str] = {
+    "chunk": """
+def _apply_gate(self, gate_up_out):
+    gate, up = gate_up_out.chunk(2, dim=-1)
+    return self.act_fn(gate) * up
+""",
+}
+
 #: Activation modules that compute SiLU (``transformers.activations.SiLUActivation``, ``nn.SiLU``).
 SILU_FORMS: dict[str, str] = {
     "silu": """
@@ -122,7 +211,14 @@ def fingerprint(source: str) -> str | None:
 
 _KNOWN = {
     kind: {fingerprint(src): name for name, src in forms.items()}
-    for kind, forms in (("norm", NORM_FORMS), ("mlp", MLP_FORMS), ("silu", SILU_FORMS))
+    for kind, forms in (
+        ("norm", NORM_FORMS),
+        ("mlp", MLP_FORMS),
+        ("silu", SILU_FORMS),
+        ("fused_mlp", FUSED_MLP_FORMS),
+        ("experts", EXPERTS_FORMS),
+        ("gate", GATE_FORMS),
+    )
 }
 
 
@@ -135,8 +231,13 @@ def _form_of_function(function: Any, kind: str) -> str | None:
     return _KNOWN[kind].get(fingerprint(source))
 
 
-def form_of(cls: type, kind: str) -> str | None:
-    """The name of the known ``kind`` form (``"norm"``, ``"mlp"``, ``"silu"``) of ``cls.forward``."""
-    forward = getattr(cls, "forward", None)
+def form_of(cls: type, kind: str, method: str = "forward") -> str | None:
+    """The name of the known ``kind`` form of ``cls.forward`` (or of another ``method``).
+
+    ``kind``: ``"norm"``, ``"mlp"``, ``"silu"``, ``"fused_mlp"``, ``"experts"``, ``"gate"`` (an
+    experts class's ``_apply_gate``). A forward wrapped with ``functools.wraps`` (transformers'
+    ``use_experts_implementation``) is recognised by the function it wraps.
+    """
+    forward = getattr(cls, method, None)
     function = getattr(forward, "__func__", forward)
     return None if function is None else _form_of_function(function, kind)

@@ -1,4 +1,4 @@
-"""The forwards ircore puts in place of a model's RMSNorm and gated-MLP forwards.
+"""The forwards ircore puts in place of a model's RMSNorm, gated-MLP and MoE experts forwards.
 
 Shared by ``apply`` (bound on instances), ``apply_to_classes`` (set on classes) and the
 ``kernels`` layer (copied onto instances by ``kernels.kernelize``). Each carries a mark, so that
@@ -7,11 +7,14 @@ Shared by ``apply`` (bound on instances), ``apply_to_classes`` (set on classes) 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from ircore.integrations._forms import form_of
 from ircore.integrations._merge import current
 from ircore.ops import rms_norm, silu_and_mul
 
@@ -19,7 +22,8 @@ _MARK = "__ircore_patch__"
 
 
 def patch_of(forward: Any) -> str | None:
-    """``"rms_norm"``/``"mlp"`` if ``forward`` (a function or bound method) is one of ours."""
+    """``"rms_norm"``/``"mlp"``/``"fused_mlp"``/``"experts"`` if ``forward`` (a function or bound
+    method) is one of ours."""
     return getattr(getattr(forward, "__func__", forward), _MARK, None)
 
 
@@ -72,3 +76,121 @@ def mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
 
 
 setattr(mlp_forward, _MARK, "mlp")
+
+
+# ---------------------------------------------------------------------- fused gate_up_proj, experts
+@functools.cache
+def _silu_class(cls: Any) -> bool:
+    return issubclass(cls, nn.SiLU) or form_of(cls, "silu") is not None
+
+
+def is_silu(act: Any) -> bool:
+    """``act`` computes SiLU: ``nn.SiLU``, transformers' ``SiLUActivation``, or ``F.silu`` itself."""
+    if act is F.silu:
+        return True
+    cls: Any = type(act)
+    return isinstance(act, nn.Module) and _silu_class(cls)
+
+
+def fused_mlp_forward(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``down(silu_and_mul(gate_up_proj(x)))`` for a fused MLP (``[gate | up]``: gate first).
+
+    The same modules are called as by the class's forward (so hooks on them, quantized
+    projections, ... all work); only ``up * act(gate)`` becomes ``silu_and_mul``. Where the
+    activation is not SiLU (a class patched by ``apply_to_classes`` whose config names another),
+    ``original(self, x)`` runs.
+    """
+
+    def forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+        if not is_silu(self.activation_fn):
+            return original(self, hidden_states)
+        return self.down_proj(silu_and_mul(self.gate_up_proj(hidden_states)))
+
+    setattr(forward, _MARK, "fused_mlp")
+    return forward
+
+
+def experts_gate(original: Callable[..., Any]) -> Callable[..., Any]:
+    """An experts ``_apply_gate``: ``silu_and_mul`` of the ``[gate | up]`` matmul output.
+
+    transformers' grouped_mm, batched_mm and deepgemm experts implementations call it between
+    their two matmuls; ``original`` runs where the activation is not SiLU.
+    """
+
+    def _apply_gate(self: Any, gate_up: torch.Tensor) -> torch.Tensor:
+        if not is_silu(self.act_fn):
+            return original(self, gate_up)
+        return silu_and_mul(gate_up)
+
+    setattr(_apply_gate, _MARK, "experts")
+    return _apply_gate
+
+
+def _dispatches(forward: Any, module: Any) -> bool:
+    """``forward`` is transformers' ``use_experts_implementation`` wrapper, set to another
+    implementation than its eager forward (grouped_mm, batched_mm, ...: they call ``_apply_gate``)."""
+    if getattr(forward, "__wrapped__", None) is None:
+        return False
+    return getattr(getattr(module, "config", None), "_experts_implementation", None) not in (None, "eager")
+
+
+def _routed_loop(
+    self: Any,
+    hidden_states: torch.Tensor,
+    top_k_index: torch.Tensor,
+    top_k_weights: torch.Tensor,
+    transposed: bool,
+) -> torch.Tensor:
+    """transformers' eager experts loop (``EXPERTS_FORMS`` "linear_loop"/"matmul_loop") with
+    ``silu_and_mul`` in place of ``act_fn(gate) * up``; the same ops otherwise, in the same order."""
+    final_hidden_states = torch.zeros_like(hidden_states)
+    with torch.no_grad():
+        expert_mask = F.one_hot(top_k_index, num_classes=self.num_experts + 1).permute(2, 1, 0)
+        expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+    for expert_idx in expert_hit:
+        expert_idx = expert_idx[0]
+        if expert_idx == self.num_experts:
+            continue
+        top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+        current_state = hidden_states[token_idx]
+        if transposed:
+            out = silu_and_mul(current_state @ self.gate_up_proj[expert_idx]) @ self.down_proj[expert_idx]
+        else:
+            gated = silu_and_mul(F.linear(current_state, self.gate_up_proj[expert_idx]))
+            out = F.linear(gated, self.down_proj[expert_idx])
+        out = out * top_k_weights[token_idx, top_k_pos, None]
+        final_hidden_states.index_add_(0, token_idx, out.to(final_hidden_states.dtype))
+    return final_hidden_states
+
+
+def experts_forward(original: Callable[..., Any], form: str) -> Callable[..., Any]:
+    """A forward for MoE experts of the known ``form`` (``_forms.EXPERTS_FORMS``).
+
+    ``original`` is the class's forward. Where it dispatches to another experts implementation
+    (``config._experts_implementation``: grouped_mm, transformers' default, batched_mm, ...), it
+    runs, and calls the instance's ``_apply_gate`` (:func:`experts_gate`); the eager forward runs
+    the same loop as transformers' with ``silu_and_mul``. Where the activation is not SiLU,
+    ``original`` runs.
+    """
+    if form == "llama4_bmm":
+
+        def forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+            if not is_silu(self.act_fn):
+                return original(self, hidden_states)
+            hidden_states = hidden_states.view(self.gate_up_proj.shape[0], -1, self.hidden_size)
+            gate_up = torch.bmm(hidden_states, self.gate_up_proj)
+            next_states = torch.bmm(silu_and_mul(gate_up), self.down_proj)
+            return next_states.view(-1, self.hidden_size)
+
+    else:
+        transposed = form == "matmul_loop"
+
+        def forward(  # type: ignore[misc]
+            self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+        ) -> torch.Tensor:
+            if not is_silu(self.act_fn) or _dispatches(original, self):
+                return original(self, hidden_states, top_k_index, top_k_weights)
+            return _routed_loop(self, hidden_states, top_k_index, top_k_weights, transposed)
+
+    setattr(forward, _MARK, "experts")
+    return forward

@@ -1,9 +1,10 @@
 """What kind of norm or feed-forward module a module is, as far as ``apply`` is concerned.
 
-``apply`` patches RMSNorms (classes named ``*RMSNorm``) and gated MLPs (``gate_proj``,
-``up_proj``, ``down_proj``). Every other norm and feed-forward module it meets is named in the
-summary with the reason it is kept: the functions here give that reason, or None for a module
-that is none of these (a Linear, an attention block, ...).
+``apply`` patches RMSNorms (classes named ``*RMSNorm``), gated MLPs (``gate_proj``,
+``up_proj``, ``down_proj``), MLPs with one fused ``gate_up_proj`` and MoE experts held in 3-D
+parameters, where their forwards have a known form. Every other norm and feed-forward module
+it meets is named in the summary with the reason it is kept: the functions here give that
+reason, or None for a module that is none of these (a Linear, an attention block, ...).
 """
 
 from __future__ import annotations
@@ -44,40 +45,35 @@ def other_norm(cls: type) -> str | None:
     return None
 
 
-def _experts(module: nn.Module) -> str | None:
+def is_fused_mlp(module: nn.Module) -> bool:
+    """An MLP with one fused ``gate_up_proj`` module (a linear) and a ``down_proj``."""
+    return isinstance(getattr(module, "gate_up_proj", None), nn.Module) and hasattr(module, "down_proj")
+
+
+def fused_experts(module: nn.Module) -> str | None:
+    """``"<E> experts in 3-D parameters (names)"`` for MoE experts held in 3-D parameters, else None."""
     if "expert" not in type(module).__name__.lower():  # MixtralExperts, DbrxExpertGLU (not Conv1d)
         return None
     fused = {name: p for name, p in module.named_parameters(recurse=False) if p.dim() == 3}
     if not fused:
         return None
     count = next(iter(fused.values())).shape[0]
-    return (
-        f"{type(module).__name__} holds {count} experts in 3-D parameters ({', '.join(fused)}): "
-        "ircore has no grouped-expert matmul op"
-    )
+    return f"{count} experts in 3-D parameters ({', '.join(fused)})"
 
 
 def other_feed_forward(module: nn.Module) -> str | None:
-    """Why a feed-forward module that is not a gated MLP is kept, or None if it is none.
+    """Why a feed-forward module that is no gated MLP, fused MLP or experts module is kept, or None.
 
-    Fused MoE experts (3-D weights), MLPs with one fused ``gate_up_proj`` linear, and modules
-    named ``*MLP``/``*FeedForward``/``*FFN`` that are not gated; a block whose children are
-    reported themselves (an MoE block's experts) is not reported again.
+    Modules named ``*MLP``/``*FeedForward``/``*FFN`` that are not gated; a block whose children
+    are reported themselves (an MoE block's experts) is not reported again.
     """
     cls = type(module).__name__
-    if is_gated_mlp(module):
+    if is_gated_mlp(module) or is_fused_mlp(module) or fused_experts(module):
         return None
-    why = _experts(module)
-    if why is not None:
-        return why
-    if isinstance(getattr(module, "gate_up_proj", None), nn.Module):
-        return (
-            f"{cls} has one fused gate_up_proj linear (its forward splits the output): only separate "
-            "gate_proj/up_proj linears are merged"
-        )
     if not _FFN_NAME.search(cls):
         return None
-    if any(is_gated_mlp(m) or _experts(m) or hasattr(m, "gate_up_proj") for m in list(module.modules())[1:]):
+    parts = list(module.modules())[1:]
+    if any(is_gated_mlp(m) or fused_experts(m) or hasattr(m, "gate_up_proj") for m in parts):
         return None  # its parts are reported on their own
     missing = ", ".join(name for name in _GATED if not hasattr(module, name))
     return f"{cls} has no {missing}: not a gated MLP"

@@ -1,10 +1,12 @@
-"""Hugging Face transformers models through ircore: patched RMSNorms and gated MLPs.
+"""Hugging Face transformers models through ircore: patched RMSNorms, gated MLPs and MoE experts.
 
 ``apply(model)`` patches a loaded model's instances, as Liger-Kernel does with ``model=``: each
 RMSNorm whose forward has a known form (the Llama/Qwen form and two others, see
 ``ircore.integrations._forms``) calls ``ircore.ops.rms_norm``; with ``mlp=True`` each gated
-SiLU MLP runs one merged gate/up matmul and ``ircore.ops.silu_and_mul``. ``apply_to_classes``
-patches the classes instead, before a model is built or loaded. ``undo`` and ``undo_classes``
+SiLU MLP runs one merged gate/up matmul and ``ircore.ops.silu_and_mul``, and MLPs with one fused
+``gate_up_proj`` and MoE experts held in 3-D parameters apply ``ircore.ops.silu_and_mul`` to
+their ``[gate | up]`` matmul output. ``apply_to_classes`` patches the classes instead, before a
+model is built or loaded. ``undo`` and ``undo_classes``
 put everything back. The residual add is not rewritten: under ``torch.compile(model,
 backend="ircore")`` the add+norm fusion turns each add and the norm after it into
 ``fused_add_rms_norm``.
@@ -27,10 +29,25 @@ import torch
 from torch import nn
 
 from ircore.integrations import _merge
-from ircore.integrations._forms import MLP_ACTIVATION, form_of
-from ircore.integrations._forwards import mlp_forward, norm_forward, patch_of
+from ircore.integrations._forms import FUSED_MLP_ACTIVATION, MLP_ACTIVATION, form_of
+from ircore.integrations._forwards import (
+    experts_forward,
+    experts_gate,
+    fused_mlp_forward,
+    is_silu,
+    mlp_forward,
+    norm_forward,
+    patch_of,
+)
 from ircore.integrations._kernels_mapping import IrcoreRepository, IrcoreRMSNorm, kernel_mapping
-from ircore.integrations._kinds import is_gated_mlp, is_rmsnorm, other_feed_forward, other_norm
+from ircore.integrations._kinds import (
+    fused_experts,
+    is_fused_mlp,
+    is_gated_mlp,
+    is_rmsnorm,
+    other_feed_forward,
+    other_norm,
+)
 from ircore.integrations._model_types import modeling_module
 
 __all__ = [
@@ -54,10 +71,13 @@ class PatchSummary:
 
     ``rms_norm``: names of the modules (or classes) now calling ``ircore.ops.rms_norm``, with
     the form their forward had in ``forms``. ``mlp``: MLPs now running one gate/up matmul and
-    ``ircore.ops.silu_and_mul``. ``left_alone``: name -> why it was not patched, for every norm
-    and (with ``mlp=True``) every feed-forward module not patched: an unknown norm form, a
-    LayerNorm, a gated RMSNorm, fused MoE experts, a fused ``gate_up_proj``, a forward already
-    replaced on the instance, ... ``own_forward``: patched norms that run their own forward, not
+    ``ircore.ops.silu_and_mul``. ``fused_mlp``: MLPs with one fused ``gate_up_proj`` now calling
+    ``ircore.ops.silu_and_mul`` on its output. ``experts``: MoE experts modules (3-D weights) now
+    calling ``ircore.ops.silu_and_mul`` between their two matmuls. ``left_alone``: name -> why it
+    was not patched, for every norm and (with ``mlp=True``) every feed-forward module not
+    patched: an unknown norm form, a LayerNorm, a gated RMSNorm, experts with another gating (a
+    clamped SwiGLU), a non-SiLU activation, a forward already replaced on the instance, ...
+    ``own_forward``: patched norms that run their own forward, not
     ircore's, because their weight's dtype is not their input's: found by ``apply`` where a
     norm's weight has another dtype than the model's (weights the model keeps in fp32), and added
     at the first such call otherwise (Mamba's ``norm_f`` gets the fp32 residual).
@@ -65,6 +85,8 @@ class PatchSummary:
 
     rms_norm: list[str] = field(default_factory=list)
     mlp: list[str] = field(default_factory=list)
+    fused_mlp: list[str] = field(default_factory=list)
+    experts: list[str] = field(default_factory=list)
     left_alone: dict[str, str] = field(default_factory=dict)
     forms: Counter[str] = field(default_factory=Counter)
     own_forward: dict[str, str] = field(default_factory=dict)
@@ -73,6 +95,10 @@ class PatchSummary:
         forms = ", ".join(f"{form} {n}" for form, n in sorted(self.forms.items()))
         lines = [f"{len(self.rms_norm)} RMSNorm -> ircore.ops.rms_norm" + (f" ({forms})" if forms else "")]
         lines.append(f"{len(self.mlp)} MLP -> one gate/up matmul + ircore.ops.silu_and_mul")
+        if self.fused_mlp:
+            lines.append(f"{len(self.fused_mlp)} fused gate_up_proj MLP -> ircore.ops.silu_and_mul")
+        if self.experts:
+            lines.append(f"{len(self.experts)} MoE experts -> ircore.ops.silu_and_mul between their matmuls")
         own = "patched, but run their own forward"
         for title, entries in (("left alone", self.left_alone), (own, self.own_forward)):
             if entries:
@@ -137,6 +163,69 @@ def _mlp_problem(module: nn.Module) -> str | None:
     return None
 
 
+def _replaced(module: nn.Module) -> str | None:
+    """Why ``module``'s forward is not its class's to replace, or None."""
+    cls = type(module)
+    if patch_of(cls.forward):
+        return f"its class {cls.__name__} is already patched (apply_to_classes)"
+    if patch_of(vars(module).get("forward")):
+        return "already applied"
+    if "forward" in vars(module):
+        return "its forward was already replaced on the instance (by another library or a hook)"
+    return None
+
+
+def _not_silu(cls: type, act: Any) -> str:
+    named = isinstance(act, nn.Module) or act is None
+    what = type(act).__name__ if named else getattr(act, "__name__", repr(act))
+    return f"{cls.__name__}: the activation {what} is not SiLU (ircore has no other gated activation op)"
+
+
+def _fused_mlp_problem(module: nn.Module) -> str | None:
+    """Why an MLP with one fused ``gate_up_proj`` cannot call ``silu_and_mul``, or None."""
+    why = _replaced(module)
+    if why is not None:
+        return why
+    cls = type(module)
+    form = form_of(cls, "fused_mlp")
+    if form is None:
+        return (
+            f"{cls.__name__}.forward is not the fused MLP form down(up * act(gate)) with "
+            "gate, up = gate_up_proj(x).chunk(2)"
+        )
+    act = getattr(module, FUSED_MLP_ACTIVATION[form], None)
+    return None if is_silu(act) else _not_silu(cls, act)
+
+
+def _experts_problem(module: nn.Module) -> tuple[str | None, str | None]:
+    """(form, None) if MoE experts in 3-D parameters can call ``silu_and_mul``, else (None, why)."""
+    why = _replaced(module)
+    if why is not None:
+        return None, why
+    cls = type(module)
+    if getattr(cls, "_apply_gate", None) is not None and form_of(cls, "gate", "_apply_gate") is None:
+        return None, (
+            f"{cls.__name__}._apply_gate is not act(gate) * up over [gate | up] (clamped, interleaved or "
+            "another gating): ircore has no op for it"
+        )
+    form = form_of(cls, "experts")
+    if form is None:
+        return None, f"{cls.__name__}.forward is not a known experts form (kept as it is)"
+    if getattr(module, "has_gate", True) is not True or getattr(module, "is_concatenated", True) is not True:
+        return None, f"{cls.__name__}: its experts are not gated, or gate and up are interleaved"
+    act = getattr(module, "act_fn", None)
+    if not is_silu(act):
+        return None, _not_silu(cls, act)
+    return form, None
+
+
+def _patch_experts(module: nn.Module, form: str) -> None:
+    cls: Any = type(module)
+    module.forward = MethodType(experts_forward(cls.forward, form), module)
+    if getattr(cls, "_apply_gate", None) is not None:  # what grouped_mm & co. call between matmuls
+        module.__dict__["_apply_gate"] = MethodType(experts_gate(cls._apply_gate), module)
+
+
 def _model_dtype(model: nn.Module) -> torch.dtype | None:
     """The floating dtype holding most of ``model``'s parameter elements."""
     sizes: Counter[torch.dtype] = Counter()
@@ -180,8 +269,11 @@ def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False) -> Patc
     linears, a SiLU activation and the forward ``down(act(gate(x)) * up(x))`` run one matmul
     over merged gate/up weights (the two parameters become views of the merged tensor; merged
     again at the next call if they get new storage, from ``.to()`` or anything else) followed by
-    ``ircore.ops.silu_and_mul``. Returns what was patched, and every other norm (and, with
-    ``mlp=True``, feed-forward module) with the reason it was left alone.
+    ``ircore.ops.silu_and_mul``; MLPs with one fused ``gate_up_proj`` (gate first) and MoE
+    experts in 3-D parameters of a known form with a SiLU activation call ``silu_and_mul`` on
+    their ``[gate | up]`` matmul output (no merge: nothing else changes). Returns what was
+    patched, and every other norm (and, with ``mlp=True``, feed-forward module) with the reason
+    it was left alone.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(
@@ -214,6 +306,20 @@ def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False) -> Patc
             _merge.merge(module, name)
             module.forward = MethodType(mlp_forward, module)
             summary.mlp.append(name)
+        elif mlp and is_fused_mlp(module):
+            why = _fused_mlp_problem(module)
+            if why is not None:
+                summary.left_alone[name] = why
+                continue
+            module.forward = MethodType(fused_mlp_forward(type(module).forward), module)
+            summary.fused_mlp.append(name)
+        elif mlp and fused_experts(module):
+            form, why = _experts_problem(module)
+            if form is None:
+                summary.left_alone[name] = why or ""
+                continue
+            _patch_experts(module, form)
+            summary.experts.append(name)
         else:
             why = other_norm(type(module)) if rms_norm and not module._modules else None
             if why is None and mlp:
@@ -227,8 +333,9 @@ def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False) -> Patc
 def undo(model: nn.Module) -> int:
     """Put back every module of ``model`` that ``apply`` patched; returns how many.
 
-    Norms get their class's forward again; merged MLPs get their class's forward, and their gate
-    and up weights their own storage (same values as now).
+    Norms, fused MLPs and experts get their class's forward (and experts their class's
+    ``_apply_gate``) again; merged MLPs get their class's forward, and their gate and up weights
+    their own storage (same values as now).
     """
     restored = 0
     for module in model.modules():
@@ -238,17 +345,27 @@ def undo(model: nn.Module) -> int:
         del module.forward
         if kind == "mlp":
             _merge.split(module)
+        if kind == "experts":
+            module.__dict__.pop("_apply_gate", None)
         restored += 1
     return restored
 
 
 # ---------------------------------------------------------------------- class level
-#: class -> its own forward before apply_to_classes (None: it inherited its forward)
-_CLASS_PATCHES: dict[type, Any] = {}
+#: class -> {attribute: its own value before apply_to_classes (None: it inherited it)}
+_CLASS_PATCHES: dict[type, dict[str, Any]] = {}
+_FEED_FORWARD_NAME = re.compile(r"mlp|feedforward|ffn|swiglu|experts$", re.IGNORECASE)
 
 
-def _classes_of(target: str | ModuleType | type) -> tuple[str, list[type]]:
-    """The norm classes a target names: a model type (``"llama"``), a modeling module, a class."""
+def _feed_forward_class(cls: type) -> bool:
+    return any(form_of(cls, kind) for kind in ("fused_mlp", "experts", "mlp")) or bool(
+        _FEED_FORWARD_NAME.search(cls.__name__)
+    )
+
+
+def _classes_of(target: str | ModuleType | type, mlp: bool) -> tuple[str, list[type]]:
+    """The norm (and, with ``mlp``, feed-forward) classes a target names: a model type
+    (``"llama"``), a modeling module, a class."""
     if isinstance(target, type):
         return target.__qualname__, [target]
     if isinstance(target, str):
@@ -264,20 +381,62 @@ def _classes_of(target: str | ModuleType | type) -> tuple[str, list[type]]:
         if isinstance(value, type)
         and issubclass(value, nn.Module)
         and value.__module__ == target.__name__
-        and (is_rmsnorm(value) or other_norm(value) is not None)
+        and (is_rmsnorm(value) or other_norm(value) is not None or (mlp and _feed_forward_class(value)))
     ]
     return target.__name__, classes
 
 
-def apply_to_classes(*targets: str | ModuleType | type) -> PatchSummary:
+def _patch_class(cls: type, patches: dict[str, Any]) -> None:
+    _CLASS_PATCHES[cls] = {attr: vars(cls).get(attr) for attr in patches}
+    for attr, value in patches.items():
+        setattr(cls, attr, value)
+
+
+def _patch_feed_forward_class(cls: Any, summary: PatchSummary, name: str) -> None:
+    """Patch a fused MLP or experts class of a known form, or say in ``summary`` why not."""
+    if form_of(cls, "fused_mlp"):
+        _patch_class(cls, {"forward": fused_mlp_forward(cls.forward)})
+        summary.fused_mlp.append(name)
+        return
+    if "expert" in cls.__name__.lower():
+        if getattr(cls, "_apply_gate", None) is not None and form_of(cls, "gate", "_apply_gate") is None:
+            summary.left_alone[name] = (
+                f"{cls.__name__}._apply_gate is not act(gate) * up over [gate | up] (clamped, interleaved "
+                "or another gating): ircore has no op for it"
+            )
+            return
+        form = form_of(cls, "experts")
+        if form is not None:
+            patches = {"forward": experts_forward(cls.forward, form)}
+            if getattr(cls, "_apply_gate", None) is not None:
+                patches["_apply_gate"] = experts_gate(cls._apply_gate)
+            _patch_class(cls, patches)
+            summary.experts.append(name)
+            return
+    if form_of(cls, "mlp"):
+        summary.left_alone[name] = (
+            f"{cls.__name__}: merging gate_proj and up_proj needs loaded weights: apply(model, mlp=True) "
+            "after loading"
+        )
+        return
+    summary.left_alone[name] = (
+        f"{cls.__name__}.forward is not a known fused MLP or experts form (kept as it is)"
+    )
+
+
+def apply_to_classes(*targets: str | ModuleType | type, mlp: bool = False) -> PatchSummary:
     """Route RMSNorm classes to ``ircore.ops.rms_norm``, for models built or loaded afterwards.
 
     Each target is a model type as in ``config.model_type`` (``"llama"``, ``"gemma3_text"``,
     ``"internlm3"``: resolved to a modeling module as transformers' auto classes do), a modeling
     module, or a class. RMSNorm classes whose forward has a known form get ircore's forward
     (every instance, existing ones included); the other norm classes defined there are listed in
-    ``left_alone`` with the reason. The MLP merge needs loaded weights: use
-    ``apply(model, rms_norm=False, mlp=True)`` after loading for that. ``undo_classes()`` reverts.
+    ``left_alone`` with the reason. With ``mlp=True``, MLP classes with one fused
+    ``gate_up_proj`` and MoE experts classes of a known form call ``ircore.ops.silu_and_mul``
+    (instances whose activation is not SiLU run their own forward); the other feed-forward
+    classes are listed in ``left_alone``. The gate/up merge of MLPs with separate ``gate_proj``
+    and ``up_proj`` needs loaded weights: use ``apply(model, rms_norm=False, mlp=True)`` after
+    loading for that. ``undo_classes()`` reverts.
     """
     if not targets:
         raise TypeError(
@@ -285,22 +444,24 @@ def apply_to_classes(*targets: str | ModuleType | type) -> PatchSummary:
         )
     summary = PatchSummary()
     for target in targets:
-        where, classes = _classes_of(target)
-        if not any(is_rmsnorm(cls) for cls in classes):
+        where, classes = _classes_of(target, mlp)
+        if not any(is_rmsnorm(cls) for cls in classes) and not (mlp and classes):
             summary.left_alone[where] = "no RMSNorm class defined there"
         for cls in classes:
             name = f"{cls.__module__}.{cls.__qualname__}"
             if cls in _CLASS_PATCHES:
                 continue  # applied before: nothing to do
             if not is_rmsnorm(cls):
-                summary.left_alone[name] = other_norm(cls) or ""
+                if other_norm(cls) is not None:
+                    summary.left_alone[name] = other_norm(cls) or ""
+                else:
+                    _patch_feed_forward_class(cls, summary, name)
                 continue
             form = form_of(cls, "norm")
             if form is None:
                 summary.left_alone[name] = _UNKNOWN_FORM.format(cls.__name__)
                 continue
-            _CLASS_PATCHES[cls] = vars(cls).get("forward")
-            setattr(cls, "forward", norm_forward(getattr(cls, "forward")))  # noqa: B009, B010 - a class, typed as type
+            _patch_class(cls, {"forward": norm_forward(getattr(cls, "forward"))})  # noqa: B009
             summary.rms_norm.append(name)
             summary.forms[form] += 1
     _log.info("ircore.integrations.transformers.apply_to_classes:\n%s", summary)
@@ -313,10 +474,10 @@ def undo_classes(classes: Iterable[type] | None = None) -> int:
     for cls in list(_CLASS_PATCHES if classes is None else classes):
         if cls not in _CLASS_PATCHES:
             continue
-        own = _CLASS_PATCHES.pop(cls)
-        if own is None:
-            delattr(cls, "forward")
-        else:
-            setattr(cls, "forward", own)  # noqa: B010 - a class, typed as type
+        for attr, own in _CLASS_PATCHES.pop(cls).items():
+            if own is None:
+                delattr(cls, attr)
+            else:
+                setattr(cls, attr, own)
         restored += 1
     return restored
