@@ -871,3 +871,28 @@ def test_compiled_with_the_ircore_backend_fuses_every_add():
         "fused_add_rms_norm": {"native": 2 * layers},
         "silu_and_mul": {"native": layers},
     }
+
+
+@pytest.mark.slow
+def test_compiled_moe_with_the_ircore_backend_lowers_the_experts_silu_and_mul():
+    """One compile of the tiny Qwen3-MoE (about 20 s on two cores): experts through grouped_mm."""
+    from torch._inductor import config as inductor_config
+
+    model, stock, _ = covered("qwen3_moe")
+    summary = irt.apply(model, mlp=True)
+    assert summary.experts == per_layer("mlp.experts")
+    torch._dynamo.reset()
+    ircore.compile.reset_report()
+    try:
+        with inductor_config.patch(fx_graph_cache=False):  # a cache hit would run no pass
+            compiled = torch.compile(model, backend="ircore", fullgraph=True)
+            close(logits(compiled), stock, torch.float32)
+    finally:
+        torch._dynamo.reset()
+    report = ircore.compile.report()
+    assert report.fusions["add_rms_norm"] == 4 and report.left == 0
+    assert {op: dict(c) for op, c in report.lowered.items()} == {
+        "rms_norm": {"native": 1 + 4},  # the first input norm, and q_norm/k_norm of each layer
+        "fused_add_rms_norm": {"native": 4},
+        "silu_and_mul": {"native": 2},  # each layer's experts, all at once
+    }

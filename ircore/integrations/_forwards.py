@@ -84,6 +84,7 @@ def _silu_class(cls: Any) -> bool:
     return issubclass(cls, nn.SiLU) or form_of(cls, "silu") is not None
 
 
+@torch.compiler.assume_constant_result  # traced as its value: the activation of a module is fixed
 def is_silu(act: Any) -> bool:
     """``act`` computes SiLU: ``nn.SiLU``, transformers' ``SiLUActivation``, or ``F.silu`` itself."""
     if act is F.silu:
