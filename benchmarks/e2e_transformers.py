@@ -1,8 +1,16 @@
-"""End to end: a Hugging Face Llama through stock transformers, Liger-Kernel, Inductor and ircore.
+"""End to end: a Hugging Face Llama or Qwen3-MoE through stock transformers, Liger-Kernel, Inductor and ircore.
 
-A Llama-3-8B-shaped ``LlamaForCausalLM`` built from its config (hidden 4096, intermediate
-14336, 32/8 heads, vocab 128256, bf16, random weights; ``--layers`` of them: 8 by default on
-CUDA so that the run stays under 5 minutes on an H200, 32 for the full model), measured at:
+``--model llama`` (the default): a Llama-3-8B-shaped ``LlamaForCausalLM`` built from its config
+(hidden 4096, intermediate 14336, 32/8 heads, vocab 128256, bf16, random weights; ``--layers`` of
+them: 8 by default on CUDA so that the run stays under 5 minutes on an H200, 32 for the full model).
+
+``--model qwen3_moe``: a Qwen3-30B-A3B-shaped ``Qwen3MoeForCausalLM`` (hidden 2048, 32/4 heads of
+128, 128 experts of intermediate 768, top 8, vocab 151936, bf16, random weights; 8 of its 48
+layers by default on CUDA, about 10 GB of experts). ``apply(model, mlp=True)`` gives its experts
+``silu_and_mul`` between their two matmuls (transformers' default grouped_mm experts
+implementation); the routing and the matmuls are transformers' own.
+
+Each is measured at:
 
 - prefill: one forward of ``--prefill`` tokens (2048 on CUDA), batch 1, logits of the last token;
 - decode: one token per sequence per step at batch ``--batches`` (1, 16, 64 on CUDA), with a
@@ -11,8 +19,9 @@ CUDA so that the run stays under 5 minutes on an H200, 32 for the full model), m
 Variants (each on the same weights; the KV cache is transformers' ``StaticCache`` for all):
 
 - ``stock eager``      transformers as it is;
-- ``liger eager``      Liger-Kernel's ``apply_liger_kernel_to_llama(model=...)`` (RMSNorm, SwiGLU,
-                       RoPE; its fused linear cross-entropy off: no loss at inference), CUDA only;
+- ``liger eager``      Liger-Kernel's ``apply_liger_kernel_to_llama(model=...)`` (or ``_qwen3_moe``:
+                       RMSNorm, SwiGLU, RoPE; its fused linear cross-entropy off: no loss at
+                       inference), CUDA only; skipped with the reason where Liger raises;
 - ``ircore eager``     ``ircore.integrations.transformers.apply(model, mlp=True)``;
 - ``stock compile``    ``torch.compile(model.forward, mode=--mode)`` (Inductor);
 - ``ircore compile``   ``apply(model, mlp=True)`` + ``torch.compile(model.forward, backend="ircore",
@@ -24,7 +33,9 @@ add+norm fusions, the max |logit difference| to stock eager, and the share of GP
 spent in norm, residual-add and activation kernels (torch.profiler; rule in ``kernel_category``).
 
     python benchmarks/e2e_transformers.py                         # CPU: a small model, see --help
+    python benchmarks/e2e_transformers.py --model qwen3_moe --quick  # CPU smoke run: tiny, seconds
     python benchmarks/e2e_transformers.py --device cuda --json out.json --markdown out.md
+    python benchmarks/e2e_transformers.py --device cuda --model qwen3_moe --json moe.json --markdown moe.md
 """
 
 from __future__ import annotations
@@ -63,17 +74,29 @@ def sync(device: str) -> None:
 
 
 # ---------------------------------------------------------------------- the model
-def build_model(a: argparse.Namespace) -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM
+MODEL_CLASS = {"llama": "LlamaForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
 
-    config = LlamaConfig(
-        hidden_size=a.hidden, intermediate_size=a.intermediate, num_hidden_layers=a.layers,
-        num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, vocab_size=a.vocab,
-        rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=8192,
-    )
+
+def build_model(a: argparse.Namespace) -> Any:
+    import transformers
+
+    if a.model == "llama":
+        config = transformers.LlamaConfig(
+            hidden_size=a.hidden, intermediate_size=a.intermediate, num_hidden_layers=a.layers,
+            num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, vocab_size=a.vocab,
+            rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=8192,
+        )
+    else:  # every layer an MoE one, as in Qwen3-30B-A3B
+        config = transformers.Qwen3MoeConfig(
+            hidden_size=a.hidden, moe_intermediate_size=a.intermediate, intermediate_size=3 * a.intermediate,
+            num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
+            head_dim=a.head_dim, num_experts=a.experts, num_experts_per_tok=a.top_k, vocab_size=a.vocab,
+            norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], rope_theta=1000000.0,
+            rms_norm_eps=1e-6, max_position_embeddings=8192,
+        )
     torch.manual_seed(0)
     with torch.device(a.device):  # initialised where it runs: no multi-GB host init
-        model = LlamaForCausalLM(config).to(getattr(torch, a.dtype)).eval()
+        model = getattr(transformers, MODEL_CLASS[a.model])(config).to(getattr(torch, a.dtype)).eval()
     with torch.no_grad():  # norm weights away from 1, so that they matter
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -164,6 +187,7 @@ class ModuleLabels:
         for module in model.modules():
             kind = type(module).__name__
             label = ("norm" if kind.endswith("RMSNorm") else "mlp" if kind.endswith("MLP")
+                     else "moe" if kind.endswith(("Experts", "SparseMoeBlock"))
                      else "attn" if kind.endswith("Attention") else "rotary" if "Rotary" in kind else None)
             if label is None:
                 continue
@@ -196,9 +220,16 @@ def _label_of(event: Any) -> tuple[str | None, list[str]]:
 
 
 def _category(label: str | None, names: list[str], kernel_name: str) -> str | None:
-    """``names``: the launching op first, then its parents up to the label's range."""
+    """``names``: the launching op first, then its parents up to the label's range.
+
+    In an MoE block (router, expert matmuls, gathers, sorts) only kernels named for an activation
+    (``kernel_category``: silu, swiglu, sigmoid) count, as act: the multiply of stock's
+    ``act(gate) * up`` is not told apart from the routing weights' there.
+    """
     if label == "norm":
         return "norm"
+    if label == "moe":
+        return "act" if kernel_category(kernel_name) == "act" or any("silu" in n for n in names) else None
     if label == "mlp":
         return None if any(n in _MATMULS for n in names) else "act"
     if label is None and names and names[0] in ("aten::add", "aten::add_"):
@@ -335,21 +366,30 @@ def run_liger(model: Any, a: argparse.Namespace, reference: dict[str, torch.Tens
             for p, b in [("prefill", 1)] + [("decode", b) for b in a.batches]]
     if not a.device.startswith("cuda"):
         return [dict(r, skipped="Liger-Kernel needs a GPU (Triton)") for r in skip]
+    import importlib
+
     try:
-        from liger_kernel.transformers import apply_liger_kernel_to_llama
+        import liger_kernel.transformers as liger
     except ImportError as exc:
         return [dict(r, skipped=f"liger_kernel not importable: {exc}") for r in skip]
-    from transformers.models.llama import modeling_llama
-
-    saved = {name: getattr(modeling_llama, name) for name in ("apply_rotary_pos_emb", "LlamaRMSNorm", "LlamaMLP")}
+    patch = getattr(liger, f"apply_liger_kernel_to_{a.model}", None)
+    if patch is None:
+        return [dict(r, skipped=f"this Liger-Kernel has no apply_liger_kernel_to_{a.model}") for r in skip]
+    modeling = importlib.import_module(type(model).__module__)
+    saved = dict(vars(modeling))  # Liger replaces module globals (rotary, norm and MLP classes)
     copy_ = copy.deepcopy(model)
     try:
-        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                    fused_linear_cross_entropy=False, model=copy_)
+        try:
+            patch(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=False,
+                  model=copy_)
+        except Exception as exc:  # e.g. a Liger that does not know this transformers' MoE layout
+            log(f"liger: {type(exc).__name__}: {exc}")
+            return [dict(r, skipped=f"Liger raised {type(exc).__name__}: {str(exc)[:80]}") for r in skip]
         return measure("liger eager", copy_, copy_.forward, a, reference)
     finally:
         for name, value in saved.items():
-            setattr(modeling_llama, name, value)
+            if vars(modeling).get(name) is not value:
+                setattr(modeling, name, value)
         del copy_
         if a.device.startswith("cuda"):
             torch.cuda.empty_cache()
@@ -362,8 +402,9 @@ def _ratio(value: float, anchor: float | None) -> str:
 
 def markdown(rows: list[dict[str, Any]], a: argparse.Namespace, env: str) -> str:
     out = [
-        f"{env}; LlamaForCausalLM, {a.layers} layers, hidden {a.hidden}, intermediate {a.intermediate}, "
-        f"heads {a.heads}/{a.kv_heads}, vocab {a.vocab}, {a.dtype}, random weights; prefill {a.prefill} tokens; "
+        f"{env}; {MODEL_CLASS[a.model]}, {a.layers} layers, hidden {a.hidden}, intermediate {a.intermediate}"
+        + (f" x {a.experts} experts (top {a.top_k}), head_dim {a.head_dim}" if a.model == "qwen3_moe" else "")
+        + f", heads {a.heads}/{a.kv_heads}, vocab {a.vocab}, {a.dtype}, random weights; prefill {a.prefill} tokens; "
         f"decode after {a.context} tokens; compiled with mode={a.mode!r}; median of {a.rounds} rounds",
         "",
         "| point | variant | tokens/s | vs stock eager | vs stock compile | first call s | add+norm fused | "
@@ -399,12 +440,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
-    p.add_argument("--layers", type=int, default=None, help="default: 8 on cuda (the full model has 32), 2 on cpu")
-    p.add_argument("--hidden", type=int, default=None, help="default: 4096 on cuda, 512 on cpu")
-    p.add_argument("--intermediate", type=int, default=None, help="default: 14336 on cuda, 1536 on cpu")
-    p.add_argument("--heads", type=int, default=None, help="default: 32 on cuda, 8 on cpu")
-    p.add_argument("--kv-heads", type=int, default=None, help="default: 8 on cuda, 2 on cpu")
-    p.add_argument("--vocab", type=int, default=None, help="default: 128256 on cuda, 8192 on cpu")
+    p.add_argument("--model", choices=sorted(MODEL_CLASS), default="llama",
+                   help="llama: Llama-3-8B-shaped; qwen3_moe: Qwen3-30B-A3B-shaped (shapes: --help of each below)")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: a tiny model (hidden 64, 2 layers), short prefill and decode, 1 round")
+    p.add_argument("--layers", type=int, default=None, help="default: 8 on cuda (the full models have 32 / 48), 2 on cpu")
+    p.add_argument("--hidden", type=int, default=None, help="default: 4096 / 2048 on cuda, 512 / 256 on cpu")
+    p.add_argument("--intermediate", type=int, default=None,
+                   help="the MLP's, or each expert's; default: 14336 / 768 on cuda, 1536 / 128 on cpu")
+    p.add_argument("--heads", type=int, default=None, help="default: 32 / 32 on cuda, 8 / 4 on cpu")
+    p.add_argument("--kv-heads", type=int, default=None, help="default: 8 / 4 on cuda, 2 / 2 on cpu")
+    p.add_argument("--head-dim", type=int, default=None, help="qwen3_moe: default 128 on cuda, 64 on cpu")
+    p.add_argument("--experts", type=int, default=None, help="qwen3_moe: default 128 on cuda, 8 on cpu")
+    p.add_argument("--top-k", type=int, default=None, help="qwen3_moe: experts per token; default 8 on cuda, 2 on cpu")
+    p.add_argument("--vocab", type=int, default=None, help="default: 128256 / 151936 on cuda, 8192 on cpu")
     p.add_argument("--prefill", type=int, default=None, help="prefill tokens; default 2048 on cuda, 128 on cpu")
     p.add_argument("--batches", default=None, help="decode batch sizes; default 1,16,64 on cuda, 1,8 on cpu")
     p.add_argument("--context", type=int, default=None, help="tokens in the cache before decoding; default 512 on cuda, 64 on cpu")
@@ -420,10 +469,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", type=Path)
     a = p.parse_args(argv)
     cuda = a.device.startswith("cuda")
+    if a.quick:  # before the defaults: what is set here is kept
+        for key, value in dict(layers=2, hidden=64, intermediate=32 if a.model == "qwen3_moe" else 128, heads=4,
+                               kv_heads=2, head_dim=16, experts=4, top_k=2, vocab=256, prefill=16, batches="1,2",
+                               context=8, prefill_calls=1, decode_calls=2).items():
+            if getattr(a, key) is None:
+                setattr(a, key, value)
+        a.rounds = 1
     defaults = dict(dtype=("bfloat16", "float32"), layers=(8, 2), hidden=(4096, 512), intermediate=(14336, 1536),
                     heads=(32, 8), kv_heads=(8, 2), vocab=(128256, 8192), prefill=(2048, 128),
                     batches=("1,16,64", "1,8"), context=(512, 64), mode=("reduce-overhead", "default"),
                     prefill_calls=(5, 2), decode_calls=(20, 5), budget_s=(240.0, float("inf")))
+    if a.model == "qwen3_moe":
+        defaults.update(hidden=(2048, 256), intermediate=(768, 128), heads=(32, 4), kv_heads=(4, 2),
+                        head_dim=(128, 64), experts=(128, 8), top_k=(8, 2), vocab=(151936, 8192))
     for key, (on_cuda, on_cpu) in defaults.items():
         if getattr(a, key) is None:
             setattr(a, key, on_cuda if cuda else on_cpu)

@@ -4,7 +4,8 @@
 # Installs the carried wheels (.whl/) into /tmp/site, then (a) the GPU tests (below; one 10-minute
 # call), (b) benchmarks/kernels_gpu.py with the no-PDL columns (~8 min cap), (compile) the compile-path
 # tests and benchmarks/e2e_decoder.py (~9 min), or (transformers) the Hugging Face tests and
-# benchmarks/e2e_transformers.py (~6 min; Liger-Kernel from .whl/). Step logs, JSON and markdown go
+# benchmarks/e2e_transformers.py (~6 min; Liger-Kernel from .whl/; E2E_MODEL=qwen3_moe: the
+# Qwen3-MoE-shaped model instead of the Llama, not yet run on a GPU). Step logs, JSON and markdown go
 # to $OUT (set-up logs to $SETUP). (session, ~9 min) a short pass over many checks in one call: every
 # provider's `ircore list` reason here, the DTensor tests on nccl, e2e_transformers, the
 # CUDA-graph path of `ircore bench`, the fp32-overflow and bad-input tests on torch 2.11.
@@ -192,8 +193,10 @@ if [ "$WHAT" = transformers ]; then
   fi
   wait $BUILD_PID; note "$(cat "$SETUP/vllm_c_build.log" | tail -1)"
   python3 -m ircore list >"$OUT/ircore_list.txt" 2>&1
-  run_step e2e_transformers 330 python3 benchmarks/e2e_transformers.py --device cuda \
-    --json "$OUT/e2e_transformers.json" --markdown "$OUT/e2e_transformers.md"
+  # E2E_MODEL=qwen3_moe: the Qwen3-MoE-shaped model instead of the Llama (8 layers, ~10 GB of experts)
+  E2E="e2e_transformers${E2E_MODEL:+_$E2E_MODEL}"
+  run_step "$E2E" 330 python3 benchmarks/e2e_transformers.py --device cuda --model "${E2E_MODEL:-llama}" \
+    --json "$OUT/$E2E.json" --markdown "$OUT/$E2E.md"
 fi
 if [ "$WHAT" = session ]; then
   install_every_provider
