@@ -645,9 +645,15 @@ def test_experts_call_silu_and_mul_in_every_experts_implementation(implementatio
     assert silu_calls(counting) == calls  # eager: 4 experts hit in each of the 2 layers
 
 
-@pytest.mark.parametrize("model_type", ["phi3", "qwen3_moe"])
+@pytest.mark.parametrize("model_type", COVERED)
 def test_fused_and_moe_bf16_is_as_accurate_as_stock_against_fp32(model_type):
-    """silu_and_mul rounds once where act(gate) * up rounds twice: as accurate as stock, not equal to it."""
+    """silu_and_mul rounds once where act(gate) * up rounds twice: as accurate as stock, not equal to it.
+
+    In an MoE model a token whose router scores nearly tie can pick other experts in bf16 than in
+    fp32, in stock bf16 as in patched (phimoe: one token of 24 off by 0.17 in one, by 0.89 in the
+    other, with other inputs): there the 90th percentile of the tokens' errors is compared, not
+    the largest.
+    """
     fp32, _, _ = covered(model_type)
     with torch.no_grad():
         fp32.lm_head.weight.mul_(10)
@@ -657,7 +663,11 @@ def test_fused_and_moe_bf16_is_as_accurate_as_stock_against_fp32(model_type):
     assert summary.fused_mlp or summary.experts
     patched = logits(fp32).float()
     assert reference.abs().max() > 4
-    error = {k: (v - reference).abs().max().item() for k, v in (("stock", stock), ("patched", patched))}
+    routed = bool(summary.experts)
+    error = {}
+    for name, out in (("stock", stock), ("patched", patched)):
+        per_token = (out - reference).abs().amax(-1).flatten()
+        error[name] = (per_token.quantile(0.9) if routed else per_token.max()).item()
     assert error["patched"] <= 1.25 * error["stock"], error
 
 
@@ -707,8 +717,23 @@ def test_class_level_apply_patches_fused_mlps_and_experts(counting):
                 .left_alone[per_layer(COVERED[model_type][1] or COVERED[model_type][2])[0]]
                 .endswith("already patched (apply_to_classes)")
             )
+        gelu, _, _ = covered("phi3")  # built before, with another activation: its own forward
+        gelu.model.layers[0].mlp.activation_fn = transformers.activations.NewGELUActivation()
+        expected = copy.deepcopy(gelu)
+        irt.undo_classes([Phi3MLP])
+        expected = logits(expected)
+        irt.apply_to_classes(Phi3MLP, mlp=True)
+        counting.clear()
+        assert torch.equal(logits(gelu), expected)
+        assert silu_calls(counting) == 1  # layer 1 only
+        summary = irt.apply_to_classes("gpt_oss", mlp=True)
+        assert summary.left_alone[
+            f"{transformers.models.gpt_oss.modeling_gpt_oss.__name__}.GptOssExperts"
+        ] == (OTHER_GATE.format("GptOssExperts"))
     finally:
-        assert irt.undo_classes() == 2 + 2  # the two RMSNorm classes, Phi3MLP, Qwen3MoeExperts
+        assert (
+            irt.undo_classes() == 2 + 2 + 1
+        )  # RMSNorm classes of phi3, qwen3_moe, gpt_oss; Phi3MLP, Qwen3MoeExperts
     assert (Phi3MLP.forward, Qwen3MoeExperts.forward, Qwen3MoeExperts._apply_gate) == own
     assert "_apply_gate" in vars(
         Qwen3MoeExperts
