@@ -645,6 +645,20 @@ def test_experts_call_silu_and_mul_in_every_experts_implementation(implementatio
     assert silu_calls(counting) == calls  # eager: 4 experts hit in each of the 2 layers
 
 
+def test_experts_whose_apply_gate_something_else_replaced_are_left_alone():
+    model, _, _ = covered("qwen3_moe")
+    experts = model.model.layers[0].mlp.experts
+    experts._apply_gate = lambda gate_up: gate_up  # another library's
+    summary = irt.apply(model, rms_norm=False, mlp=True)
+    assert summary.experts == ["model.layers.1.mlp.experts"]
+    assert summary.left_alone == {
+        "model.layers.0.mlp.experts": "its _apply_gate was already replaced on the instance (by another library)"
+    }
+    assert irt.undo(model) == 1
+    assert "_apply_gate" in vars(experts)  # not ircore's: kept
+    assert "_apply_gate" not in vars(model.model.layers[1].mlp.experts)
+
+
 @pytest.mark.parametrize("model_type", COVERED)
 def test_fused_and_moe_bf16_is_as_accurate_as_stock_against_fp32(model_type):
     """silu_and_mul rounds once where act(gate) * up rounds twice: as accurate as stock, not equal to it.

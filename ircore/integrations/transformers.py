@@ -6,10 +6,9 @@ RMSNorm whose forward has a known form (the Llama/Qwen form and two others, see
 SiLU MLP runs one merged gate/up matmul and ``ircore.ops.silu_and_mul``, and MLPs with one fused
 ``gate_up_proj`` and MoE experts held in 3-D parameters apply ``ircore.ops.silu_and_mul`` to
 their ``[gate | up]`` matmul output. ``apply_to_classes`` patches the classes instead, before a
-model is built or loaded. ``undo`` and ``undo_classes``
-put everything back. The residual add is not rewritten: under ``torch.compile(model,
-backend="ircore")`` the add+norm fusion turns each add and the norm after it into
-``fused_add_rms_norm``.
+model is built or loaded. ``undo`` and ``undo_classes`` put everything back. The residual add is
+not rewritten: under ``torch.compile(model, backend="ircore")`` the add+norm fusion turns each
+add and the norm after it into ``fused_add_rms_norm``.
 
 Nothing here imports transformers except ``apply_to_classes`` given a model type name; the
 patches work on any ``nn.Module`` with these forms.
@@ -203,6 +202,8 @@ def _experts_problem(module: nn.Module) -> tuple[str | None, str | None]:
     if why is not None:
         return None, why
     cls = type(module)
+    if "_apply_gate" in vars(module):
+        return None, "its _apply_gate was already replaced on the instance (by another library)"
     if getattr(cls, "_apply_gate", None) is not None and form_of(cls, "gate", "_apply_gate") is None:
         return None, (
             f"{cls.__name__}._apply_gate is not act(gate) * up over [gate | up] (clamped, interleaved or "
@@ -345,8 +346,8 @@ def undo(model: nn.Module) -> int:
         del module.forward
         if kind == "mlp":
             _merge.split(module)
-        if kind == "experts":
-            module.__dict__.pop("_apply_gate", None)
+        if kind == "experts" and patch_of(vars(module).get("_apply_gate")) == "experts":
+            del module.__dict__["_apply_gate"]
         restored += 1
     return restored
 
