@@ -6,12 +6,24 @@ import pytest
 import torch
 from conftest import DEVICES
 from ircore_vllm_c import impls
-from test_kernels import target  # noqa: F401  (the fixture: each CPU ISA, then each device)
+from test_kernels import TARGET_IDS, TARGETS
 
 import ircore
 from ircore.testing import assert_close_to_reference
 
 ops = torch.ops.ircore_vllm_c
+
+
+@pytest.fixture(params=TARGETS, ids=TARGET_IDS)
+def target(request):
+    """Each CPU ISA this machine has, then each other device (as test_kernels' fixture)."""
+    device, isa = request.param
+    if isa is not None:
+        ops._set_cpu_isa(isa)
+    try:
+        yield device
+    finally:
+        ops._set_cpu_isa("auto")
 
 
 def _randn(shape, dtype, device, seed, scale=1.0, shift=0.0):
