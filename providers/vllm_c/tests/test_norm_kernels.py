@@ -84,3 +84,25 @@ def test_bad_arguments_raise(device):
         ops.rms_norm_gated(x, x[:, :4], torch.ones(8, device=device), 1e-6)
     with pytest.raises(RuntimeError, match="bias must be Float"):
         ops.layer_norm(x, None, torch.ones(8, device=device, dtype=torch.half), 1e-6)
+
+
+def test_opcheck_and_compiled_calls():
+    """Schemas and fakes hold up for torch.compile: opcheck on the kernels, and the ircore ops
+    compiled (backend "ircore" lowers them to these kernels) equal the eager calls."""
+    ircore.dispatch.ensure_loaded()
+    assert "vllm_c" in ircore.ops.rms_norm_gated.impls and "vllm_c" in ircore.ops.layer_norm.impls
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    g = torch.randn(4, 64, dtype=torch.bfloat16)
+    w = torch.randn(64, dtype=torch.bfloat16)
+    torch.library.opcheck(ops.rms_norm_gated.default, (x, g, w, 1e-6, 16, False, True))
+    torch.library.opcheck(ops.rms_norm_gated.default, (x, g, w.float(), 1e-6, None, True, False))
+    torch.library.opcheck(ops.layer_norm.default, (x, w, w, 1e-5))
+    torch.library.opcheck(ops.layer_norm.default, (x, None, None, 1e-5))
+
+    def f(x, g, w):
+        y = ircore.ops.rms_norm_gated(x, g, w, 1e-6, 16, False, True)
+        return ircore.ops.layer_norm(y, w, None, 1e-5)
+
+    with torch.inference_mode(), ircore.priority(rms_norm_gated=["vllm_c"], layer_norm=["vllm_c"]):
+        compiled = torch.compile(f, backend="ircore", fullgraph=True)
+        torch.testing.assert_close(compiled(x, g, w), f(x, g, w), atol=0, rtol=0)
