@@ -92,6 +92,19 @@ def _cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, with_vllm: boo
         cases["ours_out"] = (lambda: ours.silu_and_mul_out.default(out2, x2), None)
         if with_vllm and hasattr(torch.ops._C, "silu_and_mul"):
             cases["vllm"] = (lambda: torch.ops._C.silu_and_mul(out2, x2), None)
+    # vLLM's _C has no CPU kernel for these two: the anchor is torch's own (the op's native,
+    # F.layer_norm), the function a CPU user gets without ircore.
+    elif op == "rms_norm_gated":  # Qwen3-Next's form, transformers' roundings
+        import ircore
+
+        g = torch.randn(tokens, hidden, dtype=dtype, generator=gen)
+        native = ircore.ops.rms_norm_gated.native
+        cases["ours"] = (lambda: ours.rms_norm_gated.default(x, g, w, EPS, None, True, True), None)
+        cases["torch"] = (lambda: native(x, g, w, EPS, None, True, True), None)
+    elif op == "layer_norm":
+        b = torch.randn(hidden, dtype=dtype, generator=gen)
+        cases["ours"] = (lambda: ours.layer_norm.default(x, w, b, EPS), None)
+        cases["torch"] = (lambda: torch.nn.functional.layer_norm(x, (hidden,), w, b, EPS), None)
     return cases
 
 
@@ -149,6 +162,8 @@ def bench_cpu(
                 row.update({f"{k}_us": v / 1e3 for k, v in med.items()})
                 if "vllm" in med:  # kernel to kernel: both write a preallocated output
                     row["speedup"] = med["vllm"] / med.get("ours_out", med["ours"])
+                if "torch" in med:  # both allocate their output
+                    row["torch_speedup"] = med["torch"] / med["ours"]
                 rows.append(row)
     finally:
         torch.set_num_threads(prev_threads)
@@ -168,6 +183,8 @@ def format_rows(rows: list[dict]) -> str:
         line += f" {r['ours_out_us']:9.2f}" if "ours_out_us" in r else f" {'-':>9}"
         if "vllm_us" in r:
             line += f" {r['vllm_us']:9.2f} {r['speedup']:9.2f}"
+        if "torch_us" in r:  # rms_norm_gated, layer_norm: torch's own as the anchor
+            line += f"  torch {r['torch_us']:9.2f} us, torch/ours {r['torch_speedup']:5.2f}"
         lines.append(line)
     lines.append("ours_out: the out-variant op (no allocation); vllm/ours compares it (else ours) with vLLM")
     return "\n".join(lines)
@@ -178,7 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, nargs="+", default=[1, 16, 256, 4096])
     p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=sorted(DTYPES))
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--ops", nargs="+", default=["rms_norm", "fused_add_rms_norm"])
+    p.add_argument(
+        "--ops",
+        nargs="+",
+        default=["rms_norm", "fused_add_rms_norm"],
+        help="also silu_and_mul, rms_norm_gated, layer_norm (these two against torch's own: vLLM has no CPU kernel)",
+    )
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--rounds", type=int, default=11)
     p.add_argument("--isa", default="auto", choices=["auto", "scalar", "avx2", "avx512"])

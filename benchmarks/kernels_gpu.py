@@ -63,6 +63,23 @@ for _p in (str(BENCH_DIR), str(TRITON_DIR), str(VLLM_C_DIR), str(REPO)):
         sys.path.insert(0, _p)
 
 OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
+# Not in the default run (its time budget is the three ops'): ask with --ops. Gated RMSNorm in
+# Qwen3-Next's form (norm, weight, then silu(gate); whole rows) and Mamba2's (gate first, 8
+# groups); both with transformers' roundings (round_normalized), as a model would call them.
+# LayerNorm with weight and bias, and with weight only.
+NORM_OPS = ("rms_norm_gated", "rms_norm_gated_grouped", "layer_norm", "layer_norm_nobias")
+ALL_OPS = OPS + NORM_OPS
+# bench op -> the ircore op, and its arguments after the tensors and epsilon, given H
+IRCORE_OP = {
+    "rms_norm_gated": "rms_norm_gated",
+    "rms_norm_gated_grouped": "rms_norm_gated",
+    "layer_norm": "layer_norm",
+    "layer_norm_nobias": "layer_norm",
+}
+GATED_FORM = {
+    "rms_norm_gated": lambda h: (None, True, True),
+    "rms_norm_gated_grouped": lambda h: (h // 8, False, True),
+}
 TOKENS = (1, 16, 128, 1024, 8192, 32768)
 HIDDENS = (4096, 8192)
 DTYPES = ("bf16", "fp16")
@@ -80,20 +97,28 @@ DEFAULT_BUDGET_S = 320.0
 
 # Which ops each column implements.
 APPLIES = {
-    "eager": set(OPS),
-    "compile": set(OPS),
-    "liger": {"rms_norm", "fused_add_rms_norm"},
+    "eager": set(ALL_OPS),
+    "compile": set(ALL_OPS),
+    "liger": {"rms_norm", "fused_add_rms_norm", "layer_norm", "layer_norm_nobias"},
     "flashinfer": {"rms_norm", "fused_add_rms_norm"},
-    "vllm_c": set(OPS),
-    "triton": set(OPS),
-    "vllm_c_nopdl": set(OPS),
-    "triton_nopdl": set(OPS),
+    "vllm_c": set(ALL_OPS),
+    "triton": set(ALL_OPS),
+    "vllm_c_nopdl": set(ALL_OPS),
+    "triton_nopdl": set(ALL_OPS),
 }
 # Measuring order: columns needing a background build go last, so their builds overlap the rest.
 ORDER = ("eager", "triton", "triton_nopdl", "liger", "compile", "vllm_c", "vllm_c_nopdl", "flashinfer")
 # Display order in the tables: anchors, then ours.
 DISPLAY = ("eager", "compile", "liger", "flashinfer", "vllm_c", "triton", "vllm_c_nopdl", "triton_nopdl")
-EAGER_LABEL = {"rms_norm": "F.rms_norm", "fused_add_rms_norm": "add+F.rms_norm", "silu_and_mul": "F.silu*b"}
+EAGER_LABEL = {
+    "rms_norm": "F.rms_norm",
+    "fused_add_rms_norm": "add+F.rms_norm",
+    "silu_and_mul": "F.silu*b",
+    "rms_norm_gated": "native (eager)",
+    "rms_norm_gated_grouped": "native (eager)",
+    "layer_norm": "F.layer_norm",
+    "layer_norm_nobias": "F.layer_norm",
+}
 LABEL = {
     "compile": "torch.compile",
     "liger": "Liger",
@@ -129,6 +154,12 @@ def op_bytes(op: str, t: int, h: int, elt: int) -> int:
         return (4 * t * h + h) * elt
     if op == "silu_and_mul":
         return 3 * t * h * elt
+    if op in GATED_FORM:  # x, gate, weight in; out
+        return (3 * t * h + h) * elt
+    if op == "layer_norm":
+        return (2 * t * h + 2 * h) * elt
+    if op == "layer_norm_nobias":
+        return (2 * t * h + h) * elt
     raise ValueError(op)
 
 
@@ -161,7 +192,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--ops", nargs="+", default=None, help=f"subset of {', '.join(OPS)}")
+    p.add_argument(
+        "--ops", nargs="+", default=None, help=f"subset of {', '.join(ALL_OPS)} (default {', '.join(OPS)})"
+    )
     p.add_argument("--tokens", nargs="+", type=int, default=None, help=f"T values (default {TOKENS})")
     p.add_argument("--hidden", nargs="+", type=int, default=None, help=f"H values (default {HIDDENS})")
     p.add_argument("--dtypes", nargs="+", default=None, help=f"subset of {', '.join(DTYPES)}")
@@ -193,7 +226,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                 p.error(f"--{name}: unknown {bad}; known: {', '.join(known)}")
         return tuple(dict.fromkeys(out))
 
-    args.ops = pick("ops", args.ops, OPS, OPS)
+    args.ops = pick("ops", args.ops, OPS, ALL_OPS)
     args.tokens = pick("tokens", args.tokens, QUICK["tokens"] if args.quick else TOKENS)
     args.hidden = pick("hidden", args.hidden, QUICK["hidden"] if args.quick else HIDDENS)
     args.dtypes = pick("dtypes", args.dtypes, QUICK["dtypes"] if args.quick else DTYPES, DTYPES)
@@ -444,12 +477,14 @@ class Impls:
             for name in ("accumulated_recompile_limit", "accumulated_cache_size_limit"):
                 if hasattr(cfg, name):
                     setattr(cfg, name, 1 << 16)
-            from ircore.ops import fused_add_rms_norm, rms_norm, silu_and_mul
+            from ircore.ops import fused_add_rms_norm, layer_norm, rms_norm, rms_norm_gated, silu_and_mul
 
             return {
                 "rms_norm": rms_norm.native,
                 "fused_add_rms_norm": fused_add_rms_norm.native,
                 "silu_and_mul": silu_and_mul.native,
+                "rms_norm_gated": rms_norm_gated.native,
+                "layer_norm": layer_norm.native,
             }
         if impl == "liger":
             from liger_kernel.transformers import functional as lf
@@ -490,6 +525,8 @@ class Impls:
 
         impl = NO_PDL.get(impl, impl)
         mod = self.load(impl)
+        if op in NORM_OPS:
+            return self._norm_fn(impl, op, h, mod)
         if impl == "eager":
             if op == "rms_norm":
                 return lambda x, w: (F.rms_norm(x, (h,), w, EPS),)
@@ -546,6 +583,48 @@ class Impls:
         raise ValueError(impl)
 
 
+    def _norm_fn(self, impl: str, op: str, h: int, mod: Any):
+        """The NORM_OPS: gated (x, gate, w) -> (out,); layer_norm (x, w, b) or nobias (x, w)."""
+        import torch
+        import torch.nn.functional as F
+
+        name = IRCORE_OP[op]
+        if op in GATED_FORM:
+            form = GATED_FORM[op](h)
+            if impl == "eager":
+                from ircore.ops import rms_norm_gated
+
+                return lambda x, g, w: (rms_norm_gated.native(x, g, w, EPS, *form),)
+            if impl == "compile":
+                c = self.compiled.get(name)
+                if c is None:
+                    c = self.compiled[name] = torch.compile(mod[name], fullgraph=True, dynamic=False)
+                return lambda x, g, w: (c(x, g, w, EPS, *form),)
+            kernel = mod.rms_norm_gated.default if impl == "vllm_c" else mod.rms_norm_gated
+            return lambda x, g, w: (kernel(x, g, w, EPS, *form),)
+        if impl == "eager":
+            f = lambda x, w, b=None: (F.layer_norm(x, (h,), w, b, EPS),)  # noqa: E731
+        elif impl == "compile":
+            c = self.compiled.get(name)
+            if c is None:
+                c = self.compiled[name] = torch.compile(mod[name], fullgraph=True, dynamic=False)
+            f = lambda x, w, b=None: (c(x, w, b, EPS),)  # noqa: E731
+        elif impl == "liger":  # LigerLayerNorm's kernel; it needs a bias: zeros where there is none
+            zeros: dict[tuple, Any] = {}
+
+            def f(x, w, b=None):
+                if b is None:
+                    key = (w.dtype, w.device)
+                    b = zeros.get(key)
+                    if b is None:
+                        b = zeros[key] = torch.zeros_like(w)
+                return (mod.liger_layer_norm(x, w, b, EPS),)
+        else:
+            kernel = mod.layer_norm.default if impl == "vllm_c" else mod.layer_norm
+            f = lambda x, w, b=None: (kernel(x, w, b, EPS),)  # noqa: E731
+        return f
+
+
 # ---------------------------------------------------------------------------------------------
 # Measuring
 
@@ -564,6 +643,12 @@ def make_inputs(op: str, t: int, h: int, dtype) -> tuple:
         return rnd(t, h), rnd(h, scale=0.1, shift=1.0)
     if op == "fused_add_rms_norm":
         return rnd(t, h), rnd(t, h), rnd(h, scale=0.1, shift=1.0)
+    if op in GATED_FORM:
+        return rnd(t, h), rnd(t, h, scale=2.0), rnd(h, scale=0.1, shift=1.0)
+    if op == "layer_norm":
+        return rnd(t, h, shift=0.5), rnd(h, scale=0.1, shift=1.0), rnd(h, scale=0.1)
+    if op == "layer_norm_nobias":
+        return rnd(t, h, shift=0.5), rnd(h, scale=0.1, shift=1.0)
     return (rnd(t, 2 * h, scale=2.0),)
 
 
@@ -575,6 +660,15 @@ def reference(op: str, inputs: tuple, h: int) -> tuple:
     def norm(xf, wf):
         return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * wf
 
+    if op in GATED_FORM:
+        from ircore.ops import rms_norm_gated
+
+        x, g, w = inputs
+        gs, nbg, _ = GATED_FORM[op](h)
+        return (rms_norm_gated.native(x.float(), g.float(), w.float(), EPS, gs, nbg, False),)
+    if op in ("layer_norm", "layer_norm_nobias"):
+        fl = [a.float() for a in inputs]
+        return (F.layer_norm(fl[0], (h,), *fl[1:], eps=EPS),)
     if op == "rms_norm":
         x, w = inputs
         return (norm(x.float(), w.float()),)

@@ -39,6 +39,8 @@ ROW_WISE_OPS: Mapping[str, Mapping[str, str]] = {
     "rms_norm": {"x": ROWS, "weight": WHOLE},
     "fused_add_rms_norm": {"x": ROWS, "x_residual": ROWS, "weight": WHOLE},
     "silu_and_mul": {"x": ROWS},
+    "rms_norm_gated": {"x": ROWS, "gate": ROWS, "weight": WHOLE},
+    "layer_norm": {"x": ROWS, "weight": WHOLE, "bias": WHOLE},
 }
 
 _lock = threading.Lock()

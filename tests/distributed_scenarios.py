@@ -192,6 +192,8 @@ def _op_cases(device: torch.device, dtype: torch.dtype) -> Iterator[tuple[str, t
         yield "rms_norm", (randn(*shape), weight, 1e-6, None), label
         yield "fused_add_rms_norm", (randn(*shape), randn(*shape), weight, 1e-6, None), label
         yield "silu_and_mul", (randn(*shape[:-1], 128),), label + " (128 wide)"
+        yield "rms_norm_gated", (randn(*shape), randn(*shape), weight, 1e-6, 16, False, True), label
+        yield "layer_norm", (randn(*shape), weight, weight * 0.1, 1e-5), label
     yield "rms_norm", (randn(5, 64), None, 1e-5, None), "5x64 weight=None"
     yield "rms_norm", (randn(5, 64), weight, 1e-6, 40), "5x64 variance_size=40"
 

@@ -41,7 +41,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     except Exception as exc:  # the interpreter cannot run here: say why
         left_out["triton_cpu"] = f"numpy {np.__version__}: {type(exc).__name__}: {exc}"
     else:
-        for name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul"):
+        for name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm"):
             ircore.get_op(name).register_impl(
                 "triton_cpu", getattr(tri, name), getattr(tri, name + "_supports"),
                 inplace=name == "fused_add_rms_norm", cache_by_signature=True)
@@ -89,6 +89,19 @@ CASES = [  # (op, label, arguments, whether torch's own parser sees the mistake 
     ("silu_and_mul", "x ndarray", lambda: (np.ones((2, 8), dtype=np.float32),), True),
     ("silu_and_mul", "x None", lambda: (None,), True),
     ("silu_and_mul", "x odd last dim", lambda: (torch.randn(2, 7),), False),
+    ("rms_norm_gated", "gate list", lambda: (x(), x().tolist(), w(), 1e-6), True),
+    ("rms_norm_gated", "gate shape", lambda: (x(), torch.randn(2, 9), w(), 1e-6), False),
+    ("rms_norm_gated", "gate dtype", lambda: (x(), x().half(), w(), 1e-6), False),
+    ("rms_norm_gated", "weight None", lambda: (x(), x(), None, 1e-6), True),
+    ("rms_norm_gated", "group_size not a divisor", lambda: (x(), x(), w(), 1e-6, 3), False),
+    ("rms_norm_gated", "group_size bool", lambda: (x(), x(), w(), 1e-6, True), True),
+    ("rms_norm_gated", "norm_before_gate int", lambda: (x(), x(), w(), 1e-6, None, 1), True),
+    ("rms_norm_gated", "epsilon negative", lambda: (x(), x(), w(), -1.0), False),
+    ("layer_norm", "weight dtype", lambda: (x(), w().half(), None, 1e-5), False),
+    ("layer_norm", "bias shape", lambda: (x(), w(), torch.randn(7), 1e-5), False),
+    ("layer_norm", "bias on meta", lambda: (x(), w(), torch.randn(8, device="meta"), 1e-5), False),
+    ("layer_norm", "x empty last dim", lambda: (torch.randn(2, 0), None, None, 1e-5), False),
+    ("layer_norm", "epsilon NaN", lambda: (x(), w(), w(), float("nan")), False),
 ]
 
 # Cases for any op, from its signature (an op declared later gets them too): a sparse tensor for
@@ -223,6 +236,16 @@ EXPECTED = {  # a part of each case's one message
     "x_residual None": "argument 'x_residual' must be a torch.Tensor, got None",
     "x_residual shape": "argument 'x_residual' is torch.float32 (2, 9); expected x's dtype and shape",
     "x odd last dim": "argument 'x' has last dimension 7 (shape (2, 7)); it must be even",
+    "gate list": "argument 'gate' must be a torch.Tensor, got list",
+    "gate shape": "argument 'gate' is torch.float32 (2, 9); expected x's dtype and shape",
+    "gate dtype": "argument 'gate' is torch.float16 (2, 8); expected x's dtype and shape",
+    "weight None": "argument 'weight' must be a torch.Tensor, got None",
+    "group_size not a divisor": "argument 'group_size' is 3; expected None or a divisor of x.shape[-1] = 8",
+    "group_size bool": "argument 'group_size' must be an int or None, got True",
+    "norm_before_gate int": "argument 'norm_before_gate' must be a bool, got 1",
+    "weight dtype": "argument 'weight' has dtype torch.float16; expected x's dtype, torch.float32",
+    "bias shape": "argument 'bias' has shape (7,); expected (8,)",
+    "bias on meta": "argument 'bias' is on meta but x is on cpu",
 }
 
 

@@ -87,8 +87,8 @@ def test_native_in_the_middle_ends_the_list():
 
 def test_unknown_op_or_provider_in_priority():
     _register_ab()
-    with pytest.raises(PriorityError, match=r"ircore.set_priority\(\): unknown op 'layer_norm'.*known ops"):
-        ircore.set_priority(layer_norm=["prov_a"])
+    with pytest.raises(PriorityError, match=r"ircore.set_priority\(\): unknown op 'group_norm'.*known ops"):
+        ircore.set_priority(group_norm=["prov_a"])
     with pytest.raises(
         PriorityError,
         match=r"unknown provider 'nope' in the priority of 'rms_norm'; known providers: \[[^\]]*'native', [^\]]*'prov_a', 'prov_b'[^\]]*\]",
@@ -378,8 +378,8 @@ def test_priority_block_with_an_unhashable_or_wrong_request_is_checked_on_entry(
         with pytest.raises(ircore.PriorityError, match="unknown provider"):
             with block:
                 pass
-    with pytest.raises(ircore.PriorityError, match="unknown op 'layer_norm'"):
-        with ircore.priority(layer_norm=["prov_a"]):
+    with pytest.raises(ircore.PriorityError, match="unknown op 'group_norm'"):
+        with ircore.priority(group_norm=["prov_a"]):
             pass
     assert ircore.get_priority("rms_norm") == ["prov_a", "native"]
 

@@ -87,7 +87,7 @@ def test_wrong_schema_is_invalid_and_nothing_of_it_stays(default_run):
 def test_unknown_op_is_invalid(default_run):
     state, reason = default_run.state("unknown_op")
     assert state == "invalid"
-    assert "registers unknown op 'layer_norm'; known ops: ['fused_add_rms_norm'" in reason
+    assert "registers unknown op 'group_norm'; known ops: ['fused_add_rms_norm'" in reason
 
 
 def test_reserved_name_is_invalid_and_never_imported(default_run):
@@ -272,9 +272,9 @@ def test_env_allowlist_beats_file_allowlist(penv, tmp_path):
             "ircore.toml: priority: unknown provider 'nope' for op 'rms_norm'; known providers: [",
         ),
         (
-            {"ircore.toml": '[priority]\nlayer_norm = ["good"]\n'},
+            {"ircore.toml": '[priority]\ngroup_norm = ["good"]\n'},
             {},
-            "ircore.toml: priority: unknown op 'layer_norm'; known ops: ['fused_add_rms_norm'",
+            "ircore.toml: priority: unknown op 'group_norm'; known ops: ['fused_add_rms_norm'",
         ),
         (
             {},
@@ -287,7 +287,7 @@ def test_env_allowlist_beats_file_allowlist(penv, tmp_path):
             {"IRCORE_PRIORITY": "rms_norm"},
             "IRCORE_PRIORITY: cannot read 'rms_norm'; expected OP=PROVIDER",
         ),
-        ({}, {"IRCORE_PRIORITY": "layer_norm=good"}, "IRCORE_PRIORITY: unknown op 'layer_norm'"),
+        ({}, {"IRCORE_PRIORITY": "group_norm=good"}, "IRCORE_PRIORITY: unknown op 'group_norm'"),
         ({}, {"IRCORE_STRICT": "maybe"}, "IRCORE_STRICT: expected true or false"),
         (
             {},
@@ -351,8 +351,8 @@ def test_cli_explain(penv):
 
 
 def test_cli_explain_bad_usage(penv):
-    run = penv.cli("explain", "layer_norm")
-    assert run.returncode == 2 and "no ircore op named 'layer_norm'" in run.stderr
+    run = penv.cli("explain", "group_norm")
+    assert run.returncode == 2 and "no ircore op named 'group_norm'" in run.stderr
     run = penv.cli("explain", "rms_norm", "--dtype", "int7")
     assert run.returncode == 2 and "--dtype 'int7'" in run.stderr
 

@@ -162,7 +162,7 @@ def test_one_decorated_function_in_threads_and_tasks(blocks, two_providers):
 
 
 def test_bad_requests_are_refused_on_every_entry(blocks, two_providers):
-    for request in ({"rms_norm": ["nope"]}, {"rms_norm": [["prov_a"]]}, {"layer_norm": ["prov_a"]}):
+    for request in ({"rms_norm": ["nope"]}, {"rms_norm": [["prov_a"]]}, {"group_norm": ["prov_a"]}):
         block = ircore.priority(request)
         for _ in range(2):
             with pytest.raises(ircore.PriorityError, match=r"ircore.priority\(\): unknown"):

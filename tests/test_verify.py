@@ -253,7 +253,7 @@ def test_verify_command_passes_a_correct_provider_with_a_table(tools_env):
             "unknown provider 'nope': no installed distribution has an entry point named 'nope' in the "
             "group 'ircore.providers', where ircore finds providers; installed providers: [",
         ),
-        (["--op", "layer_norm"], "unknown op 'layer_norm'; known ops: "),
+        (["--op", "group_norm"], "unknown op 'group_norm'; known ops: "),
         (["--device", "cuda:7"], "--device 'cuda:7' is not usable here"),
     ],
 )

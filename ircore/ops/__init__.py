@@ -8,9 +8,11 @@ that installed distributions declare (op libraries, the ``ircore.ops`` entry poi
 from typing import Any
 
 from ircore.ops._activation import silu_and_mul
+from ircore.ops._gated_norm import rms_norm_gated
+from ircore.ops._layer_norm import layer_norm
 from ircore.ops._norm import fused_add_rms_norm, rms_norm
 
-__all__ = ["fused_add_rms_norm", "rms_norm", "silu_and_mul"]
+__all__ = ["fused_add_rms_norm", "layer_norm", "rms_norm", "rms_norm_gated", "silu_and_mul"]
 
 
 def __getattr__(name: str) -> Any:

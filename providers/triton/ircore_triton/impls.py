@@ -13,12 +13,17 @@ import os
 from torch import Tensor
 
 from . import kernels as _k
+from . import norm_kernels as _nk
 
 __all__ = [
     "fused_add_rms_norm",
     "fused_add_rms_norm_functional",
     "fused_add_rms_norm_supports",
+    "layer_norm",
+    "layer_norm_supports",
     "rms_norm",
+    "rms_norm_gated",
+    "rms_norm_gated_supports",
     "rms_norm_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
@@ -99,3 +104,47 @@ def fused_add_rms_norm_supports(
 def silu_and_mul_supports(x: Tensor) -> bool:
     """GPU tensor (cuda/xpu), unit last-dim stride."""
     return _device_ok(x) and (x.is_contiguous() or x.stride(-1) == 1)
+
+
+def rms_norm_gated(
+    x: Tensor,
+    gate: Tensor,
+    weight: Tensor,
+    epsilon: float,
+    group_size: int | None = None,
+    norm_before_gate: bool = False,
+    round_normalized: bool = False,
+) -> Tensor:
+    """Gated RMSNorm in fp32 by the Triton kernel (one row or group per program); a new tensor."""
+    return _nk.rms_norm_gated(x, gate, weight, epsilon, group_size, norm_before_gate, round_normalized)
+
+
+def rms_norm_gated_supports(
+    x: Tensor,
+    gate: Tensor,
+    weight: Tensor,
+    epsilon: float,
+    group_size: int | None = None,
+    norm_before_gate: bool = False,
+    round_normalized: bool = False,
+) -> bool:
+    """GPU tensor, unit last-dim stride for x and gate, a weight of x's dtype, a group (the row
+    when ``group_size`` is None) of at most :data:`ircore_triton.norm_kernels.MAX_ROW_BLOCK`."""
+    return (
+        weight.dtype is x.dtype
+        and (x.shape[-1] if group_size is None else group_size) <= _nk.MAX_ROW_BLOCK
+        and _device_ok(x)
+        and _rows_ok(x)
+        and _rows_ok(gate)
+    )
+
+
+def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, epsilon: float) -> Tensor:
+    """LayerNorm over the last dim in fp32 by the Triton kernel (one row per program)."""
+    return _nk.layer_norm(x, weight, bias, epsilon)
+
+
+def layer_norm_supports(x: Tensor, weight: Tensor | None, bias: Tensor | None, epsilon: float) -> bool:
+    """GPU tensor, unit last-dim stride, a row of at most ``MAX_ROW_BLOCK`` elements (the core
+    has checked that weight and bias have x's dtype)."""
+    return x.shape[-1] <= _nk.MAX_ROW_BLOCK and _device_ok(x) and _rows_ok(x)

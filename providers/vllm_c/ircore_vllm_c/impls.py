@@ -16,7 +16,10 @@ last dimension is even). On top of that, what the kernels handle:
   else goes through a contiguous copy inside the op; any hidden size >= 1 (16-byte vector paths
   where aligned, element-wise paths elsewhere);
 - variance_size: None or 1 <= variance_size <= hidden;
-- silu_and_mul: an even last dimension.
+- silu_and_mul: an even last dimension;
+- rms_norm_gated: a weight of x's dtype or float32, any group_size the core accepts (a divisor
+  of hidden), gate of any layout (as x);
+- layer_norm: weight and bias of x's dtype (the core's own rule), either or both None.
 """
 
 import torch
@@ -26,7 +29,11 @@ from . import kernels
 __all__ = [
     "fused_add_rms_norm",
     "fused_add_rms_norm_supports",
+    "layer_norm",
+    "layer_norm_supports",
     "rms_norm",
+    "rms_norm_gated",
+    "rms_norm_gated_supports",
     "rms_norm_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
@@ -43,6 +50,10 @@ rms_norm = torch.ops.ircore_vllm_c.rms_norm.default
 fused_add_rms_norm = torch.ops.ircore_vllm_c.fused_add_rms_norm.default
 #: ``silu(x[..., :d]) * x[..., d:]`` by the compiled kernel (fp32 math).
 silu_and_mul = torch.ops.ircore_vllm_c.silu_and_mul.default
+#: Gated RMSNorm (the op's three forms) by the compiled kernel, per row or per group.
+rms_norm_gated = torch.ops.ircore_vllm_c.rms_norm_gated.default
+#: LayerNorm (mean, then the variance of x - mean) by the compiled kernel.
+layer_norm = torch.ops.ircore_vllm_c.layer_norm.default
 
 
 # The predicates are written out in one expression each: they run on every eager call.
@@ -72,5 +83,27 @@ def fused_add_rms_norm_supports(
 
 
 def silu_and_mul_supports(x: torch.Tensor) -> bool:
+    """Any input the core accepts, on a device whose kernels are loaded."""
+    return (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
+
+
+def rms_norm_gated_supports(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    weight: torch.Tensor,
+    epsilon: float,
+    group_size: int | None = None,
+    norm_before_gate: bool = False,
+    round_normalized: bool = False,
+) -> bool:
+    """A weight of x's dtype or float32, on a device whose kernels are loaded."""
+    return (weight.dtype is x.dtype or weight.dtype is _F32) and (
+        (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
+    )
+
+
+def layer_norm_supports(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, epsilon: float
+) -> bool:
     """Any input the core accepts, on a device whose kernels are loaded."""
     return (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)

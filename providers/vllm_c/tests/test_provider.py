@@ -50,23 +50,25 @@ def vllm_c_not_registered():
 
 
 @pytest.mark.usefixtures("vllm_c_not_registered")
-def test_table_registers_all_three_with_rank_10():
+def test_table_registers_every_op_with_rank_10():
     """The declarative table, read by the core's own registrar: functions, in place, cache, ranks."""
     registrar = Registrar("vllm_c")
     registrar.register_table(provider.IRCORE_IMPLEMENTATIONS)
     got = {impl.op_name: impl for impl in registrar.impls}
-    assert list(got) == ["rms_norm", "fused_add_rms_norm", "silu_and_mul"]
+    assert list(got) == ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm"]
     for name, impl in got.items():
         assert impl.fn is getattr(impls, name)
         assert impl.supports_args is getattr(impls, f"{name}_supports")
         assert impl.inplace == (name == "fused_add_rms_norm")
         assert impl.cache_by_signature  # every predicate reads signature facts only
-    assert registrar.ranks == {"rms_norm": 10, "fused_add_rms_norm": 10, "silu_and_mul": 10}
+    assert registrar.ranks == dict.fromkeys(got, 10)
 
 
 @pytest.mark.skipif(not hasattr(ircore, "get_op"), reason="this ircore has no get_op")
 @pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
-@pytest.mark.parametrize("name", ["rms_norm", "fused_add_rms_norm", "silu_and_mul"])
+@pytest.mark.parametrize(
+    "name", ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm"]
+)
 def test_core_samples(name, dtype):
     """Every core sample the predicate accepts matches the core's reference at its tolerance."""
     op = ircore.get_op(name)

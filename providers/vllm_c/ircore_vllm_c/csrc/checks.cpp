@@ -75,6 +75,43 @@ void check_silu_args(const at::Tensor& x) {
               num(x.size(-1)));
 }
 
+int64_t check_gated_args(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& weight,
+                         std::optional<int64_t> group_size, at::Tensor& w_out) {
+  const char* op = "rms_norm_gated";
+  check_norm_args(op, x, weight, std::nullopt, w_out);
+  TORCH_CHECK(gate.sizes() == x.sizes() && gate.scalar_type() == x.scalar_type() &&
+                  gate.device() == x.device(),
+              "ircore_vllm_c.rms_norm_gated: gate must have x's shape ", dims(x.sizes()),
+              ", dtype and device, got ", dims(gate.sizes()), " ", gate.scalar_type());
+  const int64_t hidden = x.size(-1);
+  const int64_t group = group_size.has_value() ? *group_size : hidden;
+  TORCH_CHECK(group >= 1 && group <= hidden && hidden % group == 0,
+              "ircore_vllm_c.rms_norm_gated: group_size must divide ", num(hidden), ", got ",
+              num(group));
+  return group;
+}
+
+void check_layer_norm_args(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                           const std::optional<at::Tensor>& bias, at::Tensor& w_out,
+                           at::Tensor& b_out) {
+  check_x("layer_norm", x);
+  const int64_t hidden = x.size(-1);
+  const std::optional<at::Tensor>* args[2] = {&weight, &bias};
+  at::Tensor* outs[2] = {&w_out, &b_out};
+  const char* names[2] = {"weight", "bias"};
+  for (int i = 0; i < 2; ++i) {
+    const auto& t = *args[i];
+    if (t.has_value() && t->defined()) {
+      TORCH_CHECK(t->scalar_type() == x.scalar_type() && t->dim() == 1 && t->size(0) == hidden &&
+                      t->device() == x.device(),
+                  "ircore_vllm_c.layer_norm: ", names[i], " must be ", x.scalar_type(), " [",
+                  num(hidden), "] on x's device, got ", t->scalar_type(), " ", dims(t->sizes()));
+      *outs[i] = t->contiguous();
+    } else {
+      *outs[i] = at::Tensor();
+    }
+  }
+}
 
 // `out` of an out-variant op: contiguous, of the result's shape, x's dtype and device, and not
 // overlapping x.

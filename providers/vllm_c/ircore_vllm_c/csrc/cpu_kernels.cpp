@@ -447,5 +447,30 @@ void silu_and_mul_rows(Isa isa, DType dt, void* out, int64_t out_stride, const v
                                                 end, stream)))
 }
 
+void rms_norm_gated_rows(Isa isa, DType dt, DType wdt, void* out, int64_t out_stride,
+                         const void* in, int64_t in_stride, const void* gate, int64_t gate_stride,
+                         const void* weight, int64_t hidden, int64_t group, float eps,
+                         bool norm_before_gate, bool round_normalized, int64_t begin,
+                         int64_t end) {
+  IRC_DISPATCH_ISA(isa, IRC_DISPATCH_WT(dt, wdt, (ns::rms_norm_gated_rows_t<T, WT>(
+                                                     static_cast<T*>(out), out_stride,
+                                                     static_cast<const T*>(in), in_stride,
+                                                     static_cast<const T*>(gate), gate_stride,
+                                                     static_cast<const WT*>(weight), hidden, group,
+                                                     eps, norm_before_gate, round_normalized,
+                                                     begin, end))))
+}
+
+void layer_norm_rows(Isa isa, DType dt, void* out, int64_t out_stride, const void* in,
+                     int64_t in_stride, const void* weight, const void* bias, int64_t hidden,
+                     float eps, int64_t begin, int64_t end) {
+  IRC_DISPATCH_ISA(isa, IRC_DISPATCH_DT(dt, ns::layer_norm_rows_t<T>(
+                                                static_cast<T*>(out), out_stride,
+                                                static_cast<const T*>(in), in_stride,
+                                                static_cast<const T*>(weight),
+                                                static_cast<const T*>(bias), hidden, eps, begin,
+                                                end)))
+}
+
 }  // namespace cpu
 }  // namespace ircore_vllm_c

@@ -39,5 +39,17 @@ void fused_add_rms_norm_rows(Isa isa, DType dt, DType wdt, void* x, int64_t x_st
 void silu_and_mul_rows(Isa isa, DType dt, void* out, int64_t out_stride, const void* in,
                        int64_t in_stride, int64_t d, int64_t begin, int64_t end, bool stream);
 
+// Gated RMSNorm (the op rms_norm_gated): rows of `hidden`, normalised in groups of `group`
+// (a divisor of hidden); gate has x's dtype; wdt: the weight's dtype, dt or kFloat.
+void rms_norm_gated_rows(Isa isa, DType dt, DType wdt, void* out, int64_t out_stride,
+                         const void* in, int64_t in_stride, const void* gate, int64_t gate_stride,
+                         const void* weight, int64_t hidden, int64_t group, float eps,
+                         bool norm_before_gate, bool round_normalized, int64_t begin, int64_t end);
+
+// LayerNorm of rows of `hidden`; weight and bias (each may be null) of x's dtype.
+void layer_norm_rows(Isa isa, DType dt, void* out, int64_t out_stride, const void* in,
+                     int64_t in_stride, const void* weight, const void* bias, int64_t hidden,
+                     float eps, int64_t begin, int64_t end);
+
 }  // namespace cpu
 }  // namespace ircore_vllm_c

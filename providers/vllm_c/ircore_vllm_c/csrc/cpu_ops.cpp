@@ -193,6 +193,69 @@ at::Tensor silu_and_mul_cpu(const at::Tensor& x) {
   return out;
 }
 
+// A row view of t, or of a contiguous copy of it (kept alive in `holder`).
+Rows rows_of(const at::Tensor& t, at::Tensor& holder) {
+  holder = t;
+  auto rows = as_rows(holder);
+  if (!rows) {
+    holder = t.contiguous();
+    rows = as_rows(holder);
+  }
+  return *rows;
+}
+
+at::Tensor rms_norm_gated_cpu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& weight,
+                              double epsilon, std::optional<int64_t> group_size,
+                              bool norm_before_gate, bool round_normalized) {
+  check_x("rms_norm_gated", x);
+  check_cpu("rms_norm_gated", x);
+  at::Tensor w;
+  const int64_t group = check_gated_args(x, gate, weight, group_size, w);
+  at::Tensor out = new_output(x.sizes(), x.options());
+  if (x.numel() == 0) return out;
+  at::Tensor xin, gin;
+  const Rows xr = rows_of(x, xin);
+  const Rows gr = rows_of(gate, gin);
+  const int64_t hidden = x.size(-1);
+  const cpu::Isa isa = current_isa();
+  const cpu::DType dt = to_dtype(x.scalar_type());
+  const cpu::DType wdt = to_dtype(w.scalar_type());
+  void* o = out.data_ptr();
+  const void* xp = xin.data_ptr();
+  const void* gp = gin.data_ptr();
+  const void* wp = w.data_ptr();
+  const float eps = static_cast<float>(epsilon);
+  at::parallel_for(0, xr.rows, grain_rows(hidden), [&](int64_t b, int64_t e) {
+    cpu::rms_norm_gated_rows(isa, dt, wdt, o, hidden, xp, xr.stride, gp, gr.stride, wp, hidden,
+                             group, eps, norm_before_gate, round_normalized, b, e);
+  });
+  return out;
+}
+
+at::Tensor layer_norm_cpu(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                          const std::optional<at::Tensor>& bias, double epsilon) {
+  check_x("layer_norm", x);
+  check_cpu("layer_norm", x);
+  at::Tensor w, bt;
+  check_layer_norm_args(x, weight, bias, w, bt);
+  at::Tensor out = new_output(x.sizes(), x.options());
+  if (x.numel() == 0) return out;
+  at::Tensor xin;
+  const Rows xr = rows_of(x, xin);
+  const int64_t hidden = x.size(-1);
+  const cpu::Isa isa = current_isa();
+  const cpu::DType dt = to_dtype(x.scalar_type());
+  void* o = out.data_ptr();
+  const void* xp = xin.data_ptr();
+  const void* wp = w.defined() ? w.data_ptr() : nullptr;
+  const void* bp = bt.defined() ? bt.data_ptr() : nullptr;
+  const float eps = static_cast<float>(epsilon);
+  at::parallel_for(0, xr.rows, grain_rows(hidden), [&](int64_t b, int64_t e) {
+    cpu::layer_norm_rows(isa, dt, o, hidden, xp, xr.stride, wp, bp, hidden, eps, b, e);
+  });
+  return out;
+}
+
 // Test and benchmark hook: force the CPU ISA ("scalar", "avx2", "avx512", "avx512bf16";
 // "auto" = best).
 // Returns the previous choice.
@@ -235,6 +298,10 @@ TORCH_LIBRARY(ircore_vllm_c, m) {
       "fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor? weight, float epsilon, "
       "int? variance_size=None) -> ()");
   m.def("silu_and_mul(Tensor x) -> Tensor");
+  m.def(
+      "rms_norm_gated(Tensor x, Tensor gate, Tensor weight, float epsilon, int? group_size=None, "
+      "bool norm_before_gate=False, bool round_normalized=False) -> Tensor");
+  m.def("layer_norm(Tensor x, Tensor? weight, Tensor? bias, float epsilon) -> Tensor");
   // Out variants (a contiguous `out` of the result's shape and dtype): for callers that reuse
   // buffers, and for kernel-to-kernel comparisons with vLLM's out-style ops.
   m.def(
@@ -249,6 +316,8 @@ TORCH_LIBRARY_IMPL(ircore_vllm_c, CPU, m) {
   m.impl("rms_norm", &ircore_vllm_c::rms_norm_cpu);
   m.impl("fused_add_rms_norm", &ircore_vllm_c::fused_add_rms_norm_cpu);
   m.impl("silu_and_mul", &ircore_vllm_c::silu_and_mul_cpu);
+  m.impl("rms_norm_gated", &ircore_vllm_c::rms_norm_gated_cpu);
+  m.impl("layer_norm", &ircore_vllm_c::layer_norm_cpu);
   m.impl("rms_norm_out", &ircore_vllm_c::rms_norm_out_cpu);
   m.impl("silu_and_mul_out", &ircore_vllm_c::silu_and_mul_out_cpu);
 }

@@ -776,6 +776,168 @@ void launch_silu_vec(T* out, const T* in, int64_t in_stride, int64_t rows, int64
 }
 
 // ------------------------------------------------------------------------------------------
+// rms_norm_gated and layer_norm: one block per row (per group of a row for rms_norm_gated),
+// passes over the row re-reading it from L2, as norm_loop_kernel; VEC-element vectors where the
+// row, its pointers and strides allow, else element-wise. A first form, not yet tuned: no
+// register-resident or multi-row variants.
+
+template <class T, class WT>
+struct GatedParams {
+  T* out;  // contiguous rows of `hidden`
+  const T* in;
+  int64_t in_stride;
+  const T* gate;
+  int64_t gate_stride;
+  const WT* w;
+  int hidden;
+  int group;
+  int n_groups;
+  float eps;
+};
+
+template <class T>
+__device__ __forceinline__ float round_to(float v) {
+  return Cvt<T>::f32(Cvt<T>::of(v));
+}
+
+template <class T, class WT, int VEC, bool NBG, bool ROUND>
+__global__ void __launch_bounds__(1024) rms_norm_gated_kernel(const GatedParams<T, WT> p) {
+  using P = Pk<T, VEC>;
+  using PW = Pk<WT, VEC>;
+  const int64_t row = blockIdx.x / p.n_groups;
+  const int c0 = static_cast<int>(blockIdx.x % p.n_groups) * p.group;
+  const int nvec = p.group / VEC;
+  const T* x = p.in + row * p.in_stride + c0;
+  const T* g = p.gate + row * p.gate_stride + c0;
+  pdl_wait();
+  float acc = 0.0f;
+  for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
+    const P xv = pload<T, VEC>(x + vi * VEC);
+    if constexpr (NBG) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc += pget(xv, i) * pget(xv, i);
+    } else {
+      const P gv = pload<T, VEC>(g + vi * VEC);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float v = pget(xv, i) * silu<float>(pget(gv, i));
+        acc += v * v;
+      }
+    }
+  }
+  pdl_launch_dependents();
+  const float inv = rsqrtf(row_sum(acc, blockDim.x) / static_cast<float>(p.group) + p.eps);
+  T* o = p.out + row * p.hidden + c0;
+  const WT* w = p.w + c0;
+  for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
+    const P xv = pload<T, VEC>(x + vi * VEC);
+    const P gv = pload<T, VEC>(g + vi * VEC);
+    const PW wv = pload<WT, VEC>(w + vi * VEC);
+    float out[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const float s = silu<float>(pget(gv, i));
+      float y = (NBG ? pget(xv, i) : pget(xv, i) * s) * inv;
+      if constexpr (ROUND) {
+        y = round_to<T>(y) * pget(wv, i);
+        if constexpr (NBG) y = round_to<T>(y) * s;
+      } else {
+        y = y * pget(wv, i);
+        if constexpr (NBG) y = y * s;
+      }
+      out[i] = y;
+    }
+    pstore<T, VEC>(o + vi * VEC, ppack<T, VEC>(out));
+  }
+}
+
+template <class T>
+struct LayerNormParams {
+  T* out;  // contiguous rows of `hidden`
+  const T* in;
+  int64_t in_stride;
+  const T* w;  // may be null
+  const T* b;  // may be null
+  int hidden;
+  float eps;
+};
+
+// Three passes: the mean, the variance of x - mean (precise where it is small against mean^2),
+// the output.
+template <class T, int VEC>
+__global__ void __launch_bounds__(1024) layer_norm_kernel(const LayerNormParams<T> p) {
+  using P = Pk<T, VEC>;
+  const int64_t row = blockIdx.x;
+  const int nvec = p.hidden / VEC;
+  const T* x = p.in + row * p.in_stride;
+  const float n = static_cast<float>(p.hidden);
+  pdl_wait();
+  float acc = 0.0f;
+  for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
+    const P xv = pload<T, VEC>(x + vi * VEC);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc += pget(xv, i);
+  }
+  pdl_launch_dependents();
+  const float mean = row_sum(acc, blockDim.x) / n;
+  __syncthreads();  // row_sum's shared scratch is used again below
+  acc = 0.0f;
+  for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
+    const P xv = pload<T, VEC>(x + vi * VEC);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const float d = pget(xv, i) - mean;
+      acc += d * d;
+    }
+  }
+  const float inv = rsqrtf(row_sum(acc, blockDim.x) / n + p.eps);
+  T* o = p.out + row * p.hidden;
+  for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
+    const P xv = pload<T, VEC>(x + vi * VEC);
+    float out[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) out[i] = (pget(xv, i) - mean) * inv;
+    if (p.w != nullptr) {
+      const P wv = pload<T, VEC>(p.w + vi * VEC);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) out[i] *= pget(wv, i);
+    }
+    if (p.b != nullptr) {
+      const P bv = pload<T, VEC>(p.b + vi * VEC);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) out[i] += pget(bv, i);
+    }
+    pstore<T, VEC>(o + vi * VEC, ppack<T, VEC>(out));
+  }
+}
+
+// Threads for a row of `n` elements in VEC-element vectors: a multiple of 32 up to 1024, about
+// four vectors per thread (row_sum needs a power of two up to 32 or a multiple of 32).
+inline int row_block(int64_t n, int vec) {
+  const int64_t vecs = (n + vec - 1) / vec;
+  const int64_t t = std::min<int64_t>(1024, std::max<int64_t>(32, (vecs + 3) / 4));
+  return static_cast<int>((t + 31) / 32 * 32);
+}
+
+template <class T, class WT, int VEC>
+void launch_gated_vec(const GatedParams<T, WT>& p, int64_t rows, bool nbg, bool round,
+                      const Launch& l) {
+  const unsigned grid = static_cast<unsigned>(rows * p.n_groups);
+  const int block = row_block(p.group, VEC);
+  if (nbg) {
+    if (round) {
+      launch_kernel(rms_norm_gated_kernel<T, WT, VEC, true, true>, grid, block, l, p);
+    } else {
+      launch_kernel(rms_norm_gated_kernel<T, WT, VEC, true, false>, grid, block, l, p);
+    }
+  } else if (round) {
+    launch_kernel(rms_norm_gated_kernel<T, WT, VEC, false, true>, grid, block, l, p);
+  } else {
+    launch_kernel(rms_norm_gated_kernel<T, WT, VEC, false, false>, grid, block, l, p);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
 // Op bindings.
 
 #define IRC_CUDA_DISPATCH(st, ...)         \
@@ -934,6 +1096,108 @@ at::Tensor silu_and_mul_cuda(const at::Tensor& x) {
   return out;
 }
 
+at::Tensor rms_norm_gated_cuda(const at::Tensor& x, const at::Tensor& gate,
+                               const at::Tensor& weight, double epsilon,
+                               std::optional<int64_t> group_size, bool norm_before_gate,
+                               bool round_normalized) {
+  check_x("rms_norm_gated", x);
+  check_cuda("rms_norm_gated", x);
+  at::Tensor w;
+  const int64_t group = check_gated_args(x, gate, weight, group_size, w);
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  if (x.numel() == 0) return out;
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor xin = x;
+  at::Tensor gin = gate;
+  auto xr = as_rows(xin);
+  auto gr = as_rows(gin);
+  if (!xr) {
+    xin = x.contiguous();
+    xr = as_rows(xin);
+  }
+  if (!gr) {
+    gin = gate.contiguous();
+    gr = as_rows(gin);
+  }
+  const int64_t hidden = x.size(-1);
+  check_sizes("rms_norm_gated", hidden, xr->rows * (hidden / group));
+  const Launch l = launch_on(x);
+  const bool fp32_weight = w.scalar_type() != x.scalar_type();
+  IRC_CUDA_DISPATCH(x.scalar_type(), {
+    auto run = [&](auto* wtag) {
+      using WT = std::remove_pointer_t<decltype(wtag)>;
+      constexpr int kVec = 16 / sizeof(T);
+      GatedParams<T, WT> p{};
+      p.out = static_cast<T*>(out.data_ptr());
+      p.in = static_cast<const T*>(xin.data_ptr());
+      p.in_stride = xr->stride;
+      p.gate = static_cast<const T*>(gin.data_ptr());
+      p.gate_stride = gr->stride;
+      p.w = static_cast<const WT*>(w.data_ptr());
+      p.hidden = static_cast<int>(hidden);
+      p.group = static_cast<int>(group);
+      p.n_groups = static_cast<int>(hidden / group);
+      p.eps = static_cast<float>(epsilon);
+      const bool vec_ok = group % kVec == 0 && aligned16(p.out) && aligned16(p.in) &&
+                          aligned16(p.gate) && aligned(p.w, sizeof(WT) * kVec) &&
+                          (p.in_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
+                          (p.gate_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
+      if (vec_ok) {
+        launch_gated_vec<T, WT, kVec>(p, xr->rows, norm_before_gate, round_normalized, l);
+      } else {
+        launch_gated_vec<T, WT, 1>(p, xr->rows, norm_before_gate, round_normalized, l);
+      }
+    };
+    if (fp32_weight) {
+      run(static_cast<float*>(nullptr));
+    } else {
+      run(static_cast<T*>(nullptr));
+    }
+  })
+  return out;
+}
+
+at::Tensor layer_norm_cuda(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                           const std::optional<at::Tensor>& bias, double epsilon) {
+  check_x("layer_norm", x);
+  check_cuda("layer_norm", x);
+  at::Tensor w, b;
+  check_layer_norm_args(x, weight, bias, w, b);
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  if (x.numel() == 0) return out;
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor xin = x;
+  auto xr = as_rows(xin);
+  if (!xr) {
+    xin = x.contiguous();
+    xr = as_rows(xin);
+  }
+  const int64_t hidden = x.size(-1);
+  check_sizes("layer_norm", hidden, xr->rows);
+  const Launch l = launch_on(x);
+  IRC_CUDA_DISPATCH(x.scalar_type(), {
+    constexpr int kVec = 16 / sizeof(T);
+    LayerNormParams<T> p{};
+    p.out = static_cast<T*>(out.data_ptr());
+    p.in = static_cast<const T*>(xin.data_ptr());
+    p.in_stride = xr->stride;
+    p.w = w.defined() ? static_cast<const T*>(w.data_ptr()) : nullptr;
+    p.b = b.defined() ? static_cast<const T*>(b.data_ptr()) : nullptr;
+    p.hidden = static_cast<int>(hidden);
+    p.eps = static_cast<float>(epsilon);
+    const bool vec_ok = hidden % kVec == 0 && aligned16(p.out) && aligned16(p.in) &&
+                        (p.w == nullptr || aligned16(p.w)) && (p.b == nullptr || aligned16(p.b)) &&
+                        (p.in_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
+    const unsigned grid = static_cast<unsigned>(xr->rows);
+    if (vec_ok) {
+      launch_kernel(layer_norm_kernel<T, kVec>, grid, row_block(hidden, kVec), l, p);
+    } else {
+      launch_kernel(layer_norm_kernel<T, 1>, grid, row_block(hidden, 1), l, p);
+    }
+  })
+  return out;
+}
+
 // Tuning hooks: force the norm launch configuration (0 = automatic, per knob) for sweeps on new
 // GPUs; read back what the latest norm launch used.
 void set_norm_config(int64_t nv, int64_t tpr, int64_t block, int64_t rows, int64_t minb) {
@@ -985,4 +1249,6 @@ TORCH_LIBRARY_IMPL(ircore_vllm_c, CUDA, m) {
   m.impl("silu_and_mul", &ircore_vllm_c::cuda::silu_and_mul_cuda);
   m.impl("rms_norm_out", &ircore_vllm_c::cuda::rms_norm_out_cuda);
   m.impl("silu_and_mul_out", &ircore_vllm_c::cuda::silu_and_mul_out_cuda);
+  m.impl("rms_norm_gated", &ircore_vllm_c::cuda::rms_norm_gated_cuda);
+  m.impl("layer_norm", &ircore_vllm_c::cuda::layer_norm_cuda);
 }

@@ -65,6 +65,15 @@ int64_t check_norm_args(const char* op, const at::Tensor& x,
                         std::optional<int64_t> variance_size, at::Tensor& w_out);
 void check_residual(const char* op, const at::Tensor& x, const at::Tensor& residual);
 void check_silu_args(const at::Tensor& x);
+// rms_norm_gated: gate like x, the weight as check_norm_args's; returns the group size (hidden
+// when group_size is None) and the weight made contiguous.
+int64_t check_gated_args(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& weight,
+                         std::optional<int64_t> group_size, at::Tensor& w_out);
+// layer_norm: weight and bias (each optional) 1-D of size hidden, of x's dtype, on x's device;
+// returned contiguous (undefined when absent).
+void check_layer_norm_args(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                           const std::optional<at::Tensor>& bias, at::Tensor& w_out,
+                           at::Tensor& b_out);
 // `out` of an out-variant op: contiguous, of the result's shape, x's dtype and device.
 void check_out(const char* op, const at::Tensor& out, const at::Tensor& x,
                c10::IntArrayRef sizes);

@@ -1,0 +1,158 @@
+"""Triton kernels and launchers for rms_norm_gated and layer_norm.
+
+One program normalises one row, or one group of a row for ``rms_norm_gated`` with a
+``group_size``: the whole row (group) is held in registers (``BLOCK_N`` the next power of two),
+read once, computed in fp32 and written once. Rows wider than :data:`MAX_ROW_BLOCK` elements
+are left to other providers (the predicates say so). The launch config is a heuristic (warps by
+row width); no autotuning yet. PDL as in :mod:`ircore_triton.kernels`.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .kernels import _as_rows, _device_ctx, _launch_opts, _off_current_device
+
+__all__ = ["MAX_ROW_BLOCK", "layer_norm", "rms_norm_gated"]
+
+#: Widest row (group) held in registers.
+MAX_ROW_BLOCK = 32768
+
+
+@triton.jit
+def _round_to(y, DT: tl.constexpr):
+    """fp32 ``y`` rounded to ``DT`` (to nearest, ties to even), kept in fp32. bf16 by its bits:
+    Triton's interpreter truncates a bf16 cast, which would round the intermediate values of
+    ``round_normalized`` differently from a GPU (the final store's cast it may truncate: tolerance)."""
+    if DT == tl.bfloat16:
+        b = y.to(tl.uint32, bitcast=True)
+        b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+        return b.to(tl.float32, bitcast=True)
+    else:
+        return y.to(DT).to(tl.float32)
+
+
+@triton.jit(do_not_specialize=["n_groups", "eps"])
+def _rms_norm_gated_kernel(
+    X, G, W, Y, n_groups, GS, stride_x, stride_g, stride_y, eps,
+    BLOCK_N: tl.constexpr, NORM_BEFORE_GATE: tl.constexpr, ROUND: tl.constexpr, USE_PDL: tl.constexpr = False,
+):  # fmt: skip
+    """Program ``pid`` normalises group ``pid % n_groups`` of row ``pid // n_groups``."""
+    pid = tl.program_id(0)
+    row = (pid // n_groups).to(tl.int64)
+    col0 = (pid % n_groups) * GS
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < GS
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+    x = tl.load(X + row * stride_x + col0 + cols, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(G + row * stride_g + col0 + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(W + col0 + cols, mask=mask, other=0.0).to(tl.float32)
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    g = g * tl.sigmoid(g)
+    if not NORM_BEFORE_GATE:
+        x = x * g
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / GS + eps)
+    y = x * rstd
+    if ROUND:
+        y = _round_to(_round_to(y, Y.dtype.element_ty) * w, Y.dtype.element_ty)
+    else:
+        y = y * w
+    if NORM_BEFORE_GATE:
+        y = y * g
+    tl.store(Y + row * stride_y + col0 + cols, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=["eps"])
+def _layer_norm_kernel(
+    X, W, B, Y, N, stride_x, stride_y, eps,
+    BLOCK_N: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, USE_PDL: tl.constexpr = False,
+):  # fmt: skip
+    """One row per program: mean, then the variance of ``x - mean`` (two passes over registers)."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+    x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_W:
+        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_B:
+        b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    mean = tl.sum(x, axis=0) / N
+    d = tl.where(mask, x - mean, 0.0)
+    rstd = tl.rsqrt(tl.sum(d * d, axis=0) / N + eps)
+    y = d * rstd
+    if HAS_W:
+        y = y * w
+    if HAS_B:
+        y = y + b
+    tl.store(Y + row * stride_y + cols, y.to(Y.dtype.element_ty), mask=mask)
+
+
+def _warps(block_n: int, elem_bytes: int) -> int:
+    """About four 16-byte vectors per thread, 1 to 16 warps."""
+    per_warp = 32 * 4 * (16 // elem_bytes)
+    return max(1, min(16, triton.next_power_of_2(-(-block_n // per_warp))))
+
+
+def rms_norm_gated(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    weight: torch.Tensor,
+    epsilon: float,
+    group_size: int | None = None,
+    norm_before_gate: bool = False,
+    round_normalized: bool = False,
+) -> torch.Tensor:
+    """Gated RMSNorm (the op's semantics) into a new contiguous tensor."""
+    if _off_current_device(x):
+        with _device_ctx(x):
+            return rms_norm_gated(x, gate, weight, epsilon, group_size, norm_before_gate, round_normalized)
+    n = x.shape[-1]
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    rows = x.numel() // n
+    if rows == 0:
+        return y
+    gs = n if group_size is None else group_size
+    n_groups = n // gs
+    x2, g2 = _as_rows(x, n), _as_rows(gate, n)
+    w = weight if weight.stride(-1) == 1 else weight.contiguous()
+    block_n = triton.next_power_of_2(gs)
+    _rms_norm_gated_kernel.run(
+        x2, g2, w, y.view(rows, n), n_groups, gs, x2.stride(0), g2.stride(0), n, epsilon,
+        BLOCK_N=block_n, NORM_BEFORE_GATE=norm_before_gate, ROUND=round_normalized,
+        num_warps=_warps(block_n, x.element_size()), grid=(rows * n_groups,), warmup=False,
+        **_launch_opts(x.device),
+    )  # fmt: skip
+    return y
+
+
+def layer_norm(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, epsilon: float
+) -> torch.Tensor:
+    """LayerNorm of the last dim into a new contiguous tensor."""
+    if _off_current_device(x):
+        with _device_ctx(x):
+            return layer_norm(x, weight, bias, epsilon)
+    n = x.shape[-1]
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    rows = x.numel() // n
+    if rows == 0:
+        return y
+    x2 = _as_rows(x, n)
+    w = weight if weight is None or weight.stride(-1) == 1 else weight.contiguous()
+    b = bias if bias is None or bias.stride(-1) == 1 else bias.contiguous()
+    block_n = triton.next_power_of_2(n)
+    _layer_norm_kernel.run(
+        x2, x2 if w is None else w, x2 if b is None else b, y.view(rows, n), n, x2.stride(0), n, epsilon,
+        BLOCK_N=block_n, HAS_W=w is not None, HAS_B=b is not None,
+        num_warps=_warps(block_n, x.element_size()), grid=(rows,), warmup=False,
+        **_launch_opts(x.device),
+    )  # fmt: skip
+    return y
