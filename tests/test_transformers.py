@@ -431,14 +431,20 @@ def build_type(model_type, **extra):
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
-LAYER_NORM = "{} is an nn.LayerNorm (it subtracts the mean): ircore has no layer_norm op"
+LAYER_NORM = (
+    "{} is an nn.LayerNorm (it subtracts the mean): apply() does not route it yet "
+    "(ircore.ops.layer_norm computes it; call it directly)"
+)
 NOT_RMSNORM = "{} is not named *RMSNorm (only *RMSNorm classes with a known forward are patched)"
 OTHER_GATE = (
     "{}._apply_gate is not act(gate) * up over [gate | up] (clamped, interleaved or another gating): "
     "ircore has no op for it"
 )
 NOT_SILU = "{}: the activation {} is not SiLU (ircore has no other gated activation op)"
-GATED = "{} is a gated RMSNorm (its forward takes a gate): ircore.ops.rms_norm has no gate"
+GATED = (
+    "{} is a gated RMSNorm (its forward takes a gate): apply() does not route it yet "
+    "(ircore.ops.rms_norm_gated computes it; call it directly)"
+)
 #: model type -> (extra config, {module: why it is left alone}) for layer 0 (layer 1 alike) and model.norm
 LEFT_ALONE = {
     "starcoder2": (

@@ -35,9 +35,15 @@ def other_norm(cls: type) -> str | None:
     """Why a norm class that is not an RMSNorm candidate is kept, or None if it is no norm."""
     name = cls.__name__
     if name.lower().endswith("rmsnormgated"):
-        return f"{name} is a gated RMSNorm (its forward takes a gate): ircore.ops.rms_norm has no gate"
+        return (
+            f"{name} is a gated RMSNorm (its forward takes a gate): apply() does not route it yet "
+            "(ircore.ops.rms_norm_gated computes it; call it directly)"
+        )
     if issubclass(cls, nn.LayerNorm):
-        return f"{name} is an nn.LayerNorm (it subtracts the mean): ircore has no layer_norm op"
+        return (
+            f"{name} is an nn.LayerNorm (it subtracts the mean): apply() does not route it yet "
+            "(ircore.ops.layer_norm computes it; call it directly)"
+        )
     if issubclass(cls, _TORCH_NORMS):
         return f"{name} is a batch, group or local response norm: ircore has no op for it"
     if _NORM_NAME.search(name) and not is_rmsnorm(cls):
