@@ -431,40 +431,31 @@ def build_type(model_type, **extra):
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
-LAYER_NORM = (
-    "{} is an nn.LayerNorm (it subtracts the mean): apply() does not route it yet "
-    "(ircore.ops.layer_norm computes it; call it directly)"
+OWN_LAYER_NORM = "{} is an nn.LayerNorm subclass with a forward of its own (not nn.LayerNorm's): kept as it is"
+NOT_RMSNORM = (
+    "{} is not named *RMSNorm or *RMSNormGated nor an nn.LayerNorm (only those, with a known forward, are "
+    "patched)"
 )
-NOT_RMSNORM = "{} is not named *RMSNorm (only *RMSNorm classes with a known forward are patched)"
 OTHER_GATE = (
     "{}._apply_gate is not act(gate) * up over [gate | up] (clamped, interleaved or another gating): "
     "ircore has no op for it"
 )
-NOT_SILU = "{}: the activation {} is not SiLU (ircore has no other gated activation op)"
-GATED = (
-    "{} is a gated RMSNorm (its forward takes a gate): apply() does not route it yet "
-    "(ircore.ops.rms_norm_gated computes it; call it directly)"
+UNKNOWN_GATED = (
+    "{}.forward is not a known gated RMSNorm form (Mamba2's, Qwen3-Next's or Falcon-H1's): kept as it is"
 )
+NOT_SILU = "{}: the activation {} is not SiLU (ircore has no other gated activation op)"
 #: model type -> (extra config, {module: why it is left alone}) for layer 0 (layer 1 alike) and model.norm
 LEFT_ALONE = {
-    "starcoder2": (
-        {},
-        {
-            "mlp": "Starcoder2MLP has no gate_proj, up_proj, down_proj: not a gated MLP",
-            "input_layernorm": LAYER_NORM.format("LayerNorm"),
-        },
-    ),
-    "nemotron": (
+    "starcoder2": ({}, {"mlp": "Starcoder2MLP has no gate_proj, up_proj, down_proj: not a gated MLP"}),
+    "nemotron": (  # nn.LayerNorm subclass computing with 1 + weight
         {},
         {
             "mlp": "NemotronMLP has no gate_proj: not a gated MLP",
-            "input_layernorm": LAYER_NORM.format("NemotronLayerNorm1P"),
+            "input_layernorm": OWN_LAYER_NORM.format("NemotronLayerNorm1P"),
         },
     ),
-    "phimoe": ({}, {"input_layernorm": LAYER_NORM.format("LayerNorm")}),
     "cohere": ({}, {"input_layernorm": NOT_RMSNORM.format("CohereLayerNorm")}),
     "cohere2": ({}, {"input_layernorm": NOT_RMSNORM.format("Cohere2LayerNorm")}),
-    "stablelm": ({}, {"input_layernorm": LAYER_NORM.format("LayerNorm")}),
     # clamped SwiGLU with alpha, gate and up interleaved: swigluoai_and_mul, not silu_and_mul
     "gpt_oss": ({}, {"mlp.experts": OTHER_GATE.format("GptOssExperts")}),
     "deepseek_v4": ({}, {"mlp.experts": OTHER_GATE.format("DeepseekV4Experts")}),  # clamps gate and up
@@ -473,9 +464,8 @@ LEFT_ALONE = {
         {"mlp.experts": NOT_SILU.format("Qwen3MoeExperts", "GELUTanh")},
     ),
     "phi3": ({"hidden_act": "gelu_new"}, {"mlp": NOT_SILU.format("Phi3MLP", "NewGELUActivation")}),
-    "mamba2": ({"num_heads": 8, "head_dim": 16}, {"mixer.norm": GATED.format("MambaRMSNormGated")}),
-    "bamba": ({}, {"mamba.norm": GATED.format("BambaRMSNormGated")}),
-    "qwen3_next": ({}, {"linear_attn.norm": GATED.format("Qwen3NextRMSNormGated")}),
+    # gated RMSNorm of another form (sigmoid-gated, FLA's): not rms_norm_gated
+    "kimi_linear": ({}, {"self_attn.o_norm": UNKNOWN_GATED.format("KimiLinearRMSNormGated")}),
 }
 
 
@@ -497,19 +487,28 @@ def test_summary_accounts_for_every_norm_and_feed_forward_left_alone(model_type)
         if not m._modules and re.search(r"norm(gated|1p)?$", type(m).__name__, re.I)
     ]
     norms += [n for n, m in model.named_modules() if isinstance(m, nn.LayerNorm)]
-    assert set(norms) <= set(summary.rms_norm) | set(summary.left_alone)  # every norm: patched or why not
+    patched = summary.rms_norm + summary.layer_norm + summary.rms_norm_gated
+    assert set(norms) <= set(patched) | set(summary.left_alone)  # every norm: patched or why not
     assert irt.apply(model, rms_norm=False).left_alone == {}  # nothing asked, nothing reported
 
 
 def test_summary_groups_the_layers_of_a_reason():
-    summary = irt.apply(build_type("starcoder2"), mlp=True)
+    summary = irt.apply(build_type("nemotron"), mlp=True)
     assert str(summary).splitlines() == [
         "0 RMSNorm -> ircore.ops.rms_norm",
         "0 MLP -> one gate/up matmul + ircore.ops.silu_and_mul",
         "7 left alone:",
-        "  model.layers.*.mlp: Starcoder2MLP has no gate_proj, up_proj, down_proj: not a gated MLP",
+        "  model.layers.*.mlp: NemotronMLP has no gate_proj: not a gated MLP",
         "  model.layers.*.input_layernorm, model.layers.*.post_attention_layernorm, model.norm: "
-        + LAYER_NORM.format("LayerNorm"),
+        + OWN_LAYER_NORM.format("NemotronLayerNorm1P"),
+    ]
+    summary = irt.apply(build_type("starcoder2"), mlp=True)
+    assert str(summary).splitlines() == [
+        "0 RMSNorm -> ircore.ops.rms_norm",
+        "5 LayerNorm -> ircore.ops.layer_norm",
+        "0 MLP -> one gate/up matmul + ircore.ops.silu_and_mul",
+        "2 left alone:",
+        "  model.layers.*.mlp: Starcoder2MLP has no gate_proj, up_proj, down_proj: not a gated MLP",
     ]
 
 
@@ -632,7 +631,8 @@ def test_fused_mlps_and_moe_experts_call_silu_and_mul(model_type, counting):
     assert silu_calls(counting) == len(summary.fused_mlp + summary.experts + summary.mlp)
     assert torch.equal(greedy(model), tokens)
     assert irt.apply(model, mlp=True).left_alone[per_layer(fused or experts)[0]] == "already applied"
-    assert irt.undo(model) == len(summary.rms_norm + summary.fused_mlp + summary.experts + summary.mlp)
+    norms = summary.rms_norm + summary.layer_norm + summary.rms_norm_gated
+    assert irt.undo(model) == len(norms + summary.fused_mlp + summary.experts + summary.mlp)
     assert not any({"forward", "_apply_gate"} & set(vars(m)) for m in model.modules())
     counting.clear()
     assert torch.equal(logits(model), stock)  # bitwise: transformers' own forwards again
@@ -803,11 +803,10 @@ def test_class_level_summary_names_the_other_norm_classes():
         irt.undo_classes()
     assert summary.left_alone == {
         "transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextRMSNorm": "Qwen3NextRMSNorm.forward is not a known RMSNorm form (kept as it is)",
-        "transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextRMSNormGated": GATED.format(
-            "Qwen3NextRMSNormGated"
-        ),
         "transformers.models.starcoder2.modeling_starcoder2": "no RMSNorm class defined there",
     }
+    assert summary.rms_norm_gated == ["transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextRMSNormGated"]
+    assert summary.forms == {"qwen3_next": 1}
 
 
 # ---------------------------------------------------------------------- the kernels package
