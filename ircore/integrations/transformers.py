@@ -1,8 +1,10 @@
-"""Hugging Face transformers models through ircore: patched RMSNorms, gated MLPs and MoE experts.
+"""Hugging Face transformers models through ircore: patched norms, gated MLPs and MoE experts.
 
 ``apply(model)`` patches a loaded model's instances, as Liger-Kernel does with ``model=``: each
 RMSNorm whose forward has a known form (the Llama/Qwen form and two others, see
-``ircore.integrations._forms``) calls ``ircore.ops.rms_norm``; with ``mlp=True`` each gated
+``ircore.integrations._forms``) calls ``ircore.ops.rms_norm``, each ``nn.LayerNorm``
+``ircore.ops.layer_norm``, each gated RMSNorm of the Mamba2, Qwen3-Next or Falcon-H1 form
+``ircore.ops.rms_norm_gated``; with ``mlp=True`` each gated
 SiLU MLP runs one merged gate/up matmul and ``ircore.ops.silu_and_mul``, and MLPs with one fused
 ``gate_up_proj`` and MoE experts held in 3-D parameters apply ``ircore.ops.silu_and_mul`` to
 their ``[gate | up]`` matmul output. ``apply_to_classes`` patches the classes instead, before a
@@ -351,12 +353,15 @@ def _note_param_dtype(
 
 # ---------------------------------------------------------------------- instance level
 def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False) -> PatchSummary:
-    """Route a loaded model's RMSNorms (and, with ``mlp=True``, its gated MLPs) to ircore's ops.
+    """Route a loaded model's norms (and, with ``mlp=True``, its gated MLPs) to ircore's ops.
 
-    Patches instances, not classes (other models of the same class are untouched). RMSNorm
-    modules (class name ending in ``RMSNorm``) whose forward has a known form call
-    ``ircore.ops.rms_norm``; a call whose input dtype differs from the weight's runs the
-    module's own forward. With ``mlp=True``, modules with ``gate_proj``/``up_proj``/``down_proj``
+    Patches instances, not classes (other models of the same class are untouched). With
+    ``rms_norm=True``: RMSNorm modules (class name ending in ``RMSNorm``) whose forward has a
+    known form call ``ircore.ops.rms_norm``, ``nn.LayerNorm`` modules (and subclasses keeping its
+    forward) ``ircore.ops.layer_norm``, gated RMSNorms (``*RMSNormGated``) of the Mamba2,
+    Qwen3-Next or Falcon-H1 form ``ircore.ops.rms_norm_gated``; a call the op would refuse (an
+    input dtype other than the weight's, a gated norm without a gate) runs the module's own
+    forward. With ``mlp=True``, modules with ``gate_proj``/``up_proj``/``down_proj``
     linears, a SiLU activation and the forward ``down(act(gate(x)) * up(x))`` run one matmul
     over merged gate/up weights (the two parameters become views of the merged tensor; merged
     again at the next call if they get new storage, from ``.to()`` or anything else) followed by
