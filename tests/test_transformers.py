@@ -7,6 +7,7 @@ shows which modules really call ircore, since fp32 results are bitwise those of 
 
 from __future__ import annotations
 
+import collections
 import copy
 import functools
 import json
@@ -25,7 +26,7 @@ transformers = pytest.importorskip("transformers")
 
 import ircore  # noqa: E402
 from ircore.integrations import transformers as irt  # noqa: E402
-from ircore.ops import rms_norm, silu_and_mul  # noqa: E402
+from ircore.ops import layer_norm, rms_norm, rms_norm_gated, silu_and_mul  # noqa: E402
 
 SMALL = dict(
     hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=128
@@ -431,40 +432,33 @@ def build_type(model_type, **extra):
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
-LAYER_NORM = (
-    "{} is an nn.LayerNorm (it subtracts the mean): apply() does not route it yet "
-    "(ircore.ops.layer_norm computes it; call it directly)"
+OWN_LAYER_NORM = (
+    "{} is an nn.LayerNorm subclass with a forward of its own (not nn.LayerNorm's): kept as it is"
 )
-NOT_RMSNORM = "{} is not named *RMSNorm (only *RMSNorm classes with a known forward are patched)"
+NOT_RMSNORM = (
+    "{} is not named *RMSNorm or *RMSNormGated nor an nn.LayerNorm (only those, with a known forward, are "
+    "patched)"
+)
 OTHER_GATE = (
     "{}._apply_gate is not act(gate) * up over [gate | up] (clamped, interleaved or another gating): "
     "ircore has no op for it"
 )
-NOT_SILU = "{}: the activation {} is not SiLU (ircore has no other gated activation op)"
-GATED = (
-    "{} is a gated RMSNorm (its forward takes a gate): apply() does not route it yet "
-    "(ircore.ops.rms_norm_gated computes it; call it directly)"
+UNKNOWN_GATED = (
+    "{}.forward is not a known gated RMSNorm form (Mamba2's, Qwen3-Next's or Falcon-H1's): kept as it is"
 )
+NOT_SILU = "{}: the activation {} is not SiLU (ircore has no other gated activation op)"
 #: model type -> (extra config, {module: why it is left alone}) for layer 0 (layer 1 alike) and model.norm
 LEFT_ALONE = {
-    "starcoder2": (
-        {},
-        {
-            "mlp": "Starcoder2MLP has no gate_proj, up_proj, down_proj: not a gated MLP",
-            "input_layernorm": LAYER_NORM.format("LayerNorm"),
-        },
-    ),
-    "nemotron": (
+    "starcoder2": ({}, {"mlp": "Starcoder2MLP has no gate_proj, up_proj, down_proj: not a gated MLP"}),
+    "nemotron": (  # nn.LayerNorm subclass computing with 1 + weight
         {},
         {
             "mlp": "NemotronMLP has no gate_proj: not a gated MLP",
-            "input_layernorm": LAYER_NORM.format("NemotronLayerNorm1P"),
+            "input_layernorm": OWN_LAYER_NORM.format("NemotronLayerNorm1P"),
         },
     ),
-    "phimoe": ({}, {"input_layernorm": LAYER_NORM.format("LayerNorm")}),
     "cohere": ({}, {"input_layernorm": NOT_RMSNORM.format("CohereLayerNorm")}),
     "cohere2": ({}, {"input_layernorm": NOT_RMSNORM.format("Cohere2LayerNorm")}),
-    "stablelm": ({}, {"input_layernorm": LAYER_NORM.format("LayerNorm")}),
     # clamped SwiGLU with alpha, gate and up interleaved: swigluoai_and_mul, not silu_and_mul
     "gpt_oss": ({}, {"mlp.experts": OTHER_GATE.format("GptOssExperts")}),
     "deepseek_v4": ({}, {"mlp.experts": OTHER_GATE.format("DeepseekV4Experts")}),  # clamps gate and up
@@ -473,9 +467,8 @@ LEFT_ALONE = {
         {"mlp.experts": NOT_SILU.format("Qwen3MoeExperts", "GELUTanh")},
     ),
     "phi3": ({"hidden_act": "gelu_new"}, {"mlp": NOT_SILU.format("Phi3MLP", "NewGELUActivation")}),
-    "mamba2": ({"num_heads": 8, "head_dim": 16}, {"mixer.norm": GATED.format("MambaRMSNormGated")}),
-    "bamba": ({}, {"mamba.norm": GATED.format("BambaRMSNormGated")}),
-    "qwen3_next": ({}, {"linear_attn.norm": GATED.format("Qwen3NextRMSNormGated")}),
+    # gated RMSNorm of another form (sigmoid-gated, FLA's): not rms_norm_gated
+    "kimi_linear": ({}, {"self_attn.o_norm": UNKNOWN_GATED.format("KimiLinearRMSNormGated")}),
 }
 
 
@@ -497,19 +490,28 @@ def test_summary_accounts_for_every_norm_and_feed_forward_left_alone(model_type)
         if not m._modules and re.search(r"norm(gated|1p)?$", type(m).__name__, re.I)
     ]
     norms += [n for n, m in model.named_modules() if isinstance(m, nn.LayerNorm)]
-    assert set(norms) <= set(summary.rms_norm) | set(summary.left_alone)  # every norm: patched or why not
+    patched = summary.rms_norm + summary.layer_norm + summary.rms_norm_gated
+    assert set(norms) <= set(patched) | set(summary.left_alone)  # every norm: patched or why not
     assert irt.apply(model, rms_norm=False).left_alone == {}  # nothing asked, nothing reported
 
 
 def test_summary_groups_the_layers_of_a_reason():
-    summary = irt.apply(build_type("starcoder2"), mlp=True)
+    summary = irt.apply(build_type("nemotron"), mlp=True)
     assert str(summary).splitlines() == [
         "0 RMSNorm -> ircore.ops.rms_norm",
         "0 MLP -> one gate/up matmul + ircore.ops.silu_and_mul",
         "7 left alone:",
-        "  model.layers.*.mlp: Starcoder2MLP has no gate_proj, up_proj, down_proj: not a gated MLP",
+        "  model.layers.*.mlp: NemotronMLP has no gate_proj: not a gated MLP",
         "  model.layers.*.input_layernorm, model.layers.*.post_attention_layernorm, model.norm: "
-        + LAYER_NORM.format("LayerNorm"),
+        + OWN_LAYER_NORM.format("NemotronLayerNorm1P"),
+    ]
+    summary = irt.apply(build_type("starcoder2"), mlp=True)
+    assert str(summary).splitlines() == [
+        "0 RMSNorm -> ircore.ops.rms_norm",
+        "5 LayerNorm -> ircore.ops.layer_norm",
+        "0 MLP -> one gate/up matmul + ircore.ops.silu_and_mul",
+        "2 left alone:",
+        "  model.layers.*.mlp: Starcoder2MLP has no gate_proj, up_proj, down_proj: not a gated MLP",
     ]
 
 
@@ -632,7 +634,8 @@ def test_fused_mlps_and_moe_experts_call_silu_and_mul(model_type, counting):
     assert silu_calls(counting) == len(summary.fused_mlp + summary.experts + summary.mlp)
     assert torch.equal(greedy(model), tokens)
     assert irt.apply(model, mlp=True).left_alone[per_layer(fused or experts)[0]] == "already applied"
-    assert irt.undo(model) == len(summary.rms_norm + summary.fused_mlp + summary.experts + summary.mlp)
+    norms = summary.rms_norm + summary.layer_norm + summary.rms_norm_gated
+    assert irt.undo(model) == len(norms + summary.fused_mlp + summary.experts + summary.mlp)
     assert not any({"forward", "_apply_gate"} & set(vars(m)) for m in model.modules())
     counting.clear()
     assert torch.equal(logits(model), stock)  # bitwise: transformers' own forwards again
@@ -803,11 +806,241 @@ def test_class_level_summary_names_the_other_norm_classes():
         irt.undo_classes()
     assert summary.left_alone == {
         "transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextRMSNorm": "Qwen3NextRMSNorm.forward is not a known RMSNorm form (kept as it is)",
-        "transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextRMSNormGated": GATED.format(
-            "Qwen3NextRMSNormGated"
-        ),
         "transformers.models.starcoder2.modeling_starcoder2": "no RMSNorm class defined there",
     }
+    assert summary.rms_norm_gated == [
+        "transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextRMSNormGated"
+    ]
+    assert summary.forms == {"qwen3_next": 1}
+
+
+# ---------------------------------------------------------------------- LayerNorms and gated RMSNorms
+def counting_layer_norm(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, epsilon: float
+) -> torch.Tensor:
+    SEEN.append(("layer_norm", x.dim()))
+    return layer_norm.native(x, weight, bias, epsilon)
+
+
+def counting_rms_norm_gated(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    weight: torch.Tensor,
+    epsilon: float,
+    group_size: int | None = None,
+    norm_before_gate: bool = False,
+    round_normalized: bool = False,
+) -> torch.Tensor:
+    SEEN.append(("rms_norm_gated", x.dim()))
+    return rms_norm_gated.native(x, gate, weight, epsilon, group_size, norm_before_gate, round_normalized)
+
+
+@pytest.fixture
+def counting_norms(counting):
+    """``counting``, and every eager layer_norm / rms_norm_gated call counted too."""
+    layer_norm.register_impl("counting", counting_layer_norm)
+    rms_norm_gated.register_impl("counting", counting_rms_norm_gated)
+    ircore.set_priority(layer_norm=["counting"], rms_norm_gated=["counting"])
+    return counting
+
+
+_MAMBA2_HEADS = {"num_heads": 8, "head_dim": 16, "mamba_n_heads": 8, "mamba_d_head": 16}
+#: model type -> (extra config, RMSNorms, LayerNorms, gated RMSNorms by form, a routed module of layer 0)
+NORMED = {
+    "stablelm": ({}, 0, 5, {}, "model.layers.0.input_layernorm"),
+    "starcoder2": ({}, 0, 5, {}, "model.layers.0.post_attention_layernorm"),
+    "phimoe": ({}, 0, 5, {}, "model.layers.0.input_layernorm"),
+    "mamba2": (_MAMBA2_HEADS, 3, 0, {"mamba2": 2}, "backbone.layers.0.mixer.norm"),
+    "bamba": ({**_MAMBA2_HEADS, "attn_layer_indices": [1]}, 5, 0, {"mamba2": 1}, "model.layers.0.mamba.norm"),
+    "qwen3_next": (
+        {"layer_types": ["linear_attention", "full_attention"]},
+        0,
+        0,
+        {"qwen3_next": 1},
+        "model.layers.0.linear_attn.norm",
+    ),
+    "falcon_h1": (
+        {**_MAMBA2_HEADS, "mamba_d_ssm": 128, "mamba_rms_norm": True, "mamba_n_groups": 2},
+        5,
+        0,
+        {"falcon_h1": 2},
+        "model.layers.0.mamba.norm",
+    ),
+}
+
+
+@functools.cache
+def _stock_normed(model_type):
+    model = build_type(model_type, **NORMED[model_type][0])
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 1:  # norm weights and biases away from 1 and 0, so that they matter
+                param.normal_(1.0, 0.1)
+    return model, logits(model), greedy(model)
+
+
+def normed(model_type):
+    """A fresh copy of the stock tiny ``model_type`` model, its logits and greedy tokens (built once)."""
+    model, stock_logits, tokens = _stock_normed(model_type)
+    return copy.deepcopy(model), stock_logits, tokens
+
+
+@pytest.mark.parametrize("model_type", NORMED)
+def test_layer_norms_and_gated_rms_norms_call_ircore(model_type, counting_norms):
+    """nn.LayerNorm -> layer_norm, *RMSNormGated of the three families -> rms_norm_gated: bitwise stock
+    in fp32 with native (the arguments test_norm_ops.py shows bit-exact), every one reaching ircore."""
+    _, rms, layer, gated, routed = NORMED[model_type]
+    model, stock, tokens = normed(model_type)
+    summary = irt.apply(model)
+    assert len(summary.rms_norm) == rms
+    assert len(summary.layer_norm) == layer and len(summary.rms_norm_gated) == sum(gated.values())
+    assert routed in summary.layer_norm + summary.rms_norm_gated
+    assert {f: n for f, n in summary.forms.items() if f not in ("llama",)} == gated
+    assert not [n for n, why in summary.left_alone.items() if "LayerNorm" in why or "Gated" in why]
+    assert summary.own_forward == {}
+    counting_norms.clear()
+    assert torch.equal(logits(model), stock)
+    calls = collections.Counter(op for op, _ in counting_norms)
+    expected = {"rms_norm": rms, "layer_norm": layer, "rms_norm_gated": sum(gated.values())}
+    assert calls == {op: n for op, n in expected.items() if n}  # each patched norm once, via ircore
+    assert torch.equal(greedy(model), tokens)
+    assert summary.own_forward == {}  # no call ran the module's own forward
+    line = f"{layer} LayerNorm -> ircore.ops.layer_norm"
+    assert (line in str(summary).splitlines()) == bool(layer)
+    assert irt.apply(model).left_alone[routed] == "already applied"
+    assert irt.undo(model) == rms + layer + sum(gated.values())
+    assert not any("forward" in vars(m) for m in model.modules())
+    counting_norms.clear()
+    assert torch.equal(logits(model), stock)  # bitwise: transformers' own forwards again
+    assert counting_norms == []
+
+
+@pytest.mark.parametrize("model_type", ["starcoder2", "bamba", "qwen3_next", "falcon_h1"])
+def test_layer_norms_and_gated_rms_norms_bf16_is_as_accurate_as_stock_against_fp32(model_type):
+    fp32, _, _ = normed(model_type)
+    with torch.no_grad():
+        fp32.lm_head.weight.mul_(10)
+    reference = logits(fp32)
+    stock = logits(fp32.to(torch.bfloat16)).float()
+    summary = irt.apply(fp32)
+    assert summary.layer_norm or summary.rms_norm_gated
+    assert summary.own_forward == {}
+    patched = logits(fp32).float()
+    assert reference.abs().max() > 4
+    error = {k: (v - reference).abs().max().item() for k, v in (("stock", stock), ("patched", patched))}
+    assert error["patched"] <= 1.25 * error["stock"], error
+
+
+@torch.no_grad()
+def test_fp32_layer_norm_fed_bf16_runs_its_own_forward(counting_norms):
+    """The op refuses a weight of another dtype than x's: the module's own forward runs, no error."""
+    model, _, _ = normed("starcoder2")
+    model.to(torch.bfloat16)
+    norm = model.model.norm.float()  # fp32 weight and bias, bf16 activations: the op refuses them
+    summary = irt.apply(model)
+    assert len(summary.layer_norm) == 5
+    assert summary.own_forward == {
+        "model.norm": "weight torch.float32, the model's torch.bfloat16: torch.bfloat16 inputs run its own "
+        "forward, not ircore's"
+    }
+    x = torch.randn(2, 3, 64, dtype=torch.bfloat16)
+    out = norm(x)
+    assert torch.equal(out, nn.LayerNorm.forward(norm, x))
+    assert counting_norms == []
+    model(torch.tensor([[1, 2, 3]]))  # the whole model: the other four reach ircore
+    assert [op for op, _ in counting_norms] == ["layer_norm"] * 4
+
+
+@pytest.mark.parametrize("affine", ["no bias", "no weight nor bias"])
+@torch.no_grad()
+def test_layer_norm_without_bias_or_weight(affine, counting_norms):
+    norm = nn.LayerNorm(64, eps=1e-5, bias=False, elementwise_affine=affine == "no bias")
+    if norm.weight is not None:
+        norm.weight.normal_(1.0, 0.1)
+    x = torch.randn(2, 3, 64)
+    stock = norm(x)
+    summary = irt.apply(norm)
+    assert summary.layer_norm == ["LayerNorm"]
+    assert torch.equal(norm(x), stock) and counting_norms == [("layer_norm", 3)]
+    assert irt.undo(norm) == 1 and "forward" not in vars(norm)
+
+
+def test_layer_norms_ircore_cannot_take_are_left_alone():
+    class ScaledLayerNorm(nn.LayerNorm):  # a forward of its own
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    model = nn.ModuleDict(
+        {"two_d": nn.LayerNorm((4, 16)), "own": ScaledLayerNorm(16), "plain": nn.LayerNorm(16)}
+    )
+    summary = irt.apply(model)
+    assert summary.layer_norm == ["plain"]
+    assert summary.left_alone == {
+        "two_d": "LayerNorm: normalized_shape (4, 16) is not 1-D (ircore.ops.layer_norm normalises the last "
+        "dimension only)",
+        "own": OWN_LAYER_NORM.format("ScaledLayerNorm"),
+    }
+
+
+@torch.no_grad()
+def test_gated_norm_called_without_a_gate_runs_its_own_forward(counting_norms):
+    from transformers.models.mamba2.modeling_mamba2 import MambaRMSNormGated
+
+    norm = MambaRMSNormGated(64, group_size=32)
+    norm.weight.normal_(1.0, 0.1)
+    x, gate = torch.randn(2, 3, 64), torch.randn(2, 3, 64)
+    stock, stock_gated = norm(x), norm(x, gate)
+    summary = irt.apply(norm)
+    assert summary.rms_norm_gated == ["MambaRMSNormGated"] and summary.forms == {"mamba2": 1}
+    assert torch.equal(norm(x), stock) and counting_norms == []
+    assert summary.own_forward == {
+        "MambaRMSNormGated": "called without a gate: ran its own forward, not ircore's"
+    }
+    assert torch.equal(norm(x, gate=gate), stock_gated) and counting_norms == [("rms_norm_gated", 3)]
+    assert torch.equal(
+        norm(x.bfloat16(), gate.bfloat16()), MambaRMSNormGated.forward(norm, x.bfloat16(), gate.bfloat16())
+    )
+    assert len(counting_norms) == 1  # fp32 weight, bf16 input: the module's own forward (it gives fp32)
+
+
+def test_gated_norms_of_another_forward_are_left_alone():
+    from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextRMSNormGated
+
+    class SigmoidRMSNormGated(Qwen3NextRMSNormGated):  # the same name ending, another forward
+        def forward(self, hidden_states, gate):
+            return super().forward(hidden_states, gate) * torch.sigmoid(gate)
+
+    class TanhQwen3NextRMSNormGated(Qwen3NextRMSNormGated):
+        pass
+
+    tanh = TanhQwen3NextRMSNormGated(64)
+    tanh.activation = "tanh"
+    model = nn.ModuleDict({"sigmoid": SigmoidRMSNormGated(64), "tanh": tanh})
+    summary = irt.apply(model)
+    assert summary.rms_norm_gated == []
+    assert summary.left_alone == {
+        "sigmoid": UNKNOWN_GATED.format("SigmoidRMSNormGated"),
+        "tanh": "TanhQwen3NextRMSNormGated: the activation 'tanh' is not silu (ircore.ops.rms_norm_gated "
+        "gates with SiLU)",
+    }
+
+
+def test_class_level_apply_patches_gated_norms(counting_norms):
+    model, stock, _ = normed("mamba2")
+    try:
+        summary = irt.apply_to_classes("mamba2")
+        assert summary.rms_norm_gated == ["transformers.models.mamba2.modeling_mamba2.MambaRMSNormGated"]
+        assert summary.forms == {"llama": 1, "mamba2": 1}
+        counting_norms.clear()
+        assert torch.equal(logits(model), stock)  # existing instances too
+        assert [op for op, _ in counting_norms].count("rms_norm_gated") == 2
+        assert irt.apply(model).left_alone["backbone.layers.0.mixer.norm"] == (
+            "its class MambaRMSNormGated is already patched (apply_to_classes)"
+        )
+    finally:
+        assert irt.undo_classes() == 2
+    counting_norms.clear()
+    assert torch.equal(logits(model), stock) and counting_norms == []
 
 
 # ---------------------------------------------------------------------- the kernels package

@@ -38,6 +38,70 @@ NORM_FORMS: dict[str, str] = {
     + "    return (self.weight.to(torch.float32) * hidden_states).to(input_dtype)\n",
 }
 
+#: Gated RMSNorm forwards ``forward(self, hidden_states, gate)`` that ``ircore.ops.rms_norm_gated``
+#: computes bit for bit (native) with a weight and a gate of the input's dtype. Name -> source; the
+#: arguments each takes are in ``_forwards.gated_norm_forward``.
+GATED_NORM_FORMS: dict[str, str] = {
+    # Mamba2, Bamba, Zamba2, Nemotron-H, Granite-MoE-Hybrid: gate, then norm in groups
+    "mamba2": """
+def forward(self, hidden_states, gate=None):
+    input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(torch.float32)
+    if gate is not None:
+        hidden_states = hidden_states * nn.functional.silu(gate.to(torch.float32))
+    *prefix_dims, last_dim = hidden_states.shape
+    group_count = last_dim // self.group_size
+    hidden_states_group = hidden_states.view(*prefix_dims, group_count, self.group_size)
+    variance = hidden_states_group.pow(2).mean(-1, keepdim=True)
+    hidden_states_group = hidden_states_group * torch.rsqrt(variance + self.variance_epsilon)
+    hidden_states = hidden_states_group.view(*prefix_dims, group_count * self.group_size)
+    return self.weight * hidden_states.to(input_dtype)
+""",
+    # Qwen3-Next, Qwen3.5, OLMo-Hybrid: norm, weight, then gate
+    "qwen3_next": """
+def forward(self, hidden_states, gate):
+    input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+    hidden_states = self.weight * hidden_states.to(input_dtype)
+    hidden_states = hidden_states * ACT2FN[self.activation](gate.to(torch.float32))
+
+    return hidden_states.to(input_dtype)
+""",
+    # Falcon-H1: n_groups, norm_before_gate either way, fp32 throughout
+    "falcon_h1": """
+def forward(self, hidden_states, gate=None):
+    input_dtype = hidden_states.dtype
+    input_ndim = hidden_states.ndim
+
+    if not self.norm_before_gate and gate is not None:
+        hidden_states = hidden_states * F.silu(gate.to(torch.float32))
+
+    if len(hidden_states.shape) == 3:
+        batch_size, seq_len, dim = hidden_states.shape
+    else:
+        batch_size, dim = hidden_states.shape
+        seq_len = 1
+    hidden_states = hidden_states.to(torch.float32)
+
+    hidden_states = hidden_states.view(batch_size, seq_len, self.n_groups, int(dim // self.n_groups))
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+
+    hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+
+    hidden_states = self.weight.view(self.n_groups, int(dim // self.n_groups)) * hidden_states
+    hidden_states = hidden_states.view(batch_size, seq_len, dim)
+
+    if input_ndim == 2:
+        hidden_states = hidden_states.squeeze(1)
+
+    if self.norm_before_gate and gate is not None:
+        hidden_states = hidden_states * F.silu(gate.to(torch.float32))
+    return hidden_states.to(input_dtype)
+""",
+}
+
 #: Gated MLPs whose activation may become ``silu_and_mul`` over one merged gate/up projection.
 MLP_FORMS: dict[str, str] = {
     "gate_up_down": """
@@ -213,6 +277,7 @@ _KNOWN = {
     kind: {fingerprint(src): name for name, src in forms.items()}
     for kind, forms in (
         ("norm", NORM_FORMS),
+        ("gated_norm", GATED_NORM_FORMS),
         ("mlp", MLP_FORMS),
         ("silu", SILU_FORMS),
         ("fused_mlp", FUSED_MLP_FORMS),
@@ -234,8 +299,8 @@ def _form_of_function(function: Any, kind: str) -> str | None:
 def form_of(cls: type, kind: str, method: str = "forward") -> str | None:
     """The name of the known ``kind`` form of ``cls.forward`` (or of another ``method``).
 
-    ``kind``: ``"norm"``, ``"mlp"``, ``"silu"``, ``"fused_mlp"``, ``"experts"``, ``"gate"`` (an
-    experts class's ``_apply_gate``). A forward wrapped with ``functools.wraps`` (transformers'
+    ``kind``: ``"norm"``, ``"gated_norm"``, ``"mlp"``, ``"silu"``, ``"fused_mlp"``, ``"experts"``,
+    ``"gate"`` (an experts class's ``_apply_gate``). A forward wrapped with ``functools.wraps`` (transformers'
     ``use_experts_implementation``) is recognised by the function it wraps.
     """
     forward = getattr(cls, method, None)

@@ -16,36 +16,136 @@ from torch import nn
 
 from ircore.integrations._forms import form_of
 from ircore.integrations._merge import current
-from ircore.ops import rms_norm, silu_and_mul
+from ircore.ops import layer_norm, rms_norm, rms_norm_gated, silu_and_mul
+from ircore.ops._checks import FLOAT_DTYPES
 
 _MARK = "__ircore_patch__"
+#: ``on_own_forward(module, x, why)``: told each time a patched norm runs its own forward.
+OwnForward = Callable[[Any, torch.Tensor, str], None]
 
 
 def patch_of(forward: Any) -> str | None:
-    """``"rms_norm"``/``"mlp"``/``"fused_mlp"``/``"experts"`` if ``forward`` (a function or bound
-    method) is one of ours."""
+    """``"rms_norm"``/``"layer_norm"``/``"rms_norm_gated"``/``"mlp"``/``"fused_mlp"``/``"experts"``
+    if ``forward`` (a function or bound method) is one of ours."""
     return getattr(getattr(forward, "__func__", forward), _MARK, None)
 
 
 def norm_forward(
-    original: Callable[..., Any], on_own_forward: Callable[[Any, torch.Tensor], None] | None = None
+    original: Callable[..., Any], on_own_forward: OwnForward | None = None
 ) -> Callable[..., Any]:
     """An RMSNorm forward calling ``ircore.ops.rms_norm``; ``original(self, x)`` where dtypes differ.
 
     The known forms give the values of ``rms_norm`` (within its tolerance) when the weight has
     the input's dtype. Otherwise the Llama form's output dtype follows the weight (fp32 weight,
     bf16 input: fp32 out) where ``rms_norm`` keeps the input's: the module's own forward runs,
-    and ``on_own_forward(self, x)`` is told (``apply`` records it in its summary).
+    and ``on_own_forward(self, x, why)`` is told (``apply`` records it in its summary).
     """
 
     def forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
         if self.weight.dtype != hidden_states.dtype:
             if on_own_forward is not None:
-                on_own_forward(self, hidden_states)
+                on_own_forward(
+                    self, hidden_states, f"input {hidden_states.dtype}, weight {self.weight.dtype}"
+                )
             return original(self, hidden_states)
         return rms_norm(hidden_states, self.weight, self.variance_epsilon)
 
     setattr(forward, _MARK, "rms_norm")
+    return forward
+
+
+def _dtype_mismatch(x: torch.Tensor, **tensors: torch.Tensor | None) -> str | None:
+    """Why the op cannot stand for the module on ``x`` by dtype, or None."""
+    if x.dtype not in FLOAT_DTYPES:
+        return f"input {x.dtype} (ircore's ops take float32, float16, bfloat16)"
+    for name, tensor in tensors.items():
+        if tensor is not None and tensor.dtype is not x.dtype:
+            return f"input {x.dtype}, {name} {tensor.dtype}"
+    return None
+
+
+def layer_norm_forward(
+    original: Callable[..., Any], on_own_forward: OwnForward | None = None
+) -> Callable[..., Any]:
+    """An ``nn.LayerNorm`` forward calling ``ircore.ops.layer_norm(x, weight, bias, eps)``.
+
+    ``original(self, x)`` runs where the op would refuse the call or differ from the module:
+    a weight or bias of another dtype than x's (torch then computes in the weight's), x of a
+    dtype ircore's ops do not take, a last dimension that is not ``normalized_shape`` (torch's
+    own error then); ``on_own_forward`` is told of a dtype difference.
+    """
+
+    def forward(self: Any, input: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.weight, self.bias
+        why = _dtype_mismatch(input, weight=weight, bias=bias)
+        if why is not None:
+            if on_own_forward is not None:
+                on_own_forward(self, input, why)
+            return original(self, input)
+        if input.dim() == 0 or input.shape[-1] != self.normalized_shape[0]:
+            return original(self, input)
+        return layer_norm(input, weight, bias, self.eps)
+
+    setattr(forward, _MARK, "layer_norm")
+    return forward
+
+
+_NO_GATE: Any = object()
+
+
+def gated_norm_forward(
+    original: Callable[..., Any], form: str, on_own_forward: OwnForward | None = None
+) -> Callable[..., Any]:
+    """A gated RMSNorm forward (``_forms.GATED_NORM_FORMS``) calling ``ircore.ops.rms_norm_gated``.
+
+    With the arguments that give the module's values bit for bit (native): ``"mamba2"``
+    ``(x, gate, w, eps, self.group_size, False, True)``, ``"qwen3_next"`` ``(x, gate, w, eps, None,
+    True, True)``, ``"falcon_h1"`` ``(x, gate, w, eps, hidden // self.n_groups,
+    self.norm_before_gate, False)``. ``original`` runs, with the arguments as given, where the op
+    would refuse the call or differ from the module: no gate (Mamba2's and Falcon-H1's forwards
+    allow ``gate=None``), a weight or gate of another dtype than x's, a gate of another shape,
+    groups that do not divide the last dimension, a Qwen3-Next activation other than SiLU, ...;
+    ``on_own_forward`` is told of a missing gate and of a dtype difference.
+    """
+
+    def forward(self: Any, hidden_states: torch.Tensor, gate: Any = _NO_GATE) -> torch.Tensor:
+        if gate is _NO_GATE:
+            if form == "qwen3_next":  # the gate is not optional there: the class's own error
+                return original(self, hidden_states)
+            gate = None  # Mamba2's and Falcon-H1's default
+        weight = self.weight
+        why = (
+            "called without a gate"
+            if gate is None
+            else _dtype_mismatch(hidden_states, weight=weight, gate=gate)
+        )
+        if why is not None:
+            if on_own_forward is not None:
+                on_own_forward(self, hidden_states, why)
+            return original(self, hidden_states, gate)
+        hidden = hidden_states.shape[-1] if hidden_states.dim() else 0
+        if gate.shape != hidden_states.shape or weight.shape != (hidden,):
+            return original(self, hidden_states, gate)
+        eps = self.variance_epsilon
+        if form == "mamba2":
+            group_size = self.group_size
+            if not (isinstance(group_size, int) and 0 < group_size and hidden % group_size == 0):
+                return original(self, hidden_states, gate)
+            return rms_norm_gated(hidden_states, gate, weight, eps, group_size, False, True)
+        if form == "qwen3_next":
+            if self.activation != "silu":
+                return original(self, hidden_states, gate)
+            return rms_norm_gated(hidden_states, gate, weight, eps, None, True, True)
+        n_groups = self.n_groups  # falcon_h1
+        if hidden_states.dim() not in (2, 3) or not (isinstance(n_groups, int) and 0 < n_groups):
+            return original(self, hidden_states, gate)
+        if hidden % n_groups:
+            return original(self, hidden_states, gate)
+        return rms_norm_gated(
+            hidden_states, gate, weight, eps, hidden // n_groups, bool(self.norm_before_gate), False
+        )
+
+    setattr(forward, _MARK, "rms_norm_gated")
     return forward
 
 

@@ -1,6 +1,7 @@
 """What kind of norm or feed-forward module a module is, as far as ``apply`` is concerned.
 
-``apply`` patches RMSNorms (classes named ``*RMSNorm``), gated MLPs (``gate_proj``,
+``apply`` patches RMSNorms (classes named ``*RMSNorm``), gated RMSNorms (``*RMSNormGated``),
+``nn.LayerNorm`` and its subclasses that keep its forward, gated MLPs (``gate_proj``,
 ``up_proj``, ``down_proj``), MLPs with one fused ``gate_up_proj`` and MoE experts held in 3-D
 parameters, where their forwards have a known form. Every other norm and feed-forward module
 it meets is named in the summary with the reason it is kept: the functions here give that
@@ -31,23 +32,29 @@ def is_gated_mlp(module: nn.Module) -> bool:
     return all(hasattr(module, name) for name in _GATED)
 
 
+def is_gated_rmsnorm(cls: type) -> bool:
+    """A class ``apply`` tries as a gated RMSNorm: its name ends in ``RMSNormGated``."""
+    return cls.__name__.lower().endswith("rmsnormgated")
+
+
+def is_layer_norm(cls: type) -> bool:
+    """A class ``apply`` tries as a LayerNorm: ``nn.LayerNorm`` or a subclass."""
+    return issubclass(cls, nn.LayerNorm)
+
+
 def other_norm(cls: type) -> str | None:
-    """Why a norm class that is not an RMSNorm candidate is kept, or None if it is no norm."""
+    """Why a norm class that is no RMSNorm, gated RMSNorm or LayerNorm candidate is kept, or None
+    if it is no norm (or one of those candidates: ``apply`` gives their reasons itself)."""
     name = cls.__name__
-    if name.lower().endswith("rmsnormgated"):
-        return (
-            f"{name} is a gated RMSNorm (its forward takes a gate): apply() does not route it yet "
-            "(ircore.ops.rms_norm_gated computes it; call it directly)"
-        )
-    if issubclass(cls, nn.LayerNorm):
-        return (
-            f"{name} is an nn.LayerNorm (it subtracts the mean): apply() does not route it yet "
-            "(ircore.ops.layer_norm computes it; call it directly)"
-        )
+    if is_rmsnorm(cls) or is_gated_rmsnorm(cls) or is_layer_norm(cls):
+        return None
     if issubclass(cls, _TORCH_NORMS):
         return f"{name} is a batch, group or local response norm: ircore has no op for it"
-    if _NORM_NAME.search(name) and not is_rmsnorm(cls):
-        return f"{name} is not named *RMSNorm (only *RMSNorm classes with a known forward are patched)"
+    if _NORM_NAME.search(name):
+        return (
+            f"{name} is not named *RMSNorm or *RMSNormGated nor an nn.LayerNorm (only those, with a "
+            "known forward, are patched)"
+        )
     return None
 
 

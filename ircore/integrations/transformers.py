@@ -1,8 +1,10 @@
-"""Hugging Face transformers models through ircore: patched RMSNorms, gated MLPs and MoE experts.
+"""Hugging Face transformers models through ircore: patched norms, gated MLPs and MoE experts.
 
 ``apply(model)`` patches a loaded model's instances, as Liger-Kernel does with ``model=``: each
 RMSNorm whose forward has a known form (the Llama/Qwen form and two others, see
-``ircore.integrations._forms``) calls ``ircore.ops.rms_norm``; with ``mlp=True`` each gated
+``ircore.integrations._forms``) calls ``ircore.ops.rms_norm``, each ``nn.LayerNorm``
+``ircore.ops.layer_norm``, each gated RMSNorm of the Mamba2, Qwen3-Next or Falcon-H1 form
+``ircore.ops.rms_norm_gated``; with ``mlp=True`` each gated
 SiLU MLP runs one merged gate/up matmul and ``ircore.ops.silu_and_mul``, and MLPs with one fused
 ``gate_up_proj`` and MoE experts held in 3-D parameters apply ``ircore.ops.silu_and_mul`` to
 their ``[gate | up]`` matmul output. ``apply_to_classes`` patches the classes instead, before a
@@ -28,12 +30,14 @@ import torch
 from torch import nn
 
 from ircore.integrations import _merge
-from ircore.integrations._forms import FUSED_MLP_ACTIVATION, MLP_ACTIVATION, form_of
+from ircore.integrations._forms import FUSED_MLP_ACTIVATION, MLP_ACTIVATION, NORM_FORMS, form_of
 from ircore.integrations._forwards import (
     experts_forward,
     experts_gate,
     fused_mlp_forward,
+    gated_norm_forward,
     is_silu,
+    layer_norm_forward,
     mlp_forward,
     norm_forward,
     patch_of,
@@ -43,6 +47,8 @@ from ircore.integrations._kinds import (
     fused_experts,
     is_fused_mlp,
     is_gated_mlp,
+    is_gated_rmsnorm,
+    is_layer_norm,
     is_rmsnorm,
     other_feed_forward,
     other_norm,
@@ -62,6 +68,12 @@ __all__ = [
 
 _log = logging.getLogger("ircore.integrations.transformers")
 _UNKNOWN_FORM = "{}.forward is not a known RMSNorm form (kept as it is)"
+_UNKNOWN_GATED_FORM = (
+    "{}.forward is not a known gated RMSNorm form (Mamba2's, Qwen3-Next's or Falcon-H1's): kept as it is"
+)
+_OWN_LAYER_NORM = (
+    "{} is an nn.LayerNorm subclass with a forward of its own (not nn.LayerNorm's): kept as it is"
+)
 
 
 @dataclass
@@ -69,20 +81,26 @@ class PatchSummary:
     """What ``apply`` or ``apply_to_classes`` did.
 
     ``rms_norm``: names of the modules (or classes) now calling ``ircore.ops.rms_norm``, with
-    the form their forward had in ``forms``. ``mlp``: MLPs now running one gate/up matmul and
+    the form their forward had in ``forms``. ``layer_norm``: ``nn.LayerNorm`` modules (or
+    subclasses keeping its forward) now calling ``ircore.ops.layer_norm``. ``rms_norm_gated``:
+    gated RMSNorms (``*RMSNormGated`` of the Mamba2, Qwen3-Next or Falcon-H1 form, counted in
+    ``forms`` too) now calling ``ircore.ops.rms_norm_gated``. ``mlp``: MLPs now running one gate/up matmul and
     ``ircore.ops.silu_and_mul``. ``fused_mlp``: MLPs with one fused ``gate_up_proj`` now calling
     ``ircore.ops.silu_and_mul`` on its output. ``experts``: MoE experts modules (3-D weights) now
     calling ``ircore.ops.silu_and_mul`` between their two matmuls. ``left_alone``: name -> why it
     was not patched, for every norm and (with ``mlp=True``) every feed-forward module not
-    patched: an unknown norm form, a LayerNorm, a gated RMSNorm, experts with another gating (a
-    clamped SwiGLU), a non-SiLU activation, a forward already replaced on the instance, ...
-    ``own_forward``: patched norms that run their own forward, not
-    ircore's, because their weight's dtype is not their input's: found by ``apply`` where a
-    norm's weight has another dtype than the model's (weights the model keeps in fp32), and added
-    at the first such call otherwise (Mamba's ``norm_f`` gets the fp32 residual).
+    patched: an unknown norm form, a LayerNorm subclass with its own forward, experts with another
+    gating (a clamped SwiGLU), a non-SiLU activation, a forward already replaced on the instance,
+    ... ``own_forward``: patched norms that run their own forward, not ircore's, because their
+    weight's dtype is not their input's (or a gated norm was called without a gate): found by
+    ``apply`` where a norm's weight has another dtype than the model's (weights the model keeps
+    in fp32), and added at the first such call otherwise (Mamba's ``norm_f`` gets the fp32
+    residual).
     """
 
     rms_norm: list[str] = field(default_factory=list)
+    layer_norm: list[str] = field(default_factory=list)
+    rms_norm_gated: list[str] = field(default_factory=list)
     mlp: list[str] = field(default_factory=list)
     fused_mlp: list[str] = field(default_factory=list)
     experts: list[str] = field(default_factory=list)
@@ -91,8 +109,13 @@ class PatchSummary:
     own_forward: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
-        forms = ", ".join(f"{form} {n}" for form, n in sorted(self.forms.items()))
+        forms = ", ".join(f"{form} {n}" for form, n in sorted(self.forms.items()) if form in NORM_FORMS)
+        gated = ", ".join(f"{form} {n}" for form, n in sorted(self.forms.items()) if form not in NORM_FORMS)
         lines = [f"{len(self.rms_norm)} RMSNorm -> ircore.ops.rms_norm" + (f" ({forms})" if forms else "")]
+        if self.layer_norm:
+            lines.append(f"{len(self.layer_norm)} LayerNorm -> ircore.ops.layer_norm")
+        if self.rms_norm_gated:
+            lines.append(f"{len(self.rms_norm_gated)} gated RMSNorm -> ircore.ops.rms_norm_gated ({gated})")
         lines.append(f"{len(self.mlp)} MLP -> one gate/up matmul + ircore.ops.silu_and_mul")
         if self.fused_mlp:
             lines.append(f"{len(self.fused_mlp)} fused gate_up_proj MLP -> ircore.ops.silu_and_mul")
@@ -174,6 +197,60 @@ def _replaced(module: nn.Module) -> str | None:
     return None
 
 
+def _layer_norm_class_problem(cls: type) -> str | None:
+    """Why instances of an ``nn.LayerNorm`` class cannot call ``ircore.ops.layer_norm``, or None."""
+    forward = getattr(cls, "forward", None)
+    if patch_of(forward) is None and forward is not nn.LayerNorm.forward:
+        return _OWN_LAYER_NORM.format(cls.__name__)
+    return None
+
+
+def _layer_norm_problem(module: nn.Module) -> str | None:
+    """Why an ``nn.LayerNorm`` cannot call ``ircore.ops.layer_norm``, or None."""
+    why = _replaced(module)
+    if why is not None:
+        return why
+    cls = type(module)
+    why = _layer_norm_class_problem(cls)
+    if why is not None:
+        return why
+    shape = tuple(getattr(module, "normalized_shape", ()))
+    if len(shape) != 1:
+        return (
+            f"{cls.__name__}: normalized_shape {shape} is not 1-D (ircore.ops.layer_norm normalises "
+            "the last dimension only)"
+        )
+    if not isinstance(getattr(module, "eps", None), float):
+        return f"{cls.__name__} has no float eps"
+    return None
+
+
+def _gated_norm_problem(module: nn.Module) -> tuple[str | None, str | None]:
+    """(form, None) if a gated RMSNorm can call ``ircore.ops.rms_norm_gated``, else (None, why)."""
+    why = _replaced(module)
+    if why is not None:
+        return None, why
+    cls = type(module)
+    form = form_of(cls, "gated_norm")
+    if form is None:
+        return None, _UNKNOWN_GATED_FORM.format(cls.__name__)
+    weight = getattr(module, "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
+        return None, f"{cls.__name__} has no 1-D weight"
+    if not isinstance(getattr(module, "variance_epsilon", None), float):
+        return None, f"{cls.__name__} has no float variance_epsilon"
+    if form == "qwen3_next" and getattr(module, "activation", None) != "silu":
+        return None, (
+            f"{cls.__name__}: the activation {getattr(module, 'activation', None)!r} is not silu "
+            "(ircore.ops.rms_norm_gated gates with SiLU)"
+        )
+    for attr in {"mamba2": ("group_size",), "falcon_h1": ("n_groups",)}.get(form, ()):
+        value = getattr(module, attr, None)
+        if not (isinstance(value, int) and value > 0 and weight.shape[0] % value == 0):
+            return None, f"{cls.__name__}: {attr} {value!r} does not divide the hidden size {weight.shape[0]}"
+    return form, None
+
+
 def _not_silu(cls: type, act: Any) -> str:
     named = isinstance(act, nn.Module) or act is None
     what = type(act).__name__ if named else getattr(act, "__name__", repr(act))
@@ -246,27 +323,45 @@ def _kept_in_fp32(model: nn.Module, name: str) -> str:
 
 
 class _OwnForwardNote:
-    """Records, once, that a patched norm ran its own forward (input dtype != weight dtype)."""
+    """Records, once, that a patched norm ran its own forward (input dtype != weight dtype, ...)."""
 
     def __init__(self, summary: PatchSummary, name: str) -> None:
         self.summary, self.name = summary, name
 
-    def __call__(self, module: Any, x: torch.Tensor) -> None:
+    def __call__(self, module: Any, x: torch.Tensor, why: str) -> None:
         if self.name in self.summary.own_forward:
             return
-        why = f"input {x.dtype}, weight {module.weight.dtype}: ran its own forward, not ircore's"
+        why = f"{why}: ran its own forward, not ircore's"
         self.summary.own_forward[self.name] = why
         _log.info("ircore: %s: %s (recorded once)", self.name, why)
 
 
+def _note_param_dtype(
+    summary: PatchSummary, model: nn.Module, name: str, module: nn.Module, model_dtype: torch.dtype | None
+) -> None:
+    """List a patched norm whose weight (or bias) has another dtype than the model's in ``own_forward``."""
+    params = [p for p in (getattr(module, "weight", None), getattr(module, "bias", None)) if p is not None]
+    if model_dtype is None or not params:
+        return
+    dtype = cast(torch.Tensor, params[0]).dtype
+    if dtype != model_dtype:
+        summary.own_forward[name] = (
+            f"weight {dtype}, the model's {model_dtype}{_kept_in_fp32(model, name)}: "
+            f"{model_dtype} inputs run its own forward, not ircore's"
+        )
+
+
 # ---------------------------------------------------------------------- instance level
 def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False) -> PatchSummary:
-    """Route a loaded model's RMSNorms (and, with ``mlp=True``, its gated MLPs) to ircore's ops.
+    """Route a loaded model's norms (and, with ``mlp=True``, its gated MLPs) to ircore's ops.
 
-    Patches instances, not classes (other models of the same class are untouched). RMSNorm
-    modules (class name ending in ``RMSNorm``) whose forward has a known form call
-    ``ircore.ops.rms_norm``; a call whose input dtype differs from the weight's runs the
-    module's own forward. With ``mlp=True``, modules with ``gate_proj``/``up_proj``/``down_proj``
+    Patches instances, not classes (other models of the same class are untouched). With
+    ``rms_norm=True``: RMSNorm modules (class name ending in ``RMSNorm``) whose forward has a
+    known form call ``ircore.ops.rms_norm``, ``nn.LayerNorm`` modules (and subclasses keeping its
+    forward) ``ircore.ops.layer_norm``, gated RMSNorms (``*RMSNormGated``) of the Mamba2,
+    Qwen3-Next or Falcon-H1 form ``ircore.ops.rms_norm_gated``; a call the op would refuse (an
+    input dtype other than the weight's, a gated norm without a gate) runs the module's own
+    forward. With ``mlp=True``, modules with ``gate_proj``/``up_proj``/``down_proj``
     linears, a SiLU activation and the forward ``down(act(gate(x)) * up(x))`` run one matmul
     over merged gate/up weights (the two parameters become views of the merged tensor; merged
     again at the next call if they get new storage, from ``.to()`` or anything else) followed by
@@ -293,12 +388,26 @@ def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False) -> Patc
             module.forward = MethodType(norm_forward(type(module).forward, note), module)
             summary.rms_norm.append(name)
             summary.forms[form] += 1
-            weight_dtype = cast(torch.Tensor, module.weight).dtype
-            if model_dtype is not None and weight_dtype != model_dtype:
-                summary.own_forward[name] = (
-                    f"weight {weight_dtype}, the model's {model_dtype}{_kept_in_fp32(model, name)}: "
-                    f"{model_dtype} inputs run its own forward, not ircore's"
-                )
+            _note_param_dtype(summary, model, name, module, model_dtype)
+        elif rms_norm and is_layer_norm(type(module)):
+            why = _layer_norm_problem(module)
+            if why is not None:
+                summary.left_alone[name] = why
+                continue
+            note = _OwnForwardNote(summary, name)
+            module.forward = MethodType(layer_norm_forward(type(module).forward, note), module)
+            summary.layer_norm.append(name)
+            _note_param_dtype(summary, model, name, module, model_dtype)
+        elif rms_norm and is_gated_rmsnorm(type(module)):
+            form, why = _gated_norm_problem(module)
+            if form is None:
+                summary.left_alone[name] = why or ""
+                continue
+            note = _OwnForwardNote(summary, name)
+            module.forward = MethodType(gated_norm_forward(type(module).forward, form, note), module)
+            summary.rms_norm_gated.append(name)
+            summary.forms[form] += 1
+            _note_param_dtype(summary, model, name, module, model_dtype)
         elif mlp and is_gated_mlp(module):
             why = _mlp_problem(module)
             if why is not None:
@@ -382,7 +491,13 @@ def _classes_of(target: str | ModuleType | type, mlp: bool) -> tuple[str, list[t
         if isinstance(value, type)
         and issubclass(value, nn.Module)
         and value.__module__ == target.__name__
-        and (is_rmsnorm(value) or other_norm(value) is not None or (mlp and _feed_forward_class(value)))
+        and (
+            is_rmsnorm(value)
+            or is_gated_rmsnorm(value)
+            or is_layer_norm(value)
+            or other_norm(value) is not None
+            or (mlp and _feed_forward_class(value))
+        )
     ]
     return target.__name__, classes
 
@@ -426,14 +541,16 @@ def _patch_feed_forward_class(cls: Any, summary: PatchSummary, name: str) -> Non
 
 
 def apply_to_classes(*targets: str | ModuleType | type, mlp: bool = False) -> PatchSummary:
-    """Route RMSNorm classes to ``ircore.ops.rms_norm``, for models built or loaded afterwards.
+    """Route norm classes to ircore's norm ops, for models built or loaded afterwards.
 
     Each target is a model type as in ``config.model_type`` (``"llama"``, ``"gemma3_text"``,
     ``"internlm3"``: resolved to a modeling module as transformers' auto classes do), a modeling
-    module, or a class. RMSNorm classes whose forward has a known form get ircore's forward
-    (every instance, existing ones included); the other norm classes defined there are listed in
-    ``left_alone`` with the reason. With ``mlp=True``, MLP classes with one fused
-    ``gate_up_proj`` and MoE experts classes of a known form call ``ircore.ops.silu_and_mul``
+    module, or a class. RMSNorm and gated RMSNorm classes whose forward has a known form, and
+    ``nn.LayerNorm`` subclasses that keep its forward, get ircore's forward (every instance,
+    existing ones included; a call the op cannot take runs the class's own forward); the other
+    norm classes defined there are listed in ``left_alone`` with the reason. With ``mlp=True``,
+    MLP classes with one fused ``gate_up_proj`` and MoE experts classes of a known form call
+    ``ircore.ops.silu_and_mul``
     (instances whose activation is not SiLU run their own forward); the other feed-forward
     classes are listed in ``left_alone``. The gate/up merge of MLPs with separate ``gate_proj``
     and ``up_proj`` needs loaded weights: use ``apply(model, rms_norm=False, mlp=True)`` after
@@ -446,12 +563,29 @@ def apply_to_classes(*targets: str | ModuleType | type, mlp: bool = False) -> Pa
     summary = PatchSummary()
     for target in targets:
         where, classes = _classes_of(target, mlp)
-        if not any(is_rmsnorm(cls) for cls in classes) and not (mlp and classes):
+        if not any(is_rmsnorm(cls) or is_gated_rmsnorm(cls) for cls in classes) and not (mlp and classes):
             summary.left_alone[where] = "no RMSNorm class defined there"
         for cls in classes:
             name = f"{cls.__module__}.{cls.__qualname__}"
             if cls in _CLASS_PATCHES:
                 continue  # applied before: nothing to do
+            if is_layer_norm(cls):
+                why = _layer_norm_class_problem(cls)
+                if why is not None:
+                    summary.left_alone[name] = why
+                    continue
+                _patch_class(cls, {"forward": layer_norm_forward(nn.LayerNorm.forward)})
+                summary.layer_norm.append(name)
+                continue
+            if is_gated_rmsnorm(cls):
+                gated = form_of(cls, "gated_norm")
+                if gated is None:
+                    summary.left_alone[name] = _UNKNOWN_GATED_FORM.format(cls.__name__)
+                    continue
+                _patch_class(cls, {"forward": gated_norm_forward(getattr(cls, "forward"), gated)})  # noqa: B009
+                summary.rms_norm_gated.append(name)
+                summary.forms[gated] += 1
+                continue
             if not is_rmsnorm(cls):
                 if other_norm(cls) is not None:
                     summary.left_alone[name] = other_norm(cls) or ""
