@@ -529,6 +529,19 @@ def test_norms_given_fp32_inputs_are_reported_as_running_their_own_forward(count
     assert [op for op, _ in counting] == ["rms_norm"]  # the block's norm only
 
 
+def test_an_fp64_model_runs_as_stock_where_ircore_ops_take_no_fp64(counting):
+    """ircore's ops take fp32/fp16/bf16: an fp64 model's norms run their own forward (no error stock
+    would not raise), and say so."""
+    model = build("llama", dtype=torch.float64, layers=1)
+    expected = logits(model)
+    summary = irt.apply(model, mlp=True)
+    assert torch.equal(logits(model), expected)
+    assert summary.own_forward["model.norm"] == (
+        "input torch.float64 (ircore's ops take float32, float16, bfloat16): ran its own forward, not ircore's"
+    )
+    assert "rms_norm" not in [op for op, _ in counting]
+
+
 def test_norms_kept_in_fp32_by_the_model_are_reported_as_running_their_own_forward(tmp_path):
     """Issue 28.5: DeepSeek-V4 keeps its norms' weights in fp32 (_keep_in_fp32_modules_strict)."""
     build_type("deepseek_v4", num_hidden_layers=1).save_pretrained(tmp_path)

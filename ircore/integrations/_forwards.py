@@ -33,7 +33,8 @@ def patch_of(forward: Any) -> str | None:
 def norm_forward(
     original: Callable[..., Any], on_own_forward: OwnForward | None = None
 ) -> Callable[..., Any]:
-    """An RMSNorm forward calling ``ircore.ops.rms_norm``; ``original(self, x)`` where dtypes differ.
+    """An RMSNorm forward calling ``ircore.ops.rms_norm``; ``original(self, x)`` where dtypes differ
+    or x has a dtype ircore's ops do not take (fp64).
 
     The known forms give the values of ``rms_norm`` (within its tolerance) when the weight has
     the input's dtype. Otherwise the Llama form's output dtype follows the weight (fp32 weight,
@@ -42,11 +43,10 @@ def norm_forward(
     """
 
     def forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-        if self.weight.dtype != hidden_states.dtype:
+        why = _dtype_mismatch(hidden_states, weight=self.weight)
+        if why is not None:  # an fp64 model, or weights kept in fp32: what stock computes
             if on_own_forward is not None:
-                on_own_forward(
-                    self, hidden_states, f"input {hidden_states.dtype}, weight {self.weight.dtype}"
-                )
+                on_own_forward(self, hidden_states, why)
             return original(self, hidden_states)
         return rms_norm(hidden_states, self.weight, self.variance_epsilon)
 
@@ -164,6 +164,8 @@ def mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     graph has no merged weight (a graph could not check that it is current): gate and up run as
     two matmuls into one ``[gate | up]`` tensor, then ``silu_and_mul``.
     """
+    if x.dtype not in FLOAT_DTYPES:  # an fp64 model: ircore's ops take fp32/fp16/bf16
+        return type(self).forward(self, x)
     if torch.compiler.is_compiling():
         gate_up = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
         return self.down_proj(silu_and_mul(gate_up))
@@ -203,7 +205,7 @@ def fused_mlp_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     """
 
     def forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-        if not is_silu(self.activation_fn):
+        if not is_silu(self.activation_fn) or hidden_states.dtype not in FLOAT_DTYPES:
             return original(self, hidden_states)
         return self.down_proj(silu_and_mul(self.gate_up_proj(hidden_states)))
 
@@ -219,7 +221,7 @@ def experts_gate(original: Callable[..., Any]) -> Callable[..., Any]:
     """
 
     def _apply_gate(self: Any, gate_up: torch.Tensor) -> torch.Tensor:
-        if not is_silu(self.act_fn):
+        if not is_silu(self.act_fn) or gate_up.dtype not in FLOAT_DTYPES:
             return original(self, gate_up)
         return silu_and_mul(gate_up)
 
@@ -276,7 +278,7 @@ def experts_forward(original: Callable[..., Any], form: str) -> Callable[..., An
     if form == "llama4_bmm":
 
         def forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-            if not is_silu(self.act_fn):
+            if not is_silu(self.act_fn) or hidden_states.dtype not in FLOAT_DTYPES:
                 return original(self, hidden_states)
             hidden_states = hidden_states.view(self.gate_up_proj.shape[0], -1, self.hidden_size)
             gate_up = torch.bmm(hidden_states, self.gate_up_proj)
@@ -289,7 +291,8 @@ def experts_forward(original: Callable[..., Any], form: str) -> Callable[..., An
         def forward(  # type: ignore[misc]
             self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
         ) -> torch.Tensor:
-            if not is_silu(self.act_fn) or _dispatches(original, self):
+            own = not is_silu(self.act_fn) or hidden_states.dtype not in FLOAT_DTYPES
+            if own or _dispatches(original, self):
                 return original(self, hidden_states, top_k_index, top_k_weights)
             return _routed_loop(self, hidden_states, top_k_index, top_k_weights, transposed)
 
