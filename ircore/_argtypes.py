@@ -219,6 +219,7 @@ def argument_checker(
     names: Sequence[str],
     op_check: Callable[..., None],
     any_layout: Sequence[str] = (),
+    check_types: Callable[..., None] | None = None,
 ) -> tuple[Callable[..., None], Callable[..., None], QuickTest]:
     """``(check_args, check_annotations, quick_test)`` for an op: the check every call of it runs first.
 
@@ -227,10 +228,12 @@ def argument_checker(
     then the op's own check (``op_check``), so every op, declared with a check or not, refuses
     what its annotations rule out before any implementation sees it. ``check_args`` is generated
     with the op's parameters (as the eager call is, :mod:`ircore._fastpath`): the common valid
-    call costs one expression and a call of ``op_check``.
+    call costs one expression and a call of ``op_check``. ``check_types``: the op's
+    :func:`type_checker`, if made already.
     """
     hints = typing.get_type_hints(native)
-    check_types = type_checker(op, native, names)
+    if check_types is None:
+        check_types = type_checker(op, native, names)
     check_values = value_checker(op, native, names, any_layout)
 
     def check_annotations(*args: object) -> None:

@@ -141,16 +141,26 @@ def refuse_unfit(op: DefinedOp, args: tuple[Any, ...], outs: Any) -> None:
     another shape, dtype or device (``op.maybe_inplace`` records the functional op for such calls;
     only a graph that calls the node directly, or ``torch.fx.symbolic_trace``, which knows no
     shapes, gets here)."""
+    unfit = first_unfit(op, args, outs)
+    if unfit is not None:
+        i, out = unfit
+        raise InvalidArgumentError(
+            f"torch.ops.ircore.{op.name}.maybe_inplace: its result {i} ({_describe(out)}) does not fit "
+            f"argument {op.param_names[i]!r} ({_describe(args[i])}) it would be written into; call the "
+            f"functional op (ircore.ops.{op.name}(...)), or trace with make_fx or torch.compile, where "
+            f"ircore.ops.{op.name}.maybe_inplace records the functional op for such calls"
+        )
+
+
+def first_unfit(op: DefinedOp, args: tuple[Any, ...], outs: Any) -> tuple[int, Any] | None:
+    """``(i, output)`` for the first output of another shape, dtype or device than in-place
+    argument ``i``, which it would be written into; None when all fit. Plain comparisons, so
+    Dynamo traces it (and guards on what it compares)."""
     for i, out in zip(op.inplace_indices, outs if len(op.inplace_indices) > 1 else (outs,)):
         arg = args[i]
         if out.shape != arg.shape or out.dtype != arg.dtype or out.device != arg.device:
-            name = op.param_names[i]
-            raise InvalidArgumentError(
-                f"torch.ops.ircore.{op.name}.maybe_inplace: its result {i} ({_describe(out)}) does not fit "
-                f"argument {name!r} ({_describe(arg)}) it would be written into; call the functional op "
-                f"(ircore.ops.{op.name}(...)), or trace with make_fx or torch.compile, where "
-                f"ircore.ops.{op.name}.maybe_inplace records the functional op for such calls"
-            )
+            return i, out
+    return None
 
 
 def _describe(t: Any) -> str:

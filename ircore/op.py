@@ -174,13 +174,13 @@ class IrOp(Generic[P, R]):
         self.schema = _validation.infer_schema(native)
         #: Raises InvalidArgumentError for an argument of the wrong type (see ircore._argtypes).
         self.check_types = type_checker(name, native, self.param_names)
-        #: Raises InvalidArgumentError for bad input, before any implementation runs: what the
-        #: annotations rule out (types, layouts, 64-bit ints: ``check_annotations``), then the
-        #: op's own ``check_args`` as declared.
-        #: the op's own check, as declared (``check_args`` runs it after the annotations' checks)
+        #: the op's own check, as declared
         self.check_declared = check_args
+        #: ``check_args`` raises InvalidArgumentError for bad input, before any implementation
+        #: runs: what the annotations rule out (types, layouts, 64-bit ints:
+        #: ``check_annotations``), then ``check_declared``
         self.check_args, self.check_annotations, self.quick_test = argument_checker(
-            name, native, self.param_names, check_args, any_layout_args
+            name, native, self.param_names, check_args, any_layout_args, self.check_types
         )
         self.tensor_indices = tensor_parameters(native, self.param_names)
         self.inplace_indices = tuple(self.param_names.index(a) for a in inplace_args)
@@ -268,7 +268,7 @@ class IrOp(Generic[P, R]):
             return self.traced_call(full, donated=True)
         if (
             self.torch_inplace_op is None
-            or (not proxy and type(first) is not _Tensor and _is_wrapper_subclass(first))
+            or _wrapper_subclass(first)
             or (not proxy and self.wants_grad(full))
         ):
             return self.call_torch_op(*full)
@@ -278,11 +278,8 @@ class IrOp(Generic[P, R]):
             # whether the results fit. Where they do the node is dead; the ircore backend removes
             # it (Inductor and AOTAutograd drop dead nodes too).
             probe = self.torch_op(*full)
-            probes = probe if len(self.inplace_indices) > 1 else (probe,)
-            for i, out in zip(self.inplace_indices, probes):
-                arg = full[i]
-                if out.dtype != arg.dtype or out.device != arg.device or out.shape != arg.shape:
-                    return probe
+            if _torch_ops.first_unfit(self, full, probe) is not None:
+                return probe
         elif not proxy and not _outputs_fit(self, full, _torch_ops.fake_outputs(self, full)):
             return self.torch_op(*full)
         self.torch_inplace_op(*full)
@@ -312,7 +309,7 @@ class IrOp(Generic[P, R]):
     def _traces_implementation(first: Any) -> bool:
         """With ``trace_implementations`` on: a traced call with values (not symbolic_trace's
         proxies; not a tensor subclass such as DTensor, whose sharding rules need the ircore op)."""
-        return type(first) is not _Proxy and not (type(first) is not _Tensor and _is_wrapper_subclass(first))
+        return type(first) is not _Proxy and not _wrapper_subclass(first)
 
     def traced_call(self, args: tuple[Any, ...], donated: bool = False) -> Any:
         """What tracing records with ``trace_implementations`` on: the implementation an eager call
@@ -611,6 +608,11 @@ class IrOp(Generic[P, R]):
                 "(ircore.register_op) for other semantics, or register an implementation for other kernels"
             )
         object.__setattr__(self, name, value)
+
+
+def _wrapper_subclass(first: Any) -> bool:
+    """A tensor subclass with dispatch rules of its own (DTensor): it takes the functional op."""
+    return type(first) is not _Tensor and _is_wrapper_subclass(first)
 
 
 def _outputs_fit(op: IrOp[..., Any], args: tuple[Any, ...], outs: Any) -> bool:
