@@ -109,11 +109,11 @@ class ProviderManager:
         late = _ownership.late_refusals()
         for record, cands in records_by_name(candidates, self.records):
             name = record.name
-            if name in late and record.state is not ProviderState.INVALID:  # refused after loading
+            if name in late:  # a configuration call of its code refused after loading: invalid
                 if record.state is ProviderState.ACTIVE:
                     STATE.block(name, f"provider {name!r} is invalid: {late[name]}")
-                self._settle(record, ProviderState.INVALID, late[name])
-            if name in late:
+                if record.state is not ProviderState.INVALID:
+                    self._settle(record, ProviderState.INVALID, late[name])
                 continue
             enabled, why = settings.enabled(name)
             if not enabled:  # configuration decides first: a disabled provider is never examined
