@@ -48,6 +48,9 @@ _KINDS: dict[Any, tuple[str, Callable[[object], bool]]] = {
     float: ("a real number (a float or an int)", _is_real),
     float | None: ("a real number or None", lambda v: v is None or _is_real(v)),
     bool: ("a bool", lambda v: isinstance(v, bool)),
+    str: ("a str", lambda v: isinstance(v, str)),
+    torch.dtype: ("a torch.dtype", lambda v: isinstance(v, torch.dtype)),
+    list[int]: ("a list of ints", lambda v: isinstance(v, (list, tuple)) and all(map(_is_int, v))),
 }
 
 
@@ -181,6 +184,9 @@ _FAST_TESTS: dict[Any, str] = {
     float: "{a}.__class__ is float",
     float | None: "{a} is None or {a}.__class__ is float",
     bool: "{a} is True or {a} is False",
+    str: "{a}.__class__ is str",
+    torch.dtype: "{a}.__class__ is _ir_D",
+    list[int]: "({a}.__class__ is list or {a}.__class__ is tuple) and all(_v.__class__ is int for _v in {a})",
 }
 _ANY_LAYOUT_TESTS: dict[Any, str] = {
     torch.Tensor: "{a}.__class__ is _ir_T or {a}.__class__ is _ir_P",
@@ -266,6 +272,7 @@ def argument_checker(
             "_ir_T": torch.Tensor,
             "_ir_P": torch.nn.Parameter,
             "_ir_S": _STRIDED,
+            "_ir_D": torch.dtype,
             "_ir_MIN": INT64_MIN,
             "_ir_MAX": INT64_MAX,
         },

@@ -191,3 +191,24 @@ def test_every_op_checks_its_argument_types_from_its_annotations():
     with pytest.raises(ircore.InvalidArgumentError, match=r"argument 'x' must be a torch\.Tensor"):
         op([1.0], 2.0)  # the eager call, before torch's own argument parser could answer
     op.check_types(x, 2, None)
+
+
+def test_string_dtype_and_int_list_parameters_are_checked_in_every_call():
+    """The kinds the second op wave needs (a mode string, an fp8 dtype, a group shape)."""
+
+    def native(x: torch.Tensor, mode: str, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+        return (x * len(mode) + sum(shape)).to(dtype)
+
+    op = ircore.register_op(native, name="kinds")
+    x = torch.ones(2, 3)
+    assert op(x, "ab", torch.float16, [1, 2]).dtype == torch.float16
+    assert op(x, "ab", torch.float16, (1, 2))[0, 0] == 5  # a tuple of ints, as torch schemas take
+    for args, message in [
+        ((x, 3, torch.float16, [1]), "argument 'mode' must be a str, got 3"),
+        ((x, "a", "float16", [1]), "argument 'dtype' must be a torch.dtype, got str 'float16'"),
+        ((x, "a", torch.float16, [1.5]), "argument 'shape' must be a list of ints, got list"),
+        ((x, "a", torch.float16, [True]), "argument 'shape' must be a list of ints, got list"),
+        ((x, "a", torch.float16, 3), "argument 'shape' must be a list of ints, got 3"),
+    ]:
+        with pytest.raises(ircore.InvalidArgumentError, match=re.escape(f"ircore.ops.{op.name}: {message}")):
+            op(*args)
