@@ -16,7 +16,7 @@ ops the graph calls).
 """
 
 from ircore.testing._compare import Comparison, assert_close_to_reference, compare_to_reference
-from ircore.testing._compiled import compiled_code
+from ircore.testing._compiled import compiled_code, copied_buffers
 from ircore.testing._conformance import (
     Case,
     CaseResult,
@@ -42,6 +42,7 @@ __all__ = [
     "check_provider",
     "compare_to_reference",
     "compiled_code",
+    "copied_buffers",
     "isolated",
     "install_standins",
     "iter_cases",
