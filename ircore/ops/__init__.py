@@ -11,8 +11,17 @@ from ircore.ops._activation import silu_and_mul
 from ircore.ops._gated_norm import rms_norm_gated
 from ircore.ops._layer_norm import layer_norm
 from ircore.ops._norm import fused_add_rms_norm, rms_norm
+from ircore.ops._scaled_mm import block_scaled_mm_fp8, scaled_mm_fp8
 
-__all__ = ["fused_add_rms_norm", "layer_norm", "rms_norm", "rms_norm_gated", "silu_and_mul"]
+__all__ = [
+    "block_scaled_mm_fp8",
+    "fused_add_rms_norm",
+    "layer_norm",
+    "rms_norm",
+    "rms_norm_gated",
+    "scaled_mm_fp8",
+    "silu_and_mul",
+]
 
 
 def __getattr__(name: str) -> Any:
