@@ -77,9 +77,7 @@ def _fp8_ratio(
     s_got = got.scale.detach().double().cpu().expand_as(q)
     g, e = q * s_got, r * s_ref
     allowed = fp8_ulp(r, dtype) * s_ref.abs() + rtol * e.abs()
-    ratio = _error_ratio(g, e, 0.0, 0.0, allowed=allowed)
-    # past the op's clamp (an implementation that clamps to finfo.max, 240, where the op says 224)
-    return torch.where(q.abs() > got.limit, torch.full_like(ratio, float("inf")), ratio), g, e
+    return _error_ratio(g, e, 0.0, 0.0, allowed=allowed), g, e
 
 
 def _fp8_problem(
@@ -100,6 +98,14 @@ def _fp8_problem(
         )
     if not got.values.numel():
         return 0.0, None
+    over = got.values.detach().double().cpu().abs() > got.limit
+    if bool(over.any()):
+        first = tuple(int(j) for j in over.nonzero()[0])
+        return float("inf"), (
+            f"output {i} ({outs[i].dtype}): {int(over.sum())} of {over.numel()} elements beyond "
+            f"±{got.limit:g}, the op's clamp; first at index {first}: "
+            f"{float(got.values[first].double()):g} (clamp to the op's maximum, not finfo.max, before casting)"
+        )
     ratio, g, e = _fp8_ratio(got, ref, outs[i].dtype, rtol)
     at = int(ratio.argmax())
     worst = float(ratio.flatten()[at])
