@@ -104,7 +104,8 @@ def _fp8_problem(
         return float("inf"), (
             f"output {i} ({outs[i].dtype}): {int(over.sum())} of {over.numel()} elements beyond "
             f"±{got.limit:g}, the op's clamp; first at index {first}: "
-            f"{float(got.values[first].double()):g} (clamp to the op's maximum, not finfo.max, before casting)"
+            f"{float(got.values[first].double()):g} (clamp to the op's maximum, not finfo.max, "
+            "before casting)"
         )
     ratio, g, e = _fp8_ratio(got, ref, outs[i].dtype, rtol)
     at = int(ratio.argmax())
