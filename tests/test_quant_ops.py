@@ -318,6 +318,22 @@ def _moved(q: torch.Tensor, steps: int, where: tuple[int, int]) -> torch.Tensor:
     return b.view(q.dtype)
 
 
+def test_fp8_edge_rows_at_a_kernel_width_pass_against_the_reference():
+    """ircore.testing.fp8_edge_rows: any width (a ragged last group here), every quant kind."""
+    x = ircore.testing.fp8_edge_rows(1000, torch.bfloat16, "cpu")
+    assert not x[1].float().any() and not x[2, :128].float().any() and x[4].float().isinf().sum() == 2
+    finite = x[[0, 1, 2, 3, 5]]
+    cases = [
+        (ircore.ops.static_quant_fp8, (x, torch.full((1,), 0.01), FN, 8)),
+        (ircore.ops.dynamic_quant_fp8, (x, True, FNUZ, torch.tensor([50.0]), None)),
+        (ircore.ops.dynamic_quant_fp8, (finite, False, FN, None, None)),
+        (ircore.ops.dynamic_group_quant_fp8, (finite, [1, 128], True, True, FN, 4)),
+    ]
+    for op, args in cases:
+        result = compare_to_reference(op, op(*args), args)
+        assert result.ok, result.problem
+
+
 def test_kit_allows_one_fp8_ulp_and_refuses_two():
     op, args = _case()
     q, scale = op(*args)

@@ -93,10 +93,6 @@ def pad_rows(out: torch.Tensor, num_token_padding: int | None) -> torch.Tensor:
     return out
 
 
-def _pad_rows_fp64(out: torch.Tensor, num_token_padding: int | None) -> torch.Tensor:
-    return pad_rows(out, num_token_padding)
-
-
 def group_size_of(x: torch.Tensor, group_shape: list[int]) -> tuple[int, int]:
     """``(group_size, number of groups)`` along x's last dimension (the last group may be ragged)."""
     g = int(group_shape[-1])
@@ -179,7 +175,8 @@ def check_static_scale(op: str, x: torch.Tensor, scale: torch.Tensor) -> None:
     fits = scale.dim() <= 2 and scale.numel() > 0
     if fits:
         a, b = prep_static_scale(scale, x).shape
-        fits = (a == 1 or (a <= m and m % a == 0) or a == m) and (b == 1 or (b <= k and k % b == 0) or b == k)
+        # each size is 1, the dimension's, or divides it (groups): what group_broadcast expands
+        fits = all(size in (1, dim) or (size <= dim and dim % size == 0) for size, dim in ((a, m), (b, k)))
     if not fits:
         _checks.bad_argument(
             op,
@@ -299,7 +296,7 @@ def static_reference(
     """``clamp(x / scale, ±fp8_max)`` in fp64, unrounded (in fp8 units), padded as the op."""
     m = fp8_max(fp8_dtype)
     s = group_broadcast(prep_static_scale(scale, x).double(), tuple(x.shape[-2:]))
-    return _pad_rows_fp64((x.double() / s).clamp(-m, m), num_token_padding)
+    return pad_rows((x.double() / s).clamp(-m, m), num_token_padding)
 
 
 def dynamic_reference(
@@ -318,7 +315,7 @@ def dynamic_reference(
     else:
         amax = xd.abs().amax().reshape(1)
     scale = (amax / m).clamp(min=min_scale(fp8_dtype))
-    return _pad_rows_fp64((xd / scale).clamp(-m, m), num_token_padding), scale
+    return pad_rows((xd / scale).clamp(-m, m), num_token_padding), scale
 
 
 def group_reference(
