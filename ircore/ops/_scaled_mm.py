@@ -152,11 +152,11 @@ def _scaled_mm_in(
     return out if bias is None else out + bias.to(dtype)
 
 
-def _scaled_mm_reference(a, b, scale_a, scale_b, out_dtype, bias):  # type: ignore[no-untyped-def]
+def _scaled_mm_reference(a, b, scale_a, scale_b, out_dtype, bias):
     return _scaled_mm_in(torch.float64, a, b, scale_a, scale_b, bias)
 
 
-def _block_scaled_mm_reference(a, b, scale_a, scale_b, block_size, out_dtype):  # type: ignore[no-untyped-def]
+def _block_scaled_mm_reference(a, b, scale_a, scale_b, block_size, out_dtype):
     bn, bk = block_size
     f64 = torch.float64
     return _dequantize_groups(a, scale_a, bk, f64) @ _dequantize_blocks(b, scale_b, bn, bk, f64).t()

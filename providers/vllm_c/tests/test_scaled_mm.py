@@ -25,7 +25,7 @@ def _block_args(m, k, n, device="cpu", block=(128, 128), out_dtype=torch.bfloat1
     w = torch.randn(n, k, generator=g) * 0.05
     a, sa = quantize_groups(x, block[1])
     b, sb = quantize_blocks(w, block)
-    return tuple(t.to(device) for t in (a, b, sa, sb)) + (list(block), out_dtype)
+    return (*(t.to(device) for t in (a, b, sa, sb)), list(block), out_dtype)
 
 
 def _scaled_args(m, k, n, per_tensor=False, bias=False, device="cpu", out_dtype=torch.bfloat16):
