@@ -120,6 +120,28 @@ def test_no_fusion_where_the_unquantized_value_has_another_reader_or_variance_si
         assert _fused(fn, *args)[1] == 0, fn.__name__
 
 
+def test_identical_quants_of_one_norm_output_fuse_once(xs):
+    """A Hugging Face FP8 model quantizes the norm's output once per projection (q, k, v): one
+    fused op serves them all. Different quant arguments are another reader: no fusion."""
+    x, _, w = xs
+
+    def three(x, w):
+        n = rms_norm(x, w, 1e-6)
+        outs = [dynamic_group_quant_fp8(n, [1, 128], False, False, E4M3) for _ in range(3)]
+        return [t for q, s in outs for t in (q.float() * 2, s)]
+
+    gm, count = _fused(three, x, w)
+    assert count == 1 and _targets(gm).count("rms_norm_group_quant_fp8") == 1
+    assert "dynamic_group_quant_fp8" not in _targets(gm)
+    _same(gm, three, (x, w))
+
+    def two_kinds(x, w):
+        n = rms_norm(x, w, 1e-6)
+        return dynamic_group_quant_fp8(n, [1, 128], False, False, E4M3), dynamic_quant_fp8(n, True, E4M3)
+
+    assert _fused(two_kinds, x, w)[1] == 0
+
+
 def test_silu_and_mul_then_static_or_group_quant_fuses_and_per_token_does_not(xs):
     x = torch.cat(xs[:2], dim=1)  # [gate | up]
 

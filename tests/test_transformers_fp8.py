@@ -113,3 +113,25 @@ def test_fp8_linears_ircore_cannot_stand_for_are_left_alone_with_the_reason():
     assert "per-tensor weight scale" in summary.left_alone["per_tensor"]
     assert "activation_scheme 'static'" in summary.left_alone["static"]
     assert apply(model, fp8=False).left_alone == {}  # fp8=False: FP8 linears are not looked at
+
+
+@pytest.mark.slow
+def test_under_the_ircore_backend_each_norm_and_its_projections_quant_fuse():
+    """One norm, read by q/k/v (or gate/up), each quantizing it: one fused norm + group quant."""
+    import ircore
+    from ircore.testing import compiled_code
+
+    config = LlamaConfig(**{**SMALL, "num_hidden_layers": 1})
+    torch.manual_seed(0)
+    model = fp8_model(LlamaForCausalLM(config).eval())
+    apply(model)
+    ids = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(2))
+    ircore.compile.reset_report()
+    with torch.no_grad():
+        want = model(ids).logits
+        out, _ = compiled_code(lambda i: model(i).logits, (ids,))
+    torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+    report = ircore.compile.report()
+    assert report.fusions["rms_norm_quant"] == 2  # input_layernorm, post_attention_layernorm
+    lowered = set(report.lowered)
+    assert {"rms_norm_group_quant_fp8", "fused_add_rms_norm_group_quant_fp8", "block_scaled_mm_fp8"} <= lowered

@@ -40,8 +40,8 @@ def _table() -> dict[tuple[IrOp, IrOp], IrOp]:
 
 def _producer(src: Any, ops: tuple[IrOp, ...]) -> tuple[IrOp, Node, Node | None] | None:
     """``(op, its node, the getitem taking its output 0 or None)`` if ``src`` is the output of one
-    of ``ops`` (the fused add's normalised output: item 0) read by one node only; else None."""
-    if not isinstance(src, Node) or len(src.users) != 1:
+    of ``ops`` (the fused add's normalised output: item 0); else None."""
+    if not isinstance(src, Node):
         return None
     by_target = {op.torch_op: op for op in ops}
     if src.op == "call_function" and src.target in by_target:
@@ -53,27 +53,47 @@ def _producer(src: Any, ops: tuple[IrOp, ...]) -> tuple[IrOp, Node, Node | None]
     return None
 
 
+def _readers(src: Node, node: Node, quant_op: IrOp, quant_args: list[Any]) -> list[Node] | None:
+    """Every node reading ``src``, if all are this same quant call (the same arguments): one
+    quantization, however many projections read it (a Hugging Face FP8 model quantizes the
+    norm's output once per q/k/v or gate/up linear). None if anything else reads it."""
+    readers = list(src.users)
+    for reader in readers:
+        if reader.target is not node.target or full_args(reader, quant_op)[1:] != quant_args[1:]:
+            return None
+    return readers
+
+
 def _fuse(graph: Graph, producers: tuple[IrOp, ...]) -> int:
     table = _table()
     quants = {q.torch_op: q for (p, q) in table if p in producers}
     count = 0
+    erased: set[Node] = set()
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target not in quants:
             continue
         quant_op = quants[node.target]
         quant_args = full_args(node, quant_op)
+        if node in erased:  # with an earlier reader of the same value
+            continue
         found = _producer(quant_args[0], producers)
         if found is None or (found[0], quant_op) not in table:
+            continue
+        readers = _readers(quant_args[0], node, quant_op, quant_args)
+        if readers is None:
             continue
         op, source, item = found
         args = full_args(source, op)
         if op is not silu_and_mul and args[-1] is not None:  # variance_size: the fused ops have none
             continue
         kept = args[:-1] if op is not silu_and_mul else args
-        new = call(graph, table[(op, quant_op)].torch_op, (*kept, *quant_args[1:]), node)
+        first = min(readers, key=_position(graph))
+        new = call(graph, table[(op, quant_op)].torch_op, (*kept, *quant_args[1:]), first)
         if item is None:
-            node.replace_all_uses_with(new)
-            graph.erase_node(node)
+            for reader in readers:
+                reader.replace_all_uses_with(new)
+                graph.erase_node(reader)
+            erased.update(readers)
             graph.erase_node(source)
             count += 1
             continue
@@ -81,21 +101,26 @@ def _fuse(graph: Graph, producers: tuple[IrOp, ...]) -> int:
         # the residual last
         static = quant_op in _STATIC
         last = 1 if static else 2
-        residual = call(graph, operator.getitem, (new, last), node)
+        residual = call(graph, operator.getitem, (new, last), first)
         for user in [u for u in source.users if u is not item]:
             if user.target is not operator.getitem or user.args[1] != 1:
                 raise AssertionError(f"unexpected user {user.format_node()} of {source.format_node()}")
             user.replace_all_uses_with(residual)
             graph.erase_node(user)
-        if static:
-            node.replace_all_uses_with(call(graph, operator.getitem, (new, 0), node))
-        else:
-            node.replace_all_uses_with(new)
-        graph.erase_node(node)
+        out = call(graph, operator.getitem, (new, 0), first) if static else new
+        for reader in readers:
+            reader.replace_all_uses_with(out)
+            graph.erase_node(reader)
+        erased.update(readers)
         graph.erase_node(item)
         graph.erase_node(source)
         count += 1
     return count
+
+
+def _position(graph: Graph) -> Any:
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    return order.__getitem__
 
 
 def fuse_norm_quant(graph: Graph) -> int:
