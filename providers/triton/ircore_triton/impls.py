@@ -10,12 +10,16 @@ No ``from __future__ import annotations`` here: annotations stay real objects.
 
 import os
 
+import torch
 from torch import Tensor
 
+from . import fp8_matmul_kernels as _mk
 from . import kernels as _k
 from . import norm_kernels as _nk
 
 __all__ = [
+    "block_scaled_mm_fp8",
+    "block_scaled_mm_fp8_supports",
     "fused_add_rms_norm",
     "fused_add_rms_norm_functional",
     "fused_add_rms_norm_supports",
@@ -25,6 +29,8 @@ __all__ = [
     "rms_norm_gated",
     "rms_norm_gated_supports",
     "rms_norm_supports",
+    "scaled_mm_fp8",
+    "scaled_mm_fp8_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
 ]
@@ -148,3 +154,44 @@ def layer_norm_supports(x: Tensor, weight: Tensor | None, bias: Tensor | None, e
     """GPU tensor, unit last-dim stride, a row of at most ``MAX_ROW_BLOCK`` elements (the core
     has checked that weight and bias have x's dtype)."""
     return x.shape[-1] <= _nk.MAX_ROW_BLOCK and _device_ok(x) and _rows_ok(x)
+
+
+# fp8 matmuls: e4m3fn on NVIDIA GPUs with fp8 tensor cores (sm_89+; Triton's interpreter in tests),
+# e4m3fnuz on ROCm. Any M, N, K and strides (the kernels mask and address by strides).
+_FP8_OK = (
+    (torch.float8_e4m3fnuz,)
+    if torch.version.hip
+    else (torch.float8_e4m3fn,)
+    if _INTERPRET or not torch.cuda.is_available() or torch.cuda.get_device_capability() >= (8, 9)
+    else ()
+)
+
+
+def block_scaled_mm_fp8(
+    a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, block_size: list[int], out_dtype: torch.dtype
+) -> Tensor:
+    """Block-scaled fp8 matmul by the Triton kernel (one K tile per activation group)."""
+    return _mk.block_scaled_mm_fp8(a, b, scale_a, scale_b, block_size, out_dtype)
+
+
+def block_scaled_mm_fp8_supports(
+    a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, block_size: list[int], out_dtype: torch.dtype
+) -> bool:
+    """A GPU fp8 type (see ``_FP8_OK``) and a group width ``block_size[1]`` that is a power of two in
+    [16, 256] (one K tile per group; ``tl.dot`` needs K tiles of at least 16)."""
+    bk = block_size[1]
+    return a.dtype in _FP8_OK and 16 <= bk <= 256 and not bk & (bk - 1) and _device_ok(a)
+
+
+def scaled_mm_fp8(
+    a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, out_dtype: torch.dtype, bias: Tensor | None = None
+) -> Tensor:
+    """Per-tensor / per-row / per-column scaled fp8 matmul by the Triton kernel."""
+    return _mk.scaled_mm_fp8(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+def scaled_mm_fp8_supports(
+    a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, out_dtype: torch.dtype, bias: Tensor | None = None
+) -> bool:
+    """A GPU fp8 type (see ``_FP8_OK``); any shape and strides."""
+    return a.dtype in _FP8_OK and _device_ok(a)

@@ -33,9 +33,19 @@ DEFAULT_RANK = 20
 # fused_add_rms_norm works in place (the core clones if needed). cache_by_signature: the
 # predicates read only devices, dtypes and last-dimension layout (see impls.py), facts of the
 # call signature, so ircore may ask once per signature.
-IRCORE_IMPLEMENTATIONS = ircore.impl_table(
-    "ircore_triton.impls", OPS, inplace=("fused_add_rms_norm",), cache_by_signature=True, rank=DEFAULT_RANK
-)
+# The fp8 matmuls take a dtype argument and their predicates read block_size: no signature cache.
+MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
+
+IRCORE_IMPLEMENTATIONS = {
+    **ircore.impl_table(
+        "ircore_triton.impls",
+        OPS,
+        inplace=("fused_add_rms_norm",),
+        cache_by_signature=True,
+        rank=DEFAULT_RANK,
+    ),
+    **ircore.impl_table("ircore_triton.impls", MATMUL_OPS, rank=DEFAULT_RANK),
+}
 
 
 def _interpreting() -> bool:
