@@ -11,8 +11,19 @@ from ircore.ops._activation import silu_and_mul
 from ircore.ops._gated_norm import rms_norm_gated
 from ircore.ops._layer_norm import layer_norm
 from ircore.ops._norm import fused_add_rms_norm, rms_norm
+from ircore.ops._rope import fused_qk_norm_rope, rotary_embedding, rotary_embedding_query_only, rotary_pos_emb
 
-__all__ = ["fused_add_rms_norm", "layer_norm", "rms_norm", "rms_norm_gated", "silu_and_mul"]
+__all__ = [
+    "fused_add_rms_norm",
+    "fused_qk_norm_rope",
+    "layer_norm",
+    "rms_norm",
+    "rms_norm_gated",
+    "rotary_embedding",
+    "rotary_embedding_query_only",
+    "rotary_pos_emb",
+    "silu_and_mul",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -43,6 +43,13 @@ def _error_ratio(got: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float)
     return torch.where(got_nan ^ ref_nan, torch.full_like(ratio, float("inf")), ratio)
 
 
+def first_float_tensor(args: tuple[Any, ...]) -> torch.Tensor:
+    """The activation whose dtype sets the tolerance: the first floating-point tensor argument
+    (an op may take integer tensors first, as the rotary ops' ``positions``); else the first tensor."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    return next((t for t in tensors if t.is_floating_point()), tensors[0])
+
+
 def compare_to_reference(
     op: IrOp, out: Any, args: tuple[Any, ...], *, label: str = "", where: str | None = None
 ) -> Comparison:
@@ -50,11 +57,12 @@ def compare_to_reference(
 
     Each output must have the native output's dtype and shape, hold no NaN where the reference
     has none, and satisfy ``|out - ref| <= atol + rtol * |ref|`` with the op's tolerance for the
-    input dtype. A problem starts with ``where`` (default: the op, ``label`` and the dtype).
+    dtype of the first floating-point tensor argument. A problem starts with ``where`` (default:
+    the op, ``label`` and the dtype).
     """
     if op.reference is None:
         raise ValueError(f"op {op.name!r} has no fp64 reference")
-    x = next(a for a in args if isinstance(a, torch.Tensor))
+    x = first_float_tensor(args)
     tol = op.tolerance(x.dtype)
     expected_meta = _flatten(op.native(*args))
     refs = _flatten(op.reference(*args))

@@ -29,7 +29,7 @@ from ircore.op import Impl, IrOp, all_ops, get_op
 from ircore.providers._discovery import ENTRY_POINT_GROUP
 from ircore.providers._manager import MANAGER
 from ircore.providers._records import ProviderState
-from ircore.testing._compare import compare_to_reference
+from ircore.testing._compare import compare_to_reference, first_float_tensor
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 PASSED, FAILED, DECLINED = "passed", "failed", "declined"
@@ -326,9 +326,12 @@ def run_case(case: Case, args: tuple[Any, ...] | None = None) -> CaseResult:
 
 
 def _check_differentiable_call(op: IrOp, provider: str, args: tuple, where: str) -> None:
-    """With ``provider`` first and x requiring grad (grad mode on), native runs: gradients flow."""
-    leaf = args[0].detach().clone().requires_grad_()
-    call_args = (leaf, *args[1:])
+    """With ``provider`` first and x (the first floating-point tensor argument) requiring grad
+    (grad mode on), native runs: gradients flow."""
+    x = first_float_tensor(args)
+    i = next(i for i, a in enumerate(args) if a is x)
+    leaf = x.detach().clone().requires_grad_()
+    call_args = (*args[:i], leaf, *args[i + 1 :])
     with dispatch.priority(**{op.name: [provider]}), torch.enable_grad():
         chosen = op.explain(*call_args).chosen
         assert chosen == "native", f"{where}: a call that needs grad chose {chosen}, not native"
@@ -355,7 +358,7 @@ def check_provider(
         if result.status == DECLINED:
             report.declined.setdefault(case.op, []).append(str(case))
             continue
-        if not report.checked[case.op] and args[0].numel():
+        if not report.checked[case.op] and first_float_tensor(args).numel():
             _check_differentiable_call(get_op(case.op), provider, args, str(case))
         report.checked[case.op] += 1
     return report
