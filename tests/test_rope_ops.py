@@ -67,7 +67,9 @@ def test_rotary_embedding_equals_hf_with_llamas_cos_sin_as_its_cache(dtype):
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-    config = LlamaConfig(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config = LlamaConfig(
+        hidden_size=256, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64
+    )
     rope = LlamaRotaryEmbedding(config)
     batch, seq, d = 2, 5, 64
     gen = torch.Generator().manual_seed(0)
@@ -150,7 +152,9 @@ def test_channels_outside_the_rotary_slice_pass_through_bit_for_bit(dtype):
                 heads_out, heads_in = out.view(4, -1, 64), x.view(4, -1, 64)
                 keep = [c for c in range(64) if not offset <= c < offset + 32]
                 assert torch.equal(heads_out[..., keep], heads_in[..., keep])
-                assert not torch.equal(heads_out[..., offset : offset + 32], heads_in[..., offset : offset + 32])
+                assert not torch.equal(
+                    heads_out[..., offset : offset + 32], heads_in[..., offset : offset + 32]
+                )
 
 
 def test_gptj_and_neox_pair_different_channels():
@@ -274,7 +278,9 @@ def _rot(**change):
 
 def _hf(**change):
     q = torch.randn(2, 5, 4 * 8).view(2, 5, 4, 8).transpose(1, 2)
-    args = dict(q=q, k=torch.randn(2, 1, 5, 8), cos=torch.randn(2, 5, 8), sin=torch.randn(2, 5, 8), unsqueeze_dim=1)
+    args = dict(
+        q=q, k=torch.randn(2, 1, 5, 8), cos=torch.randn(2, 5, 8), sin=torch.randn(2, 5, 8), unsqueeze_dim=1
+    )
     args.update(change)
     return args
 
