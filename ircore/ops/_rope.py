@@ -25,7 +25,7 @@ _FORMATS = ("standard", "deepseek")
 
 # Every product and sum rounds to the activation dtype (standard format), and cos/sin are rounded
 # to it first: the error is a few ulps of |x|, not of the output (x1*c - x2*s may cancel), hence
-# an atol as large as the rtol. The natives use under half of it on the samples (10 seeds).
+# an atol as large as the rtol. The natives use at most 0.6 of it on the samples (10 seeds).
 ROPE_TOLERANCES = {
     torch.float32: Tolerance(atol=1e-5, rtol=1e-5),
     torch.float16: Tolerance(atol=2e-3, rtol=2e-3),
