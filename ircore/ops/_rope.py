@@ -64,11 +64,15 @@ def _positions_in_range(
         or torch.compiler.is_compiling()
     ):
         return
+    if offsets is None and positions.dim() == 1 and positions.numel() <= 64:  # decode: cheapest
+        values = positions.tolist()
+        if min(values) >= 0 and max(values) < rows:
+            return
     pos = positions.reshape(-1)
     if offsets is not None:
         pos = pos + offsets.reshape(-1)
     low, high = torch.aminmax(pos)
-    if low >= 0 and high < rows:
+    if low.item() >= 0 and high.item() < rows:  # (comparing 0-d tensors costs more)
         return
     bad = int(((pos < 0) | (pos >= rows)).nonzero()[0, 0])
     what = f"positions + offsets is {int(pos[bad])} at flat index {bad}" if offsets is not None else None
