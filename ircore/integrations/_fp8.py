@@ -92,7 +92,8 @@ def fp8_model(
         if isinstance(module, nn.Linear) and not any(skip in name for skip in modules_to_not_convert)
     }
     skip = list(modules_to_not_convert)
-    config = FineGrainedFP8Config(weight_block_size=(block_size[0], block_size[1]), modules_to_not_convert=skip)
+    block = (block_size[0], block_size[1])
+    config = FineGrainedFP8Config(weight_block_size=block, modules_to_not_convert=skip)
     replace_with_fp8_linear(model, modules_to_not_convert=skip, quantization_config=config)
     for name, (weight, bias) in dense.items():
         module = model.get_submodule(name)

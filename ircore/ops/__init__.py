@@ -27,6 +27,7 @@ from ircore.ops._quant import (
     static_group_quant_fp8,
     static_quant_fp8,
 )
+from ircore.ops._rope import fused_qk_norm_rope, rotary_embedding, rotary_embedding_query_only, rotary_pos_emb
 from ircore.ops._scaled_mm import block_scaled_mm_fp8, scaled_mm_fp8
 
 __all__ = [
@@ -37,12 +38,16 @@ __all__ = [
     "fused_add_rms_norm_dynamic_quant_fp8",
     "fused_add_rms_norm_group_quant_fp8",
     "fused_add_rms_norm_static_fp8_quant",
+    "fused_qk_norm_rope",
     "layer_norm",
     "rms_norm",
     "rms_norm_dynamic_quant_fp8",
     "rms_norm_gated",
     "rms_norm_group_quant_fp8",
     "rms_norm_static_fp8_quant",
+    "rotary_embedding",
+    "rotary_embedding_query_only",
+    "rotary_pos_emb",
     "scaled_mm_fp8",
     "silu_and_mul",
     "silu_and_mul_group_quant_fp8",

@@ -56,6 +56,13 @@ def _error_ratio(
     return torch.where(got_nan ^ ref_nan, torch.full_like(ratio, float("inf")), ratio)
 
 
+def first_float_tensor(args: tuple[Any, ...]) -> torch.Tensor:
+    """The activation whose dtype sets the tolerance: the first floating-point tensor argument
+    (an op may take integer tensors first, as the rotary ops' ``positions``); else the first tensor."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    return next((t for t in tensors if t.is_floating_point()), tensors[0])
+
+
 def fp8_ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The spacing of ``dtype`` (an fp8 dtype) at each of ``values`` (fp64): the gap between the two
     fp8 numbers around it (subnormal spacing below the smallest normal)."""
@@ -130,7 +137,8 @@ def compare_to_reference(
 
     Each output must have the native output's dtype and shape, hold no NaN where the reference
     has none, and satisfy ``|out - ref| <= atol + rtol * |ref|`` with the op's tolerance for the
-    input dtype. A problem starts with ``where`` (default: the op, ``label`` and the dtype).
+    dtype of the first floating-point tensor argument. A problem starts with ``where`` (default:
+    the op, ``label`` and the dtype).
 
     An fp8 output of an op that declares ``quantized_outputs`` is compared dequantised, as vLLM's
     tests compare quantised results: only the elements that op says count (padding rows never),
@@ -142,7 +150,7 @@ def compare_to_reference(
     """
     if op.reference is None:
         raise ValueError(f"op {op.name!r} has no fp64 reference")
-    x = next(a for a in args if isinstance(a, torch.Tensor))
+    x = first_float_tensor(args)
     tol = op.tolerance(x.dtype)
     expected_meta = _flatten(op.native(*args))
     refs = _flatten(op.reference(*args))
