@@ -245,7 +245,9 @@ def rotary_embedding_query_only_supports(
     return _device_ok(query) and _rk.head_layout(query, positions.numel(), head_size) is not None
 
 
-def rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1) -> tuple[Tensor, Tensor]:
+def rotary_pos_emb(
+    q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1
+) -> tuple[Tensor, Tensor]:
     """In place: Hugging Face's ``apply_rotary_pos_emb`` into ``q`` and ``k`` where they lie (HF's
     transposed views included: no contiguous copy); fp32 maths, one rounding; returns them."""
     _rk.rotary_pos_emb_(q, k, cos, sin, unsqueeze_dim)

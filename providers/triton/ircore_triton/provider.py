@@ -37,7 +37,11 @@ DEFAULT_RANK = 20
 # call signature, so ircore may ask once per signature.
 IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table(
-        "ircore_triton.impls", OPS, inplace=("fused_add_rms_norm",), cache_by_signature=True, rank=DEFAULT_RANK
+        "ircore_triton.impls",
+        OPS,
+        inplace=("fused_add_rms_norm",),
+        cache_by_signature=True,
+        rank=DEFAULT_RANK,
     ),
     **ircore.impl_table(
         "ircore_triton.impls", ROPE_OPS, inplace=ROPE_OPS, cache_by_signature=False, rank=DEFAULT_RANK

@@ -52,7 +52,9 @@ _TILE = 2048
 
 
 @triton.jit
-def _load_pairs(ptrs, offs_i, mask, half, NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def _load_pairs(
+    ptrs, offs_i, mask, half, NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr
+):
     """The rotated pairs of a ``[BLOCK_H, rotary_dim]`` tile at ``ptrs`` (row starts) as fp32
     ``(x1, x2)``, each ``[BLOCK_H, BLOCK_HALF]``: neox the two halves, gptj even and odd channels
     (one contiguous load, split in registers)."""
@@ -199,7 +201,8 @@ def _qk_norm_rope_kernel(
     rstd = tl.rsqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / (2 * half) + eps)[:, None]
     y1 = x1 * rstd * tl.where(is_q, wq1, wk1)
     y2 = x2 * rstd * tl.where(is_q, wq2, wk2)
-    _store_pairs(ptrs, offs_i, mask, half, y1 * cos - y2 * sin, y2 * cos + y1 * sin, NEOX, BLOCK_H, BLOCK_HALF)
+    o1, o2 = y1 * cos - y2 * sin, y2 * cos + y1 * sin
+    _store_pairs(ptrs, offs_i, mask, half, o1, o2, NEOX, BLOCK_H, BLOCK_HALF)
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,7 +232,7 @@ def head_layout(x: torch.Tensor, tokens: int, head_size: int) -> tuple[int, int,
     with unit channel stride, as the op reads it (``[*, H*D]`` or ``[*, H, D]``), or None where
     no such strides exist (non-unit channel stride, token dims that do not collapse)."""
     shape = x.shape
-    if not shape or x.stride(-1) != 1 and shape[-1] > 1:
+    if not shape or (x.stride(-1) != 1 and shape[-1] > 1):
         return None
     last = shape[-1]
     if last % head_size == 0 and math.prod(shape[:-1]) == tokens:
@@ -289,8 +292,8 @@ def rotary_embedding_(
     take one kernel. Callers check :func:`head_layout` first (the predicate does)."""
     if _off_current_device(query):
         with _device_ctx(query):
-            return rotary_embedding_(positions, query, key, head_size, rotary_dim, cos_sin_cache,
-                                     is_neox_style, offsets, cos_sin_format, inverse, rope_dim_offset)  # fmt: skip
+            args = (head_size, rotary_dim, cos_sin_cache, is_neox_style, offsets, cos_sin_format, inverse)
+            return rotary_embedding_(positions, query, key, *args, rope_dim_offset)
     tokens = positions.numel()
     if tokens == 0:
         return None
