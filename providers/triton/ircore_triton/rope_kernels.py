@@ -53,8 +53,8 @@ _TILE = 2048
 
 @triton.jit
 def _load_pairs(
-    ptrs, offs_i, mask, half, NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr
-):
+    ptrs, offs_i, head_ok, mask, half, NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+):  # fmt: skip
     """The rotated pairs of a ``[BLOCK_H, rotary_dim]`` tile at ``ptrs`` (row starts) as fp32
     ``(x1, x2)``, each ``[BLOCK_H, BLOCK_HALF]``: neox the two halves, gptj even and odd channels
     (one contiguous load, split in registers)."""
@@ -63,7 +63,7 @@ def _load_pairs(
         x2 = tl.load(ptrs + half + offs_i[None, :], mask=mask, other=0.0).to(tl.float32)
     else:
         cols = tl.arange(0, 2 * BLOCK_HALF)
-        pair_mask = tl.reshape(tl.join(mask, mask), (BLOCK_H, 2 * BLOCK_HALF))
+        pair_mask = head_ok[:, None] & (cols < 2 * half)[None, :]
         x = tl.load(ptrs + cols[None, :], mask=pair_mask, other=0.0).to(tl.float32)
         x1, x2 = tl.split(tl.reshape(x, (BLOCK_H, BLOCK_HALF, 2)))
     return x1, x2
@@ -71,8 +71,9 @@ def _load_pairs(
 
 @triton.jit
 def _store_pairs(
-    ptrs, offs_i, mask, half, o1, o2, NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr
-):
+    ptrs, offs_i, head_ok, mask, half, o1, o2,
+    NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+):  # fmt: skip
     """The inverse of :func:`_load_pairs`: ``(o1, o2)`` rounded once to the tensor's dtype."""
     ty = ptrs.dtype.element_ty
     if NEOX:
@@ -80,14 +81,27 @@ def _store_pairs(
         tl.store(ptrs + half + offs_i[None, :], o2.to(ty), mask=mask)
     else:
         cols = tl.arange(0, 2 * BLOCK_HALF)
-        pair_mask = tl.reshape(tl.join(mask, mask), (BLOCK_H, 2 * BLOCK_HALF))
+        pair_mask = head_ok[:, None] & (cols < 2 * half)[None, :]
         out = tl.reshape(tl.join(o1, o2), (BLOCK_H, 2 * BLOCK_HALF))
         tl.store(ptrs + cols[None, :], out.to(ty), mask=pair_mask)
 
 
 @triton.jit
+def _load_weight_pairs(W, offs_i, pair_ok, half, NEOX: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    """A per-channel weight ``[rotary_dim]`` as fp32 ``(w1, w2)`` paired like :func:`_load_pairs`."""
+    if NEOX:
+        w1 = tl.load(W + offs_i, mask=pair_ok, other=0.0).to(tl.float32)
+        w2 = tl.load(W + half + offs_i, mask=pair_ok, other=0.0).to(tl.float32)
+    else:
+        cols = tl.arange(0, 2 * BLOCK_HALF)
+        w = tl.load(W + cols, mask=cols < 2 * half, other=0.0).to(tl.float32)
+        w1, w2 = tl.split(tl.reshape(w, (BLOCK_HALF, 2)))
+    return w1, w2
+
+
+@triton.jit
 def _rope_kernel(
-    POS, OFF, Q, K, CACHE, n_qblocks, hq, hk, half, rope_off,
+    POS, OFF, Q, k_off, CACHE, n_qblocks, hq, hk, half, rope_off,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_ct, stride_cd,
     BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, NEOX: tl.constexpr, HAS_OFF: tl.constexpr,
     INVERSE: tl.constexpr, USE_PDL: tl.constexpr = False,
@@ -98,14 +112,13 @@ def _rope_kernel(
     blk = tl.program_id(1)
     offs_i = tl.arange(0, BLOCK_HALF)
     pair_ok = offs_i < half
-    if blk < n_qblocks:
-        heads = blk * BLOCK_H + tl.arange(0, BLOCK_H)
-        head_ok = heads < hq
-        rows = Q + t * stride_qt + heads.to(tl.int64) * stride_qh + rope_off
-    else:
-        heads = (blk - n_qblocks) * BLOCK_H + tl.arange(0, BLOCK_H)
-        head_ok = heads < hk
-        rows = K + t * stride_kt + heads.to(tl.int64) * stride_kh + rope_off
+    is_k = blk >= n_qblocks
+    heads = tl.where(is_k, blk - n_qblocks, blk) * BLOCK_H + tl.arange(0, BLOCK_H)
+    head_ok = heads < tl.where(is_k, hk, hq)
+    # K is addressed from Q (k_off elements away): one pointer, no branch, so the compiler keeps
+    # the rows' alignment and issues vector loads
+    base = tl.where(is_k, k_off + t * stride_kt, t * stride_qt)
+    rows = Q + base + heads.to(tl.int64) * tl.where(is_k, stride_kh, stride_qh) + rope_off
     mask = head_ok[:, None] & pair_ok[None, :]
     ptrs = rows[:, None]
     if USE_PDL:
@@ -116,19 +129,19 @@ def _rope_kernel(
     crow = CACHE + pos * stride_ct
     cos = tl.load(crow + offs_i * stride_cd, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
     sin = tl.load(crow + (half + offs_i) * stride_cd, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
-    x1, x2 = _load_pairs(ptrs, offs_i, mask, half, NEOX, BLOCK_H, BLOCK_HALF)
+    x1, x2 = _load_pairs(ptrs, offs_i, head_ok, mask, half, NEOX, BLOCK_H, BLOCK_HALF)
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
     if INVERSE:
         sin = -sin
     o1 = x1 * cos - x2 * sin
     o2 = x2 * cos + x1 * sin
-    _store_pairs(ptrs, offs_i, mask, half, o1, o2, NEOX, BLOCK_H, BLOCK_HALF)
+    _store_pairs(ptrs, offs_i, head_ok, mask, half, o1, o2, NEOX, BLOCK_H, BLOCK_HALF)
 
 
 @triton.jit
 def _hf_rope_kernel(
-    Q, K, COS, SIN, n_qblocks, hq, hk, n1, half,
+    Q, k_off, COS, SIN, n_qblocks, hq, hk, n1, half,
     sq0, sq1, sqh, sk0, sk1, skh, sc0, sc1, ss0, ss1,
     BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, USE_PDL: tl.constexpr = False,
 ):  # fmt: skip
@@ -142,14 +155,11 @@ def _hf_rope_kernel(
     i1 = (pid % n1).to(tl.int64)
     offs_i = tl.arange(0, BLOCK_HALF)
     pair_ok = offs_i < half
-    if blk < n_qblocks:
-        heads = blk * BLOCK_H + tl.arange(0, BLOCK_H)
-        head_ok = heads < hq
-        rows = Q + i0 * sq0 + i1 * sq1 + heads.to(tl.int64) * sqh
-    else:
-        heads = (blk - n_qblocks) * BLOCK_H + tl.arange(0, BLOCK_H)
-        head_ok = heads < hk
-        rows = K + i0 * sk0 + i1 * sk1 + heads.to(tl.int64) * skh
+    is_k = blk >= n_qblocks
+    heads = tl.where(is_k, blk - n_qblocks, blk) * BLOCK_H + tl.arange(0, BLOCK_H)
+    head_ok = heads < tl.where(is_k, hk, hq)
+    base = tl.where(is_k, k_off + i0 * sk0 + i1 * sk1, i0 * sq0 + i1 * sq1)  # k from q's pointer
+    rows = Q + base + heads.to(tl.int64) * tl.where(is_k, skh, sqh)
     mask = head_ok[:, None] & pair_ok[None, :]
     ptrs = rows[:, None]
     if USE_PDL:
@@ -160,10 +170,11 @@ def _hf_rope_kernel(
     c2 = tl.load(crow + half, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
     s1 = tl.load(srow, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
     s2 = tl.load(srow + half, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
-    x1, x2 = _load_pairs(ptrs, offs_i, mask, half, True, BLOCK_H, BLOCK_HALF)
+    x1, x2 = _load_pairs(ptrs, offs_i, head_ok, mask, half, True, BLOCK_H, BLOCK_HALF)
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    _store_pairs(ptrs, offs_i, mask, half, x1 * c1 - x2 * s1, x2 * c2 + x1 * s2, True, BLOCK_H, BLOCK_HALF)
+    o1, o2 = x1 * c1 - x2 * s1, x2 * c2 + x1 * s2
+    _store_pairs(ptrs, offs_i, head_ok, mask, half, o1, o2, True, BLOCK_H, BLOCK_HALF)
 
 
 @triton.jit(do_not_specialize=["eps"])
@@ -178,20 +189,15 @@ def _qk_norm_rope_kernel(
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_i = tl.arange(0, BLOCK_HALF)
     pair_ok = offs_i < half
-    mask = (heads < hq + hk)[:, None] & pair_ok[None, :]
+    head_ok = heads < hq + hk
+    mask = head_ok[:, None] & pair_ok[None, :]
     is_q = (heads < hq)[:, None]
     ptrs = (QKV + t * stride_t + heads.to(tl.int64) * (2 * half))[:, None]
-    if NEOX:
-        first, second = offs_i, half + offs_i
-    else:
-        first, second = 2 * offs_i, 2 * offs_i + 1
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
-    x1, x2 = _load_pairs(ptrs, offs_i, mask, half, NEOX, BLOCK_H, BLOCK_HALF)
-    wq1 = tl.load(WQ + first, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
-    wq2 = tl.load(WQ + second, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
-    wk1 = tl.load(WK + first, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
-    wk2 = tl.load(WK + second, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
+    x1, x2 = _load_pairs(ptrs, offs_i, head_ok, mask, half, NEOX, BLOCK_H, BLOCK_HALF)
+    wq1, wq2 = _load_weight_pairs(WQ, offs_i, pair_ok, half, NEOX, BLOCK_HALF)
+    wk1, wk2 = _load_weight_pairs(WK, offs_i, pair_ok, half, NEOX, BLOCK_HALF)
     pos = tl.load(POS + t)
     crow = CACHE + pos * stride_ct
     cos = tl.load(crow + offs_i * stride_cd, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
@@ -199,10 +205,10 @@ def _qk_norm_rope_kernel(
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
     rstd = tl.rsqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / (2 * half) + eps)[:, None]
-    y1 = x1 * rstd * tl.where(is_q, wq1, wk1)
-    y2 = x2 * rstd * tl.where(is_q, wq2, wk2)
+    y1 = x1 * rstd * tl.where(is_q, wq1[None, :], wk1[None, :])
+    y2 = x2 * rstd * tl.where(is_q, wq2[None, :], wk2[None, :])
     o1, o2 = y1 * cos - y2 * sin, y2 * cos + y1 * sin
-    _store_pairs(ptrs, offs_i, mask, half, o1, o2, NEOX, BLOCK_H, BLOCK_HALF)
+    _store_pairs(ptrs, offs_i, head_ok, mask, half, o1, o2, NEOX, BLOCK_H, BLOCK_HALF)
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,8 +316,10 @@ def rotary_embedding_(
     pos = positions.reshape(-1)
     use_off = offsets is not None and cos_sin_format == "deepseek"
     off = offsets.reshape(-1) if use_off and offsets is not None else pos
+    # key addressed from query's pointer (same dtype: a whole number of elements apart)
+    k_off = 0 if key is None else (key.data_ptr() - query.data_ptr()) // query.element_size()
     _rope_kernel[(tokens, n_q + n_k)](
-        pos, off, query, query if key is None else key, cos_sin_cache, n_q, hq, hk, half, rope_dim_offset,
+        pos, off, query, k_off, cos_sin_cache, n_q, hq, hk, half, rope_dim_offset,
         sqt, sqh, skt, skh, cos_sin_cache.stride(0), cos_sin_cache.stride(1),
         BLOCK_H=block_h, BLOCK_HALF=block_half, NEOX=bool(is_neox_style), HAS_OFF=use_off,
         INVERSE=bool(inverse), num_warps=4, **_launch_opts(query.device),
@@ -351,8 +359,9 @@ def rotary_pos_emb_(
         return None
     block_half, block_h = _blocks(max(hq, hk), half)
     n_q, n_k = triton.cdiv(hq, block_h), triton.cdiv(hk, block_h)
+    k_off = (k.data_ptr() - q.data_ptr()) // q.element_size()  # k addressed from q's pointer
     _hf_rope_kernel[(n0 * n1, n_q + n_k)](
-        q, k, cos, sin, n_q, hq, hk, n1, half, sq0, sq1, sqh, sk0, sk1, skh, sc0, sc1, ss0, ss1,
+        q, k_off, cos, sin, n_q, hq, hk, n1, half, sq0, sq1, sqh, sk0, sk1, skh, sc0, sc1, ss0, ss1,
         BLOCK_H=block_h, BLOCK_HALF=block_half, num_warps=4, **_launch_opts(q.device),
     )  # fmt: skip
     return None
