@@ -118,3 +118,16 @@ def test_predicates_decline_strides_the_kernels_cannot_address():
     fused = (2, 1, 1, 32, 1e-6, ones, ones, cache, True, pos)
     assert impls.fused_qk_norm_rope_supports(qkv, *fused)
     assert not impls.fused_qk_norm_rope_supports(_randn(4 * 32, 6).t(), *fused)
+
+
+@pytest.mark.slow  # torch.library.opcheck runs the kernel a dozen times, through AOT dispatch too
+def test_opcheck_of_the_op_graphs_hold(triton_first) -> None:
+    """The op the core builds for the in-place HF kernel (``torch.ops.ircore_triton.rotary_pos_emb``:
+    q and k marked written, nothing returned) agrees with the kernel on HF's transposed views: what
+    it writes and aliases, the fake, functionalization. (The kit runs every position op's built op
+    on fake copies; this adds torch's own schema and aliasing checks on the strided case.)"""
+    built = torch.ops.ircore_triton.rotary_pos_emb.default
+    written = [a.name for a in built._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    assert written == ["q", "k"] and not built._schema.returns
+    q = _randn(1, 3, 2 * 32).view(1, 3, 2, 32).transpose(1, 2)
+    torch.library.opcheck(built, (q, _randn(1, 1, 3, 32), _randn(1, 3, 32), _randn(1, 3, 32), 1))
