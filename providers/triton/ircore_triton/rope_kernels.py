@@ -16,9 +16,13 @@ Why it looks like this:
   round after every operation in the activation dtype; both stay within the ops' tolerances of
   the fp64 reference, this one closer (docs/ops.md). Not bitwise equal to native or to HF.
 - **One program per token (row) and block of heads.** The cos/sin row is loaded once and reused
-  by every head of the block; q blocks come first on grid axis 1, then k blocks, so one launch
-  rotates both. gptj pairs are read as one contiguous ``[heads, rotary_dim]`` tile and split
-  into even/odd channels in registers (``tl.split``), so loads stay contiguous vectors.
+  by every head of the block. Query heads and key heads share one head index (``j < hq``: query
+  head ``j``, else key head ``j - hq``, addressed from query's pointer), so one launch rotates
+  both and the compiled kernel has no branch between them (which would cost it the rows'
+  alignment, hence its vector loads). gptj pairs are read as one contiguous ``[heads,
+  rotary_dim]`` tile and split into even/odd channels in registers (``tl.split``), so loads stay
+  contiguous vectors. Under Triton's interpreter (tests) a program takes up to 16 tokens and
+  every head instead: the interpreter runs programs one by one at a cost per operation.
 - PDL as in :mod:`ircore_triton.kernels` (Hopper and later): wait before the first global
   access, let the next kernel launch once the loads are issued.
 """
@@ -31,7 +35,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .kernels import _device_ctx, _launch_opts, _off_current_device
+from .kernels import _device_ctx, _launch_opts, _off_current_device, interpreting
+
+_INTERPRET = interpreting()
 
 __all__ = [
     "fused_qk_norm_rope_",
@@ -53,162 +59,169 @@ _TILE = 2048
 
 @triton.jit
 def _load_pairs(
-    ptrs, offs_i, head_ok, mask, half, NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    rows, row_ok, offs_i, half,
+    NEOX: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
 ):  # fmt: skip
-    """The rotated pairs of a ``[BLOCK_H, rotary_dim]`` tile at ``ptrs`` (row starts) as fp32
-    ``(x1, x2)``, each ``[BLOCK_H, BLOCK_HALF]``: neox the two halves, gptj even and odd channels
-    (one contiguous load, split in registers)."""
+    """The rotated pairs of the ``[BLOCK_T, BLOCK_H]`` head rows starting at ``rows`` as fp32
+    ``(x1, x2)``, each ``[BLOCK_T, BLOCK_H, BLOCK_HALF]``: neox the two halves, gptj even and odd
+    channels (one contiguous load, split in registers)."""
+    ptrs = rows[:, :, None]
     if NEOX:
-        x1 = tl.load(ptrs + offs_i[None, :], mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(ptrs + half + offs_i[None, :], mask=mask, other=0.0).to(tl.float32)
+        mask = row_ok[:, :, None] & (offs_i < half)[None, None, :]
+        x1 = tl.load(ptrs + offs_i[None, None, :], mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(ptrs + half + offs_i[None, None, :], mask=mask, other=0.0).to(tl.float32)
     else:
         cols = tl.arange(0, 2 * BLOCK_HALF)
-        pair_mask = head_ok[:, None] & (cols < 2 * half)[None, :]
-        x = tl.load(ptrs + cols[None, :], mask=pair_mask, other=0.0).to(tl.float32)
-        x1, x2 = tl.split(tl.reshape(x, (BLOCK_H, BLOCK_HALF, 2)))
+        mask = row_ok[:, :, None] & (cols < 2 * half)[None, None, :]
+        x = tl.load(ptrs + cols[None, None, :], mask=mask, other=0.0).to(tl.float32)
+        x1, x2 = tl.split(tl.reshape(x, (BLOCK_T, BLOCK_H, BLOCK_HALF, 2)))
     return x1, x2
 
 
 @triton.jit
 def _store_pairs(
-    ptrs, offs_i, head_ok, mask, half, o1, o2,
-    NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    rows, row_ok, offs_i, half, o1, o2,
+    NEOX: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
 ):  # fmt: skip
     """The inverse of :func:`_load_pairs`: ``(o1, o2)`` rounded once to the tensor's dtype."""
-    ty = ptrs.dtype.element_ty
+    ptrs = rows[:, :, None]
+    ty = rows.dtype.element_ty
     if NEOX:
-        tl.store(ptrs + offs_i[None, :], o1.to(ty), mask=mask)
-        tl.store(ptrs + half + offs_i[None, :], o2.to(ty), mask=mask)
+        mask = row_ok[:, :, None] & (offs_i < half)[None, None, :]
+        tl.store(ptrs + offs_i[None, None, :], o1.to(ty), mask=mask)
+        tl.store(ptrs + half + offs_i[None, None, :], o2.to(ty), mask=mask)
     else:
         cols = tl.arange(0, 2 * BLOCK_HALF)
-        pair_mask = head_ok[:, None] & (cols < 2 * half)[None, :]
-        out = tl.reshape(tl.join(o1, o2), (BLOCK_H, 2 * BLOCK_HALF))
-        tl.store(ptrs + cols[None, :], out.to(ty), mask=pair_mask)
+        mask = row_ok[:, :, None] & (cols < 2 * half)[None, None, :]
+        out = tl.reshape(tl.join(o1, o2), (BLOCK_T, BLOCK_H, 2 * BLOCK_HALF))
+        tl.store(ptrs + cols[None, None, :], out.to(ty), mask=mask)
 
 
 @triton.jit
-def _load_weight_pairs(W, offs_i, pair_ok, half, NEOX: tl.constexpr, BLOCK_HALF: tl.constexpr):
-    """A per-channel weight ``[rotary_dim]`` as fp32 ``(w1, w2)`` paired like :func:`_load_pairs`."""
+def _load_weight_pairs(W, offs_i, half, NEOX: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    """A per-channel weight ``[rotary_dim]`` as fp32 ``(w1, w2)`` paired like :func:`_load_pairs`,
+    each ``[1, 1, BLOCK_HALF]``."""
     if NEOX:
-        w1 = tl.load(W + offs_i, mask=pair_ok, other=0.0).to(tl.float32)
-        w2 = tl.load(W + half + offs_i, mask=pair_ok, other=0.0).to(tl.float32)
+        w1 = tl.load(W + offs_i, mask=offs_i < half, other=0.0).to(tl.float32)
+        w2 = tl.load(W + half + offs_i, mask=offs_i < half, other=0.0).to(tl.float32)
     else:
         cols = tl.arange(0, 2 * BLOCK_HALF)
         w = tl.load(W + cols, mask=cols < 2 * half, other=0.0).to(tl.float32)
         w1, w2 = tl.split(tl.reshape(w, (BLOCK_HALF, 2)))
-    return w1, w2
+    return w1[None, None, :], w2[None, None, :]
+
+
+@triton.jit
+def _load_cos_sin(ROW, tok_ok, offs_i, half, stride_cd):
+    """cos and sin ``[BLOCK_T, 1, BLOCK_HALF]`` in fp32 from the cache rows ``ROW`` (``[BLOCK_T]``
+    pointers): cos the first ``half`` columns, sin the next."""
+    mask = tok_ok[:, None] & (offs_i < half)[None, :]
+    cols = offs_i[None, :] * stride_cd
+    cos = tl.load(ROW[:, None] + cols, mask=mask, other=0.0).to(tl.float32)
+    sin = tl.load(ROW[:, None] + half * stride_cd + cols, mask=mask, other=0.0).to(tl.float32)
+    return cos[:, None, :], sin[:, None, :]
 
 
 @triton.jit
 def _rope_kernel(
-    POS, OFF, Q, k_off, CACHE, n_qblocks, hq, hk, half, rope_off,
+    POS, OFF, Q, k_off, CACHE, n_tokens, hq, hk, half, rope_off,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_ct, stride_cd,
-    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, NEOX: tl.constexpr, HAS_OFF: tl.constexpr,
-    INVERSE: tl.constexpr, USE_PDL: tl.constexpr = False,
+    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, NEOX: tl.constexpr,
+    HAS_OFF: tl.constexpr, INVERSE: tl.constexpr, USE_PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """vLLM's rotary_embedding, in place: program ``(t, b)`` rotates token ``t``'s head block
-    ``b`` of query (``b < n_qblocks``) or of key (the rest)."""
-    t = tl.program_id(0).to(tl.int64)
-    blk = tl.program_id(1)
+    """vLLM's rotary_embedding, in place: program ``(a, b)`` rotates tokens ``a * BLOCK_T ...``,
+    heads ``b * BLOCK_H ...`` of the query heads followed by the key heads (``j < hq``: query
+    head ``j``; else key head ``j - hq``, addressed ``k_off`` elements from ``Q``: one pointer,
+    no branch, so the compiler keeps the rows' alignment and issues vector loads)."""
+    toks = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    tok_ok = toks < n_tokens
+    t = toks.to(tl.int64)[:, None]
+    j = (tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H))[None, :]
+    is_k = j >= hq
+    jk = (j - hq).to(tl.int64)
+    row_ok = tok_ok[:, None] & (j < hq + hk)
+    k_rows = k_off + t * stride_kt + jk * stride_kh
+    rows = Q + rope_off + tl.where(is_k, k_rows, t * stride_qt + j * stride_qh)
     offs_i = tl.arange(0, BLOCK_HALF)
-    pair_ok = offs_i < half
-    is_k = blk >= n_qblocks
-    heads = tl.where(is_k, blk - n_qblocks, blk) * BLOCK_H + tl.arange(0, BLOCK_H)
-    head_ok = heads < tl.where(is_k, hk, hq)
-    # K is addressed from Q (k_off elements away): one pointer, no branch, so the compiler keeps
-    # the rows' alignment and issues vector loads
-    base = tl.where(is_k, k_off + t * stride_kt, t * stride_qt)
-    rows = Q + base + heads.to(tl.int64) * tl.where(is_k, stride_kh, stride_qh) + rope_off
-    mask = head_ok[:, None] & pair_ok[None, :]
-    ptrs = rows[:, None]
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
-    pos = tl.load(POS + t)
+    pos = tl.load(POS + toks, mask=tok_ok, other=0)
     if HAS_OFF:
-        pos += tl.load(OFF + t)
-    crow = CACHE + pos * stride_ct
-    cos = tl.load(crow + offs_i * stride_cd, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
-    sin = tl.load(crow + (half + offs_i) * stride_cd, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
-    x1, x2 = _load_pairs(ptrs, offs_i, head_ok, mask, half, NEOX, BLOCK_H, BLOCK_HALF)
+        pos += tl.load(OFF + toks, mask=tok_ok, other=0)
+    cos, sin = _load_cos_sin(CACHE + pos * stride_ct, tok_ok, offs_i, half, stride_cd)
+    x1, x2 = _load_pairs(rows, row_ok, offs_i, half, NEOX, BLOCK_T, BLOCK_H, BLOCK_HALF)
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
     if INVERSE:
         sin = -sin
     o1 = x1 * cos - x2 * sin
     o2 = x2 * cos + x1 * sin
-    _store_pairs(ptrs, offs_i, head_ok, mask, half, o1, o2, NEOX, BLOCK_H, BLOCK_HALF)
+    _store_pairs(rows, row_ok, offs_i, half, o1, o2, NEOX, BLOCK_T, BLOCK_H, BLOCK_HALF)
 
 
 @triton.jit
 def _hf_rope_kernel(
-    Q, k_off, COS, SIN, n_qblocks, hq, hk, n1, half,
+    Q, k_off, COS, SIN, n_tokens, hq, hk, n1, half,
     sq0, sq1, sqh, sk0, sk1, skh, sc0, sc1, ss0, ss1,
-    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, USE_PDL: tl.constexpr = False,
+    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, USE_PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """Hugging Face's ``q*cos + rotate_half(q)*sin``, in place: program ``(i, b)`` takes the
-    leading index ``(i // n1, i % n1)`` (batch and sequence for ``(B, H, S, D)``) and head block
-    ``b`` of q, then of k. Both halves of cos/sin are read: the first output half uses the first
+    """Hugging Face's ``q*cos + rotate_half(q)*sin``, in place: a "token" ``p`` is the leading
+    index ``(p // n1, p % n1)`` (batch and sequence for ``(B, H, S, D)``); heads as in
+    :func:`_rope_kernel`. Both halves of cos/sin are read: the first output half uses the first
     half of cos/sin, the second the second (equal for HF's rotary modules)."""
-    pid = tl.program_id(0)
-    blk = tl.program_id(1)
-    i0 = (pid // n1).to(tl.int64)
-    i1 = (pid % n1).to(tl.int64)
+    toks = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    tok_ok = toks < n_tokens
+    i0 = (toks // n1).to(tl.int64)
+    i1 = (toks % n1).to(tl.int64)
+    j = (tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H))[None, :]
+    is_k = j >= hq
+    jk = (j - hq).to(tl.int64)
+    row_ok = tok_ok[:, None] & (j < hq + hk)
+    q_rows = (i0 * sq0 + i1 * sq1)[:, None] + j * sqh
+    k_rows = (k_off + i0 * sk0 + i1 * sk1)[:, None] + jk * skh
+    rows = Q + tl.where(is_k, k_rows, q_rows)
     offs_i = tl.arange(0, BLOCK_HALF)
-    pair_ok = offs_i < half
-    is_k = blk >= n_qblocks
-    heads = tl.where(is_k, blk - n_qblocks, blk) * BLOCK_H + tl.arange(0, BLOCK_H)
-    head_ok = heads < tl.where(is_k, hk, hq)
-    base = tl.where(is_k, k_off + i0 * sk0 + i1 * sk1, i0 * sq0 + i1 * sq1)  # k from q's pointer
-    rows = Q + base + heads.to(tl.int64) * tl.where(is_k, skh, sqh)
-    mask = head_ok[:, None] & pair_ok[None, :]
-    ptrs = rows[:, None]
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
-    crow = COS + i0 * sc0 + i1 * sc1 + offs_i
-    srow = SIN + i0 * ss0 + i1 * ss1 + offs_i
-    c1 = tl.load(crow, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
-    c2 = tl.load(crow + half, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
-    s1 = tl.load(srow, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
-    s2 = tl.load(srow + half, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
-    x1, x2 = _load_pairs(ptrs, offs_i, head_ok, mask, half, True, BLOCK_H, BLOCK_HALF)
+    c1, c2 = _load_cos_sin(COS + i0 * sc0 + i1 * sc1, tok_ok, offs_i, half, 1)
+    s1, s2 = _load_cos_sin(SIN + i0 * ss0 + i1 * ss1, tok_ok, offs_i, half, 1)
+    x1, x2 = _load_pairs(rows, row_ok, offs_i, half, True, BLOCK_T, BLOCK_H, BLOCK_HALF)
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
     o1, o2 = x1 * c1 - x2 * s1, x2 * c2 + x1 * s2
-    _store_pairs(ptrs, offs_i, head_ok, mask, half, o1, o2, True, BLOCK_H, BLOCK_HALF)
+    _store_pairs(rows, row_ok, offs_i, half, o1, o2, True, BLOCK_T, BLOCK_H, BLOCK_HALF)
 
 
 @triton.jit(do_not_specialize=["eps"])
 def _qk_norm_rope_kernel(
-    QKV, POS, WQ, WK, CACHE, hq, hk, half, stride_t, stride_ct, stride_cd, eps,
-    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, NEOX: tl.constexpr, USE_PDL: tl.constexpr = False,
+    QKV, POS, WQ, WK, CACHE, n_tokens, hq, hk, half, stride_t, stride_ct, stride_cd, eps,
+    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, NEOX: tl.constexpr,
+    USE_PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """Per-head RMSNorm then RoPE of token ``t``'s q and k heads ``b * BLOCK_H ...`` (q heads
-    first, then k heads, as they lie in the row), in place; the v heads are not touched.
-    Everything in fp32, rounded once at the store."""
-    t = tl.program_id(0).to(tl.int64)
-    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    """Per-head RMSNorm then RoPE of tokens ``a * BLOCK_T ...``, q and k heads ``b * BLOCK_H ...``
+    (q heads first, then k heads, as they lie in the row), in place; the v heads are not
+    touched. Everything in fp32, rounded once at the store."""
+    toks = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    tok_ok = toks < n_tokens
+    j = (tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H))[None, :]
+    row_ok = tok_ok[:, None] & (j < hq + hk)
+    is_q = (j < hq)[:, :, None]
+    rows = QKV + toks.to(tl.int64)[:, None] * stride_t + j * (2 * half)
     offs_i = tl.arange(0, BLOCK_HALF)
-    pair_ok = offs_i < half
-    head_ok = heads < hq + hk
-    mask = head_ok[:, None] & pair_ok[None, :]
-    is_q = (heads < hq)[:, None]
-    ptrs = (QKV + t * stride_t + heads.to(tl.int64) * (2 * half))[:, None]
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
-    x1, x2 = _load_pairs(ptrs, offs_i, head_ok, mask, half, NEOX, BLOCK_H, BLOCK_HALF)
-    wq1, wq2 = _load_weight_pairs(WQ, offs_i, pair_ok, half, NEOX, BLOCK_HALF)
-    wk1, wk2 = _load_weight_pairs(WK, offs_i, pair_ok, half, NEOX, BLOCK_HALF)
-    pos = tl.load(POS + t)
-    crow = CACHE + pos * stride_ct
-    cos = tl.load(crow + offs_i * stride_cd, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
-    sin = tl.load(crow + (half + offs_i) * stride_cd, mask=pair_ok, other=0.0).to(tl.float32)[None, :]
+    x1, x2 = _load_pairs(rows, row_ok, offs_i, half, NEOX, BLOCK_T, BLOCK_H, BLOCK_HALF)
+    wq1, wq2 = _load_weight_pairs(WQ, offs_i, half, NEOX, BLOCK_HALF)
+    wk1, wk2 = _load_weight_pairs(WK, offs_i, half, NEOX, BLOCK_HALF)
+    pos = tl.load(POS + toks, mask=tok_ok, other=0)
+    cos, sin = _load_cos_sin(CACHE + pos * stride_ct, tok_ok, offs_i, half, stride_cd)
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    rstd = tl.rsqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / (2 * half) + eps)[:, None]
-    y1 = x1 * rstd * tl.where(is_q, wq1[None, :], wk1[None, :])
-    y2 = x2 * rstd * tl.where(is_q, wq2[None, :], wk2[None, :])
+    rstd = tl.rsqrt((tl.sum(x1 * x1, axis=2) + tl.sum(x2 * x2, axis=2)) / (2 * half) + eps)[:, :, None]
+    y1 = x1 * rstd * tl.where(is_q, wq1, wk1)
+    y2 = x2 * rstd * tl.where(is_q, wq2, wk2)
     o1, o2 = y1 * cos - y2 * sin, y2 * cos + y1 * sin
-    _store_pairs(ptrs, offs_i, head_ok, mask, half, o1, o2, NEOX, BLOCK_H, BLOCK_HALF)
+    _store_pairs(rows, row_ok, offs_i, half, o1, o2, NEOX, BLOCK_T, BLOCK_H, BLOCK_HALF)
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,11 +284,17 @@ def hf_layout(
 # --------------------------------------------------------------------------------------------
 
 
-def _blocks(heads: int, half: int) -> tuple[int, int]:
-    """``(BLOCK_HALF, BLOCK_H)``: pairs padded to a power of two, heads per program filling about
-    :data:`_TILE` pairs (at most the heads there are, rounded up to a power of two)."""
+def _blocks(tokens: int, heads: int, half: int) -> tuple[int, int, int]:
+    """``(BLOCK_T, BLOCK_H, BLOCK_HALF)``: pairs padded to a power of two, heads per program
+    filling about :data:`_TILE` pairs (at most the heads there are, rounded up to a power of
+    two), one token per program. Under Triton's interpreter (tests) every head and up to 16
+    tokens per program: it runs programs one after another, each operation costing about the
+    same whatever the tile's size."""
     block_half = triton.next_power_of_2(max(half, 1))
-    return block_half, max(1, min(triton.next_power_of_2(max(heads, 1)), _TILE // block_half))
+    if _INTERPRET:
+        block_t = min(16, triton.next_power_of_2(max(tokens, 1)))
+        return block_t, triton.next_power_of_2(max(heads, 1)), block_half
+    return 1, max(1, min(triton.next_power_of_2(max(heads, 1)), _TILE // block_half)), block_half
 
 
 def rotary_embedding_(
@@ -310,18 +329,17 @@ def rotary_embedding_(
     hq, sqt, sqh = q_layout
     hk, skt, skh = k_layout if key is not None else (0, 0, 0)
     half = rotary_dim // 2
-    block_half, block_h = _blocks(max(hq, hk), half)
-    n_q = triton.cdiv(hq, block_h)
-    n_k = triton.cdiv(hk, block_h)
+    block_t, block_h, block_half = _blocks(tokens, hq + hk, half)
     pos = positions.reshape(-1)
     use_off = offsets is not None and cos_sin_format == "deepseek"
     off = offsets.reshape(-1) if use_off and offsets is not None else pos
     # key addressed from query's pointer (same dtype: a whole number of elements apart)
     k_off = 0 if key is None else (key.data_ptr() - query.data_ptr()) // query.element_size()
-    _rope_kernel[(tokens, n_q + n_k)](
-        pos, off, query, k_off, cos_sin_cache, n_q, hq, hk, half, rope_dim_offset,
+    grid = (triton.cdiv(tokens, block_t), triton.cdiv(hq + hk, block_h))
+    _rope_kernel[grid](
+        pos, off, query, k_off, cos_sin_cache, tokens, hq, hk, half, rope_dim_offset,
         sqt, sqh, skt, skh, cos_sin_cache.stride(0), cos_sin_cache.stride(1),
-        BLOCK_H=block_h, BLOCK_HALF=block_half, NEOX=bool(is_neox_style), HAS_OFF=use_off,
+        BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_HALF=block_half, NEOX=bool(is_neox_style), HAS_OFF=use_off,
         INVERSE=bool(inverse), num_warps=4, **_launch_opts(query.device),
     )  # fmt: skip
     return None
@@ -357,12 +375,12 @@ def rotary_pos_emb_(
     half = q.shape[-1] // 2
     if n0 * n1 == 0 or half == 0:
         return None
-    block_half, block_h = _blocks(max(hq, hk), half)
-    n_q, n_k = triton.cdiv(hq, block_h), triton.cdiv(hk, block_h)
+    block_t, block_h, block_half = _blocks(n0 * n1, hq + hk, half)
     k_off = (k.data_ptr() - q.data_ptr()) // q.element_size()  # k addressed from q's pointer
-    _hf_rope_kernel[(n0 * n1, n_q + n_k)](
-        q, k_off, cos, sin, n_q, hq, hk, n1, half, sq0, sq1, sqh, sk0, sk1, skh, sc0, sc1, ss0, ss1,
-        BLOCK_H=block_h, BLOCK_HALF=block_half, num_warps=4, **_launch_opts(q.device),
+    grid = (triton.cdiv(n0 * n1, block_t), triton.cdiv(hq + hk, block_h))
+    _hf_rope_kernel[grid](
+        q, k_off, cos, sin, n0 * n1, hq, hk, n1, half, sq0, sq1, sqh, sk0, sk1, skh, sc0, sc1, ss0, ss1,
+        BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_HALF=block_half, num_warps=4, **_launch_opts(q.device),
     )  # fmt: skip
     return None
 
@@ -393,12 +411,13 @@ def fused_qk_norm_rope_(
     if layout is None:
         raise ValueError("fused_qk_norm_rope_: qkv has no [tokens, width] strides with unit channel stride")
     heads = num_heads_q + num_heads_k
-    block_half, block_h = _blocks(heads, head_dim // 2)
+    block_t, block_h, block_half = _blocks(tokens, heads, head_dim // 2)
     wq = q_weight if q_weight.stride(0) == 1 else q_weight.contiguous()
     wk = k_weight if k_weight.stride(0) == 1 else k_weight.contiguous()
-    _qk_norm_rope_kernel[(tokens, triton.cdiv(heads, block_h))](
-        qkv, position_ids.reshape(-1), wq, wk, cos_sin_cache, num_heads_q, num_heads_k, head_dim // 2,
+    _qk_norm_rope_kernel[(triton.cdiv(tokens, block_t), triton.cdiv(heads, block_h))](
+        qkv, position_ids.reshape(-1), wq, wk, cos_sin_cache, tokens, num_heads_q, num_heads_k, head_dim // 2,
         layout[1], cos_sin_cache.stride(0), cos_sin_cache.stride(1), eps,
-        BLOCK_H=block_h, BLOCK_HALF=block_half, NEOX=bool(is_neox), num_warps=4, **_launch_opts(qkv.device),
+        BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_HALF=block_half, NEOX=bool(is_neox), num_warps=4,
+        **_launch_opts(qkv.device),
     )  # fmt: skip
     return None

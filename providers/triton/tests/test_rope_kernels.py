@@ -32,12 +32,13 @@ def _cache(rows: int, rotary_dim: int, dtype: torch.dtype = torch.float32) -> to
 
 @pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
 def test_rotary_embedding_writes_only_the_rotated_channels_of_padded_heads(neox):
-    """[T, H, D] views whose heads sit 64 apart (D 48) and whose tokens sit 256 apart; 3 query
-    heads and 1 key head (masked head block); rotary_dim 24 from channel 8 (12 pairs: a masked
-    pair block). The kernel writes the rotated channels of the views and nothing else."""
-    qbuf, kbuf = _randn(4, 4, 64), _randn(4, 2, 64)
-    q, k = qbuf[:, :3, :48], kbuf[:, :1, :48]
-    pos = torch.tensor([5, 0, 77, 31], device=DEVICE)
+    """[T, H, D] views whose heads sit 64 apart (D 48) and whose tokens sit 256 and 192 apart; 3
+    query heads and 2 key heads, 5 tokens (masked head and token blocks); rotary_dim 24 from
+    channel 8 (12 pairs: a masked pair block). The kernel writes the rotated channels of the views
+    and nothing else."""
+    qbuf, kbuf = _randn(5, 4, 64), _randn(5, 3, 64)
+    q, k = qbuf[:, :3, :48], kbuf[:, :2, :48]
+    pos = torch.tensor([5, 0, 77, 31, 99], device=DEVICE)
     args = (pos, q, k, 48, 24, _cache(100, 24), neox, None, "standard", False, 8)
     assert impls.rotary_embedding_supports(*args)
     qbuf0, kbuf0, q0, k0 = qbuf.clone(), kbuf.clone(), q.clone(), k.clone()
@@ -46,10 +47,34 @@ def test_rotary_embedding_writes_only_the_rotated_channels_of_padded_heads(neox)
     assert_close_to_reference(ircore.ops.rotary_embedding, out, (pos, q0, k0, *args[3:]))
     rotated = torch.zeros(64, dtype=torch.bool)
     rotated[8:32] = True
-    for buf, buf0, heads in ((qbuf, qbuf0, 3), (kbuf, kbuf0, 1)):
+    for buf, buf0, heads in ((qbuf, qbuf0, 3), (kbuf, kbuf0, 2)):
         changed = buf != buf0
         assert changed[:, :heads, 8:32].any()
         assert not changed[:, :, ~rotated].any() and not changed[:, heads:].any()
+
+
+def test_the_gpu_launch_configuration(monkeypatch):
+    """The blocks a GPU launch uses (one token per program, 32 heads of 128 channels per block:
+    48 query and key heads make two blocks, one straddling the query/key boundary), run here by
+    the interpreter: the tests above use its own blocks (every head, up to 16 tokens)."""
+    from ircore_triton import rope_kernels
+
+    monkeypatch.setattr(rope_kernels, "_INTERPRET", False)
+    assert rope_kernels._blocks(2, 48, 64) == (1, 32, 64)
+    qkv = _randn(2, (40 + 2 * 8) * 128)
+    pos = torch.tensor([3, 1000], device=DEVICE)
+    args = (pos, qkv[:, : 40 * 128], qkv[:, 40 * 128 : 48 * 128], 128, 128, _cache(1024, 128), True)
+    ref_args = (pos, args[1].clone(), args[2].clone(), *args[3:])
+    assert_close_to_reference(ircore.ops.rotary_embedding, impls.rotary_embedding(*args), ref_args)
+    w = 1 + 0.1 * torch.randn(128, device=DEVICE)
+    fused = (qkv, 40, 8, 8, 128, 1e-6, w, w.flip(0), _cache(1024, 128), False, pos)
+    ref_args = (qkv.clone(), *fused[1:])
+    assert_close_to_reference(ircore.ops.fused_qk_norm_rope, impls.fused_qk_norm_rope(*fused), ref_args)
+    q = _randn(1, 2, 40 * 128).view(1, 2, 40, 128).transpose(1, 2)
+    k = _randn(1, 2, 8 * 128).view(1, 2, 8, 128).transpose(1, 2)
+    cos, sin = _randn(1, 2, 128), _randn(1, 2, 128)
+    ref_args = (q.clone(), k.clone(), cos, sin, 1)
+    assert_close_to_reference(ircore.ops.rotary_pos_emb, impls.rotary_pos_emb(q, k, cos, sin, 1), ref_args)
 
 
 def test_query_only_is_rotary_embeddings_query_bit_for_bit():
@@ -66,7 +91,7 @@ def test_rotary_pos_emb_rotates_hf_views_where_they_lie_with_each_halfs_cos_sin(
     """q and k as HF's attention makes them (views of the projections' outputs, GQA) are rotated
     in those buffers; cos/sin with unequal halves (not HF's, but the op's reference defines the
     second half by the second half of cos/sin) and a broadcast batch."""
-    b, s, hq, hk, d = 2, 3, 3, 1, 48
+    b, s, hq, hk, d = 2, 3, 3, 2, 48  # 6 tokens and 5 heads: masked token and head blocks
     qproj, kproj = _randn(b, s, hq * d), _randn(b, s, hk * d)
     q, k = qproj.view(b, s, hq, d).transpose(1, 2), kproj.view(b, s, hk, d).transpose(1, 2)
     cos, sin = _randn(1, s, d), _randn(1, s, d)
@@ -79,19 +104,19 @@ def test_rotary_pos_emb_rotates_hf_views_where_they_lie_with_each_halfs_cos_sin(
 
 
 def test_fused_qk_norm_rope_leaves_v_and_row_padding_alone():
-    """qkv a view of rows padded by 16 elements; 3 q heads, 1 k head, 1 v head of 48 channels
-    (a masked head block and a masked pair block); gptj, fp32 weights and cache."""
-    buf = _randn(3, 5 * 48 + 16)
-    qkv = buf[:, : 5 * 48]
+    """qkv a view of rows padded by 16 elements; 3 q heads, 2 k heads, 1 v head of 48 channels,
+    3 tokens (masked token, head and pair blocks); gptj, fp32 weights and cache."""
+    buf = _randn(3, 6 * 48 + 16)
+    qkv = buf[:, : 6 * 48]
     wq, wk = 1 + 0.1 * torch.randn(48, device=DEVICE), 1 + 0.1 * torch.randn(48, device=DEVICE)
     pos = torch.tensor([2, 60, 7], device=DEVICE)
-    args = (qkv, 3, 1, 1, 48, 1e-6, wq, wk, _cache(64, 48), False, pos)
+    args = (qkv, 3, 2, 1, 48, 1e-6, wq, wk, _cache(64, 48), False, pos)
     assert impls.fused_qk_norm_rope_supports(*args)
     buf0, qkv0 = buf.clone(), qkv.clone()
     assert impls.fused_qk_norm_rope(*args) is qkv
     assert_close_to_reference(ircore.ops.fused_qk_norm_rope, qkv, (qkv0, *args[1:]))
-    assert torch.equal(buf[:, 4 * 48 :], buf0[:, 4 * 48 :])  # v and the padding
-    assert not torch.equal(buf[:, : 4 * 48], buf0[:, : 4 * 48])
+    assert torch.equal(buf[:, 5 * 48 :], buf0[:, 5 * 48 :])  # v and the padding
+    assert not torch.equal(buf[:, : 5 * 48], buf0[:, : 5 * 48])
 
 
 def test_predicates_decline_strides_the_kernels_cannot_address():

@@ -165,40 +165,39 @@ def rope_sources(
     pdl = arch >= 90
     style = "neox" if neox else "gptj"
     half = head_dim // 2
-    block_half, block_h = R._blocks(32, half)
+    block_t, block_h, block_half = R._blocks(4096, 40, half)
     out = []
     fn = R._rope_kernel
     sig = {"POS": "*i64", "OFF": "*i64", "Q": f"*{ty}", "k_off": "i64", "CACHE": f"*{ty}"}
-    ints = ("n_qblocks", "hq", "hk", "half", "rope_off", "stride_qt", "stride_qh", "stride_kt", "stride_kh")
+    ints = ("n_tokens", "hq", "hk", "half", "rope_off", "stride_qt", "stride_qh", "stride_kt", "stride_kh")
     sig.update({n: "i32" for n in (*ints, "stride_ct")})
-    cons = {"stride_cd": 1, "BLOCK_H": block_h, "BLOCK_HALF": block_half, "NEOX": neox, "HAS_OFF": False,
-            "INVERSE": False, "USE_PDL": pdl}  # fmt: skip
+    cons = {"stride_cd": 1, "BLOCK_T": block_t, "BLOCK_H": block_h, "BLOCK_HALF": block_half, "NEOX": neox,
+            "HAS_OFF": False, "INVERSE": False, "USE_PDL": pdl}  # fmt: skip
     sig.update(dict.fromkeys(cons, "constexpr"))
     aligned = ["POS", "OFF", "Q", "k_off", "CACHE", "half", "rope_off", "stride_qt", "stride_qh"]
     aligned += ["stride_kt", "stride_kh", "stride_ct"]
-    label = f"rotary_embedding {ty} D={head_dim} {style} h{block_h} p{block_half}"
+    label = f"rotary_embedding {ty} D={head_dim} {style} t{block_t} h{block_h} p{block_half}"
     out.append((label, ASTSource(fn, sig, cons, _attrs(fn, aligned)), 4))
     fn = R._qk_norm_rope_kernel
-    block_half, block_h = R._blocks(40, half)
     sig = {"QKV": f"*{ty}", "POS": "*i64", "WQ": f"*{ty}", "WK": f"*{ty}", "CACHE": f"*{ty}"}
-    sig.update({n: "i32" for n in ("hq", "hk", "half", "stride_t", "stride_ct")})
+    sig.update({n: "i32" for n in ("n_tokens", "hq", "hk", "half", "stride_t", "stride_ct")})
     sig["eps"] = "fp32"
-    cons = {"stride_cd": 1, "BLOCK_H": block_h, "BLOCK_HALF": block_half, "NEOX": neox, "USE_PDL": pdl}
+    cons = {"stride_cd": 1, "BLOCK_T": block_t, "BLOCK_H": block_h, "BLOCK_HALF": block_half, "NEOX": neox,
+            "USE_PDL": pdl}  # fmt: skip
     sig.update(dict.fromkeys(cons, "constexpr"))
     aligned = ["QKV", "POS", "WQ", "WK", "CACHE", "half", "stride_t", "stride_ct"]
-    label = f"fused_qk_norm_rope {ty} D={head_dim} {style} h{block_h} p{block_half}"
+    label = f"fused_qk_norm_rope {ty} D={head_dim} {style} t{block_t} h{block_h} p{block_half}"
     out.append((label, ASTSource(fn, sig, cons, _attrs(fn, aligned)), 4))
     if neox:  # Hugging Face's form is neox only: q/k (B, H, S, D) views, cos/sin (B, S, D)
         fn = R._hf_rope_kernel
-        block_half, block_h = R._blocks(32, half)
         sig = {"Q": f"*{ty}", "k_off": "i64", "COS": f"*{ty}", "SIN": f"*{ty}"}
-        names = ("n_qblocks", "hq", "hk", "n1", "half", "sq0", "sq1", "sqh", "sk0", "sk1", "skh")
+        names = ("n_tokens", "hq", "hk", "n1", "half", "sq0", "sq1", "sqh", "sk0", "sk1", "skh")
         sig.update({n: "i32" for n in (*names, "sc0", "sc1", "ss0", "ss1")})
-        cons = {"BLOCK_H": block_h, "BLOCK_HALF": block_half, "USE_PDL": pdl}
+        cons = {"BLOCK_T": block_t, "BLOCK_H": block_h, "BLOCK_HALF": block_half, "USE_PDL": pdl}
         sig.update(dict.fromkeys(cons, "constexpr"))
         aligned = ["Q", "k_off", "COS", "SIN", "half", "sq0", "sq1", "sqh", "sk0", "sk1", "skh"]
         aligned += ["sc0", "sc1", "ss0", "ss1"]
-        label = f"rotary_pos_emb {ty} D={head_dim} h{block_h} p{block_half}"
+        label = f"rotary_pos_emb {ty} D={head_dim} t{block_t} h{block_h} p{block_half}"
         out.append((label, ASTSource(fn, sig, cons, _attrs(fn, aligned)), 4))
     return out
 
