@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 _GPU_KINDS = ("cuda", "rocm", "xpu")
 _MIN_TRITON = (3, 4)  # the range declared in the "triton" extra; tested on 3.6
 OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm")
+# The position ops (rope_kernels.py): in place, predicates that read strides (not cached).
+ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only", "rotary_pos_emb", "fused_qk_norm_rope")
 
 # Rank 20 everywhere: behind vllm_c (rank 10) on NVIDIA GPUs and CPUs, first elsewhere.
 # H200, 2026-12-02 run 3 (benchmarks/README.md, "Earlier runs": section 3; bf16+fp16, 24 shapes
@@ -43,6 +45,9 @@ IRCORE_IMPLEMENTATIONS = {
         inplace=("fused_add_rms_norm",),
         cache_by_signature=True,
         rank=DEFAULT_RANK,
+    ),
+    **ircore.impl_table(
+        "ircore_triton.impls", ROPE_OPS, inplace=ROPE_OPS, cache_by_signature=False, rank=DEFAULT_RANK
     ),
     **ircore.impl_table("ircore_triton.impls", MATMUL_OPS, rank=DEFAULT_RANK),
 }
