@@ -18,12 +18,14 @@ from . import norm_kernels as _nk
 __all__ = [
     "fused_add_rms_norm",
     "fused_add_rms_norm_functional",
+    "fused_add_rms_norm_invariant",
     "fused_add_rms_norm_supports",
     "layer_norm",
     "layer_norm_supports",
     "rms_norm",
     "rms_norm_gated",
     "rms_norm_gated_supports",
+    "rms_norm_invariant",
     "rms_norm_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
@@ -148,3 +150,26 @@ def layer_norm_supports(x: Tensor, weight: Tensor | None, bias: Tensor | None, e
     """GPU tensor, unit last-dim stride, a row of at most ``MAX_ROW_BLOCK`` elements (the core
     has checked that weight and bias have x's dtype)."""
     return x.shape[-1] <= _nk.MAX_ROW_BLOCK and _device_ok(x) and _rows_ok(x)
+
+
+def rms_norm_invariant(
+    x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
+) -> Tensor:
+    """rms_norm launched with a configuration fixed per hidden size (batch-invariant mode)."""
+    from . import invariant_kernels
+
+    return invariant_kernels.rms_norm(x, weight, epsilon, variance_size)
+
+
+def fused_add_rms_norm_invariant(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """In place, as :func:`fused_add_rms_norm`, with a configuration fixed per hidden size."""
+    from . import invariant_kernels
+
+    invariant_kernels.fused_add_rms_norm_(x, x_residual, weight, epsilon, variance_size)
+    return x, x_residual

@@ -33,9 +33,19 @@ DEFAULT_RANK = 20
 # fused_add_rms_norm works in place (the core clones if needed). cache_by_signature: the
 # predicates read only devices, dtypes and last-dimension layout (see impls.py), facts of the
 # call signature, so ircore may ask once per signature.
+# Batch invariance: every op; rms_norm and fused_add_rms_norm through their invariant variants
+# (a launch fixed per hidden size, invariant_kernels.py), whose default launch is tuned per
+# row-count bucket. The matmul layer of ircore.batch_invariant(matmul=True): matmul_layer.py.
 IRCORE_IMPLEMENTATIONS = ircore.impl_table(
-    "ircore_triton.impls", OPS, inplace=("fused_add_rms_norm",), cache_by_signature=True, rank=DEFAULT_RANK
+    "ircore_triton.impls",
+    OPS,
+    inplace=("fused_add_rms_norm",),
+    cache_by_signature=True,
+    rank=DEFAULT_RANK,
+    batch_invariant=True,
+    invariant_fns=("rms_norm", "fused_add_rms_norm"),
 )
+IRCORE_MATMUL_LAYER = "ircore_triton.matmul_layer:LAYER"
 
 
 def _interpreting() -> bool:

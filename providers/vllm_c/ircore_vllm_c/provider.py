@@ -23,8 +23,20 @@ OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "laye
 # impls.py), facts of the call signature, so ircore may ask once per signature.
 DEFAULT_RANK = 10
 
+# Batch invariance: silu_and_mul is elementwise; the norms claim their CPU kernels only (impls.py
+# says why not CUDA).
+BATCH_INVARIANT = {
+    "silu_and_mul": True,
+    **{op: f"ircore_vllm_c.impls:{op}_batch_invariant" for op in OPS if op != "silu_and_mul"},
+}
+
 IRCORE_IMPLEMENTATIONS = ircore.impl_table(
-    "ircore_vllm_c.impls", OPS, inplace=("fused_add_rms_norm",), cache_by_signature=True, rank=DEFAULT_RANK
+    "ircore_vllm_c.impls",
+    OPS,
+    inplace=("fused_add_rms_norm",),
+    cache_by_signature=True,
+    rank=DEFAULT_RANK,
+    batch_invariant=BATCH_INVARIANT,
 )
 
 
