@@ -260,3 +260,15 @@ def test_compiled_in_the_mode_is_invariant_and_keyed_by_it(caplog):
         compiled(x, r, w)  # outside the mode: not the invariant lowering
     assert "lowered in batch-invariant mode and runs outside it" in caplog.text
     torch._dynamo.reset()
+
+
+def test_verify_reports_a_false_claim():
+    from ircore.tools.verify import invariance_results
+
+    _register(True, fn=_variant_rms, provider="liar")
+    _register(True, provider="honest")
+    kw = {"ops": ["rms_norm"], "devices": ["cpu"], "dtypes": [torch.float32]}
+    (liar,) = invariance_results(["liar"], **kw)
+    (honest,) = invariance_results(["honest"], **kw)
+    assert liar.status == "failed" and "liar.rms_norm is not batch-invariant" in liar.message
+    assert honest.status == "passed" and honest.case.label.startswith("batch invariance")

@@ -348,7 +348,7 @@ def check_provider(
     seeds: Iterable[int] = (0, 1),
     ops: Sequence[str] | None = None,
     batch_sizes: Sequence[int] | None = BATCH_SIZES,
-    invariance_samples: int | None = 2,
+    invariance_samples: int | None = 1,
 ) -> ConformanceReport:
     """Check every implementation ``provider`` registered; raise ``AssertionError`` on the first miss.
 
