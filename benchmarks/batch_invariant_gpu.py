@@ -85,8 +85,8 @@ def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                         continue
                     if invariant.supports_args is not None and not invariant.supports_args(*call_args):
                         continue
-                    d = time_us(lambda: default.call(*call_args))
-                    i = time_us(lambda: invariant.call(*call_args))
+                    d = time_us(lambda f=default.call, a=call_args: f(*a))
+                    i = time_us(lambda f=invariant.call, a=call_args: f(*a))
                     rows.append({"op": name, "provider": provider, "T": t, "H": h, "default_us": d,
                                  "invariant_us": i, "ratio": i / d})  # fmt: skip
                     print(f"{name:20} {provider:8} T={t:5} H={h}: {d:9.2f} us -> {i:9.2f} us  {i / d:5.2f}x",
@@ -98,8 +98,8 @@ def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
             b = torch.randn(h, h, dtype=dtype, device=args.device)
             for t in args.tokens:
                 a = torch.randn(t, h, dtype=dtype, device=args.device)
-                d = time_us(lambda: torch.mm(a, b))
-                i = time_us(lambda: matmul(a, b))
+                d = time_us(lambda a=a, b=b: torch.mm(a, b))
+                i = time_us(lambda a=a, b=b: matmul(a, b))
                 rows.append({"op": "mm", "provider": "triton matmul layer", "T": t, "H": h, "default_us": d,
                              "invariant_us": i, "ratio": i / d})  # fmt: skip
     return rows
