@@ -272,3 +272,35 @@ def test_verify_reports_a_false_claim():
     (honest,) = invariance_results(["honest"], **kw)
     assert liar.status == "failed" and "liar.rms_norm is not batch-invariant" in liar.message
     assert honest.status == "passed" and honest.case.label.startswith("batch invariance")
+
+
+def test_lowering_walks_the_invariant_plan_and_the_guard_knows_the_mode():
+    """The lowering (no Inductor: the pass on a make_fx graph) picks what the mode allows, and a
+    graph lowered in the mode runs uncompiled outside it (and the other way round)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ircore._state import STATE
+    from ircore.compile._backend import _guarded
+    from ircore.compile._lowering import lower
+
+    _register(False)
+    x, w, eps = _args()
+
+    def f(x, w):
+        return ircore.ops.rms_norm(x, w, 1e-6)
+
+    chosen, _ = lower(make_fx(f, tracing_mode="fake")(x, w).graph)
+    assert set(chosen.values()) == {("rms_norm", "myprov")}
+    with ircore.batch_invariant():
+        gm = make_fx(f, tracing_mode="fake")(x, w)
+        chosen, left = lower(gm.graph)
+        assert set(chosen.values()) == {("rms_norm", "native")} and left == 0
+        targets = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+        assert not any("mean" in t for t in targets), targets  # the fixed-order form, not torch's mean
+    dispatch.ensure_loaded()
+    lists = {"rms_norm": dispatch.effective_priority(ircore.ops.rms_norm, None)[0]}
+    lowered_inside = _guarded(lambda: "compiled", lambda: "eager", STATE.version, lists, True)
+    lowered_outside = _guarded(lambda: "compiled", lambda: "eager", STATE.version, lists, False)
+    assert (lowered_inside(), lowered_outside()) == ("eager", "compiled")
+    with ircore.batch_invariant():
+        assert (lowered_inside(), lowered_outside()) == ("compiled", "eager")
