@@ -284,7 +284,7 @@ def test_lowering_walks_the_invariant_plan_and_the_guard_knows_the_mode():
     from ircore.compile._lowering import lower
 
     _register(False)
-    x, w, eps = _args()
+    x, w, _ = _args()
 
     def f(x, w):
         return ircore.ops.rms_norm(x, w, 1e-6)
