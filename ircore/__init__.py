@@ -12,8 +12,16 @@ _state.STATE.providers = providers.HOST
 
 from ircore import ops  # noqa: E402 - declares the op library, with the loader attached
 from ircore._version import __version__  # noqa: E402
-from ircore.dispatch import Explanation, get_priority, priority, set_priority, tracing_implementations  # noqa: E402
+from ircore.dispatch import (  # noqa: E402
+    Explanation,
+    batch_invariant,
+    get_priority,
+    priority,
+    set_priority,
+    tracing_implementations,
+)
 from ircore.errors import (  # noqa: E402
+    BatchInvariantError,
     ConfigError,
     DonatedInputError,
     ImplRegistrationError,
@@ -38,6 +46,7 @@ _import_hook.call_after_import(
 
 __all__ = [
     "API_VERSION",
+    "BatchInvariantError",
     "ConfigError",
     "DonatedInputError",
     "Explanation",
@@ -59,6 +68,7 @@ __all__ = [
     "UnknownOpError",
     "__version__",
     "all_ops",
+    "batch_invariant",
     "compile",
     "configure",
     "current_platform",

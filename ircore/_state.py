@@ -68,14 +68,31 @@ class Scope:
     ``plans`` has an entry for exactly the ops ``priorities`` names: the fast call
     (ircore/csrc/fast_call.cpp) reads only ``plans``, from its slot, and takes a name missing
     there to mean "not named here, the process-wide plan decides".
+
+    ``invariant``: inside ``with ircore.batch_invariant()`` (or a block nested in one). Such a
+    scope names every op (its ``priorities`` hold each op's list, its ``plans`` each op's
+    invariant plan), so that the fast call and the eager call, which look only at ``plans`` and
+    ``priorities``, never take a remembered choice of the process-wide plan there. ``named`` is
+    what ``priority`` blocks named (the rest of ``priorities`` only repeats the lower sources),
+    and ``matmul`` whether the block asked for the matmul layer.
     """
 
-    __slots__ = ("outer", "plans", "priorities")
+    __slots__ = ("invariant", "matmul", "named", "outer", "plans", "priorities")
 
-    def __init__(self, priorities: dict[str, tuple[str, ...]], outer: Scope | None) -> None:
+    def __init__(
+        self,
+        priorities: dict[str, tuple[str, ...]],
+        outer: Scope | None,
+        invariant: bool = False,
+        named: dict[str, tuple[str, ...]] | None = None,
+        matmul: bool = False,
+    ) -> None:
         self.priorities = priorities
         self.outer = outer
         self.plans: dict[str, Any] = {}
+        self.invariant = invariant
+        self.named = priorities if named is None else named
+        self.matmul = matmul
 
 
 #: The priority scope of this thread or asyncio task (``with ircore.priority(...)``), or None.
@@ -89,7 +106,7 @@ DECLARED_ATTRIBUTES = (
     "reference", "cache_by_signature", "signature", "param_names", "defaults", "schema",
     "check_types", "tensor_indices", "inplace_indices", "signature_spec", "impls", "removed",
     "signature_cache", "fake", "torch_op", "torch_inplace_op", "any_layout_args", "check_annotations",
-    "check_declared", "quick_test", "_overlap_pairs", "_required", "quantized_outputs",
+    "check_declared", "quick_test", "_overlap_pairs", "_required", "quantized_outputs", "batch_invariant",
 )  # fmt: skip
 
 
@@ -135,6 +152,8 @@ class Snapshot(NamedTuple):
     declared: dict[str, Identities]
     #: op -> provider -> that implementation's fields, as they were
     impl_fields: dict[str, dict[str, Identities]]
+    #: the configured batch-invariant mode
+    batch_invariant: bool = False
 
     def settings(self) -> tuple[Any, ...]:
         """What a provider's code must leave alone, for the guard to compare (ircore._ownership)."""
@@ -180,6 +199,9 @@ class State:
         self.tracing_implementations = False
         self.trace_configured = False
         self.trace_blocks = 0
+        #: Batch-invariant mode from the configuration (key ``batch_invariant``): every plan keeps
+        #: only implementations that claim invariance (ircore.dispatch); scoped blocks add theirs.
+        self.batch_invariant = False
         #: What ``ircore.configure`` set, parsed (ircore.config); the highest configuration source.
         self.config_api: dict[str, Any] = {}
         #: Counts changes to it: the loader re-decides provider states when this moves.
@@ -187,8 +209,8 @@ class State:
         self.providers: ProviderHost = _NoProviders()
         # Remembered so that a priority block entered again costs a few lookups (ircore.dispatch).
         self.blocks: dict[tuple[Any, ...], Any] = {}
-        self.scopes: dict[tuple[Scope | None, tuple[Any, ...]], Scope] = {}
-        self.plans: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self.scopes: dict[tuple[Any, ...], Scope] = {}
+        self.plans: dict[tuple[str, tuple[str, ...], bool], Any] = {}
         self.known: tuple[object, frozenset[str]] = (None, frozenset())
         # Distinct entries each of those caches holds before it starts over (a bound, not a
         # tuning knob: an engine sees a few dozen).
@@ -224,6 +246,7 @@ class State:
                 impls,
                 self.fusions,
                 self.tracing_implementations,
+                self.batch_invariant,
             )
         )
 
@@ -294,12 +317,16 @@ class State:
                 self.blocked[provider] = why
             self.bump()
 
-    def set_configured(self, layers: list[PriorityLayer], fusions: object, trace: bool = False) -> None:
-        """The priority layers, fusion switches and ``trace_implementations`` configured."""
+    def set_configured(
+        self, layers: list[PriorityLayer], fusions: object, trace: bool = False, batch_invariant: bool = False
+    ) -> None:
+        """The priority layers, fusion switches, ``trace_implementations`` and ``batch_invariant``
+        configured."""
         with self.lock:
             self.layers = layers
             self.fusions = fusions
             self.trace_configured = trace
+            self.batch_invariant = batch_invariant
             self.tracing_implementations = trace or self.trace_blocks > 0
             self.bump()
 
@@ -332,6 +359,7 @@ class State:
                 {key: _copy(value) for key, value in self.config_api.items()},
                 {name: _declared(op) for name, op in self.ops.items()},
                 {name: {p: _fields(impl) for p, impl in op.impls.items()} for name, op in self.ops.items()},
+                self.batch_invariant,
             )
 
     def restore(self, snapshot: Snapshot) -> None:
@@ -360,6 +388,7 @@ class State:
             self.ranks = {name: dict(ranks) for name, ranks in snapshot.ranks.items()}
             self.blocked = dict(snapshot.blocked)
             self.fusions = snapshot.fusions
+            self.batch_invariant = snapshot.batch_invariant
             if self.config_api != snapshot.config_api:
                 self.config_api.clear()
                 self.config_api.update(snapshot.config_api)

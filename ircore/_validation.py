@@ -248,15 +248,22 @@ def check_provider_name(op: str, provider: object, fn: object) -> str:
 
 
 def check_predicate(
-    op: str, provider: str, fn: object, supports_args: object, native_signature: inspect.Signature
+    op: str,
+    provider: str,
+    fn: object,
+    supports_args: object,
+    native_signature: inspect.Signature,
+    field: str = "supports_args",
 ) -> None:
-    """``supports_args`` takes exactly the op's parameters, positionally, with native defaults."""
+    """``supports_args`` (or another predicate over the call, named ``field``: the
+    ``batch_invariant`` claim) takes exactly the op's parameters, positionally, with native
+    defaults."""
     if not callable(supports_args):
-        raise reject(op, provider, fn, f"supports_args {supports_args!r} is not callable")
+        raise reject(op, provider, fn, f"{field} {supports_args!r} is not callable")
     try:
         params = inspect.signature(supports_args).parameters
     except (TypeError, ValueError) as exc:
-        raise reject(op, provider, fn, f"cannot read supports_args' signature: {exc}") from None
+        raise reject(op, provider, fn, f"cannot read {field}' signature: {exc}") from None
     where = source_of(supports_args)
     native_params = native_signature.parameters
     if tuple(params) != tuple(native_params):
@@ -264,7 +271,7 @@ def check_predicate(
             op,
             provider,
             fn,
-            f"supports_args ({where}) takes ({', '.join(params)}) but must take the op's parameters "
+            f"{field} ({where}) takes ({', '.join(params)}) but must take the op's parameters "
             f"({', '.join(native_params)})",
         )
     # ircore passes every argument positionally, so a keyword-only parameter would fail every
@@ -272,11 +279,11 @@ def check_predicate(
     for param in params.values():
         if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
             why = f"has {param.kind.description} parameter {param.name!r}; every parameter must be positional"
-            raise reject(op, provider, fn, f"supports_args ({where}) {why}")
+            raise reject(op, provider, fn, f"{field} ({where}) {why}")
         native_default = native_params[param.name].default
         if param.default is not param.empty and not _same_default(param.default, native_default):
             wanted = (
                 "no default" if native_default is param.empty else f"the native default {native_default!r}"
             )
             why = f"gives {param.name!r} the default {param.default!r}; expected {wanted} (or none)"
-            raise reject(op, provider, fn, f"supports_args ({where}) {why}")
+            raise reject(op, provider, fn, f"{field} ({where}) {why}")

@@ -54,9 +54,30 @@ def _ops() -> list[dict[str, Any]]:
                 "source": source,
                 "implementations": ["native", *op.impls],
                 "signature": f"{name}{op.signature}",
+                # what batch-invariant mode may run: each implementation's claim, in words
+                "batch_invariant": {p: op.invariance_of(p) for p in ["native", *op.impls]},
             }
         )
     return out
+
+
+def _qualifying(claims: dict[str, str]) -> str:
+    """``vllm_c (some calls), native (fixed-order form)``: who may run in batch-invariant mode."""
+    out = []
+    for provider, claim in claims.items():
+        if claim.startswith("claims batch invariance for some"):
+            out.append(f"{provider} (some calls)")
+        elif claim == "claims batch invariance" or claim == "native is batch-invariant":
+            out.append(provider)
+        elif claim.startswith("native runs its batch-invariant form"):
+            out.append("native (fixed-order form)")
+    return ", ".join(out) or "none: calls raise in the mode"
+
+
+def _mode_line() -> str:
+    on = dispatch.batch_invariant_active()
+    where = "configured" if STATE.batch_invariant else "this block" if on else ""
+    return f"batch-invariant mode: {'on (' + where + ')' if on else 'off'}"
 
 
 # ---------------------------------------------------------------------- commands
@@ -90,8 +111,18 @@ def cmd_list(args: argparse.Namespace) -> int:
     else:
         print("  (none installed: pip install ircore-provider-<name>)")
     print("\nops:")
-    rows = [[o["op"], ", ".join(o["priority"]), o["source"], ", ".join(o["implementations"])] for o in ops]
-    print(table(rows, ["op", "priority", "from", "implementations"]))
+    rows = [
+        [
+            o["op"],
+            ", ".join(o["priority"]),
+            o["source"],
+            ", ".join(o["implementations"]),
+            _qualifying(o["batch_invariant"]),
+        ]
+        for o in ops
+    ]
+    print(table(rows, ["op", "priority", "from", "implementations", "batch-invariant"]))
+    print(_mode_line())
     return EXIT_OK
 
 
@@ -103,7 +134,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
         inputs = op.make_inputs(args.shape, args.dtype, args.device)
     except (RuntimeError, AssertionError) as exc:
         raise IrcoreError(f"cannot make inputs on device {args.device!r}: {exc}") from None
-    ex = ircore.explain(op, *inputs)
+    if args.batch_invariant:
+        with ircore.batch_invariant():
+            ex = ircore.explain(op, *inputs)
+    else:
+        ex = ircore.explain(op, *inputs)
     if args.json:
         print(
             json.dumps(
@@ -173,6 +208,8 @@ def _doctor_report() -> dict[str, Any]:
         "config_error": config_error,
         # tracing records the chosen implementations instead of torch.ops.ircore.* (docs/compiling.md)
         "trace_implementations": STATE.tracing_implementations,
+        # only implementations claiming batch invariance run (docs/batch-invariance.md)
+        "batch_invariant": STATE.batch_invariant,
         "providers": providers,
         "not_active": [p for p in providers if p["state"] != ProviderState.ACTIVE.value],
         # distributions declaring ops of their own; a broken one is a problem as a provider is
@@ -209,6 +246,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(f"configuration error: {report['config_error']}")
     if report["trace_implementations"]:
         print("trace_implementations: on (graphs record the chosen implementations, not torch.ops.ircore.*)")
+    print(
+        "batch-invariant mode: "
+        + (
+            "on (configured: only implementations claiming invariance run; `ircore list` says which)"
+            if report["batch_invariant"]
+            else "off (ircore.batch_invariant() or IRCORE_BATCH_INVARIANT=1 turns it on)"
+        )
+    )
     active = [p["name"] for p in report["providers"] if p["state"] == "active"]
     print(f"active providers: {', '.join(active) or 'none'}")
     for p in report["not_active"]:
@@ -247,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_explain.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda:0")
     p_explain.add_argument("--json", action="store_true", help="machine-readable output")
+    p_explain.add_argument(
+        "--batch-invariant", action="store_true", help="explain the call inside ircore.batch_invariant()"
+    )
     p_explain.set_defaults(func=cmd_explain)
 
     p_doctor = sub.add_parser("doctor", help="platform, versions, config in effect, every provider problem")

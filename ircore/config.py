@@ -12,8 +12,11 @@ Keys (the same in every source):
   ``ircore.compile.FUSIONS``).
 - ``trace_implementations``: tracing records the implementation each call would run instead of
   ``torch.ops.ircore.<op>`` (``IRCORE_TRACE_IMPLEMENTATIONS=1``; see ``ircore.IrOp.traced_call``).
+- ``batch_invariant``: batch-invariant mode for the whole process: only implementations that
+  claim batch invariance run (``IRCORE_BATCH_INVARIANT=1``; see ``ircore.batch_invariant``).
 
-For ``providers``, ``disable``, ``strict`` and ``trace_implementations`` the highest source that
+For ``providers``, ``disable``, ``strict``, ``trace_implementations`` and ``batch_invariant`` the
+highest source that
 sets the key decides; for ``priority`` the highest source that names the op decides, for
 ``fusions`` the highest source that names the fusion. Files: ``IRCORE_CONFIG``, else
 ``./ircore.toml``, else ``[tool.ircore]`` in ``./pyproject.toml``.
@@ -42,7 +45,9 @@ from ircore.errors import ConfigError
 
 __all__ = ["FUSIONS", "KNOWN_KEYS", "ConfigSource", "Settings", "configure", "normalize_fusions"]
 
-KNOWN_KEYS = ("providers", "disable", "priority", "strict", "fusions", "trace_implementations")
+KNOWN_KEYS = (
+    "providers", "disable", "priority", "strict", "fusions", "trace_implementations", "batch_invariant",
+)  # fmt: skip
 ENV_VARS = {
     "providers": "IRCORE_PROVIDERS",
     "disable": "IRCORE_DISABLE",
@@ -50,6 +55,7 @@ ENV_VARS = {
     "strict": "IRCORE_STRICT",
     "fusions": "IRCORE_FUSIONS",
     "trace_implementations": "IRCORE_TRACE_IMPLEMENTATIONS",
+    "batch_invariant": "IRCORE_BATCH_INVARIANT",
 }
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -286,6 +292,8 @@ class Settings:
     strict_from: str = "default"
     trace_implementations: bool = False
     trace_implementations_from: str = "default"
+    batch_invariant: bool = False
+    batch_invariant_from: str = "default"
 
     def enabled(self, provider: str) -> tuple[bool, str]:
         """Whether config lets ``provider`` load, and if not, which setting says so."""
@@ -375,7 +383,7 @@ def resolve_settings(environ: Mapping[str, str] | None = None, cwd: Path | None 
     read = read_sources() if environ is None and cwd is None else _read(environ, cwd)
     sources = [api_source(), *read]
     settings = Settings(sources=sources)
-    for key in ("providers", "disable", "strict", "trace_implementations"):
+    for key in ("providers", "disable", "strict", "trace_implementations", "batch_invariant"):
         for source in sources:
             if key in source.values:
                 setattr(settings, key, source.values[key])
@@ -398,6 +406,7 @@ def configure(
     strict: bool | None = None,
     fusions: Mapping[str, bool] | Sequence[str] | str | None = None,
     trace_implementations: bool | None = None,
+    batch_invariant: bool | None = None,
 ) -> None:
     """Set configuration from Python; it outranks the environment and config files.
 
@@ -406,9 +415,10 @@ def configure(
     provider (or an unavailable one that ``providers`` names) an error, ``fusions`` switches
     compile-time fusions (``{"add_rms_norm": False}``, a list of the names to run, ``"all"``,
     ``"none"``), ``trace_implementations`` makes tracing record the implementation each call
-    would run instead of ``torch.ops.ircore.<op>``. A provider disabled here stops being used at
-    once; one enabled here loads on next use. Compiled functions recompile on their next call
-    after any change. A provider's own code (its import and hooks) may not call it.
+    would run instead of ``torch.ops.ircore.<op>``, ``batch_invariant`` turns batch-invariant
+    mode on for the whole process (see ``ircore.batch_invariant``). A provider disabled here stops
+    being used at once; one enabled here loads on next use. Compiled functions recompile on their
+    next call after any change. A provider's own code (its import and hooks) may not call it.
     """
     _ownership.refuse_provider_code("ircore.configure()")
     raw: dict[str, Any] = {}
@@ -422,6 +432,8 @@ def configure(
         raw["fusions"] = fusions
     if trace_implementations is not None:
         raw["trace_implementations"] = trace_implementations
+    if batch_invariant is not None:
+        raw["batch_invariant"] = batch_invariant
     if raw:
         with _api_lock:
             parse_values(raw, api_source())

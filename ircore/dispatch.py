@@ -33,7 +33,10 @@ __all__ = [
     "Explanation",
     "Plan",
     "PriorityBlock",
+    "BatchInvariantBlock",
     "Step",
+    "batch_invariant",
+    "batch_invariant_active",
     "explain",
     "first_supported",
     "get_priority",
@@ -107,6 +110,10 @@ class OpLike(Protocol):
 
     def entry(self, provider: str) -> Entry: ...
 
+    def invariant_entry(self, provider: str) -> Entry | None: ...
+
+    def invariance_of(self, provider: str, args: tuple[Any, ...] | None = None) -> str: ...
+
     def wants_grad(self, args: tuple[Any, ...]) -> bool: ...
 
     def inputs_overlap(self, args: tuple[Any, ...]) -> bool: ...
@@ -176,8 +183,8 @@ def default_priority(op: OpLike) -> tuple[str, ...]:
 
 def effective_priority(op: OpLike, scope: Scope | None) -> tuple[tuple[str, ...], str]:
     """The list that decides ``op`` under ``scope`` (``native`` last) and the source it came from."""
-    if scope is not None and op.name in scope.priorities:
-        names, source = scope.priorities[op.name], "ircore.priority() scope"
+    if scope is not None and op.name in scope.named:
+        names, source = scope.named[op.name], "ircore.priority() scope"
     elif op.name in STATE.api_priority:
         names, source = STATE.api_priority[op.name], "ircore.set_priority()/configure()"
     else:
@@ -303,26 +310,131 @@ class PriorityBlock(_BlockBase, contextlib.ContextDecorator):  # type: ignore[mi
         ensure_loaded()
         generation = STATE.generation  # validation depends on the providers known now
         validated = validate_priority(self._request, "ircore.priority()")
-        merged = dict(outer.priorities) if outer is not None else {}
+        merged = dict(outer.named) if outer is not None else {}
         for op_name, names in validated.items():
             if names is None:
                 merged.pop(op_name, None)
             else:
                 merged[op_name] = names
-        content = (outer, tuple(sorted(merged.items())))
-        scope = STATE.scopes.get(content)
-        if scope is None:
-            scope = STATE.remember(STATE.scopes, content, Scope(merged, outer))
-            # Resolve the plans of the ops this scope names now, once per distinct scope, so the
-            # first call inside it costs what a signature miss costs outside any block.
-            for op_name, names in merged.items():
-                scope.plans[op_name] = _shared_plan(STATE.ops[op_name], _with_native(names), generation)
+        scope = _scope(merged, outer, outer is not None and outer.invariant, generation)
         STATE.remember(self._seen, outer, (generation, scope))
         return scope
 
 
+def _scope(
+    named: dict[str, tuple[str, ...]], outer: Scope | None, invariant: bool, generation: list[bool]
+) -> Scope:
+    """The scope of a block (one per distinct content), with the plans of the ops it names
+    resolved now, once per distinct scope, so the first call inside it costs what a signature
+    miss costs outside any block. A batch-invariant scope names every op (see Scope)."""
+    matmul = invariant and outer is not None and outer.matmul
+    content = (outer, tuple(sorted(named.items())), (invariant, STATE.ops_version) if invariant else None)
+    scope: Scope | None = STATE.scopes.get(content)
+    if scope is not None:
+        return scope
+    if not invariant:
+        scope = STATE.remember(STATE.scopes, content, Scope(named, outer))
+        for op_name, names in named.items():
+            scope.plans[op_name] = _shared_plan(STATE.ops[op_name], _with_native(names), generation)
+        return scope
+    scope = STATE.remember(STATE.scopes, content, Scope({}, outer, True, named, matmul))
+    for op_name, op in STATE.ops.items():
+        names = effective_priority(op, scope)[0]
+        scope.priorities[op_name] = names
+        scope.plans[op_name] = _shared_plan(op, names, generation, True)
+    return scope
+
+
+# ---------------------------------------------------------------------- batch-invariant blocks
+def batch_invariant_active(scope: Scope | None = None) -> bool:
+    """Whether batch-invariant mode decides calls here: configured (key ``batch_invariant``) or
+    inside a ``with ircore.batch_invariant()`` block of this thread or task."""
+    ensure_loaded()  # the configuration is applied by the loader
+    if STATE.batch_invariant:
+        return True
+    scope = SCOPE.get() if scope is None else scope
+    return scope is not None and scope.invariant
+
+
+def batch_invariant(*, matmul: bool = False) -> BatchInvariantBlock:
+    """Within the block, in this thread or task only, run only implementations that claim batch
+    invariance for the call: each output row then has the same bits whatever the batch around it
+    (its size, the row's position). Like :func:`priority`, built on :mod:`contextvars`, usable as
+    a decorator, and cheap to enter again; ``priority`` blocks inside it stay invariant.
+
+    An op with no qualifying implementation for a call raises
+    :class:`~ircore.errors.BatchInvariantError` naming the op, the call and what would qualify,
+    never a batch-variant result. ``matmul=True`` also routes ``aten::mm``, ``addmm`` and ``bmm``
+    on CUDA (and ``linear`` through them) to a provider's fixed-tile-order persistent matmul
+    (the triton provider's), process-wide while any such block is open (docs/batch-invariance.md).
+    The configuration key ``batch_invariant`` (``IRCORE_BATCH_INVARIANT=1``) turns the mode on
+    for the whole process instead.
+    """
+    return _MATMUL_BLOCK if matmul else _BLOCK
+
+
+class BatchInvariantBlock(_BlockBase, contextlib.ContextDecorator):  # type: ignore[misc]
+    """What :func:`batch_invariant` returns: a context manager (and decorator) holding no
+    per-entry state, like :class:`PriorityBlock`."""
+
+    def __init__(self, matmul: bool = False) -> None:
+        self._matmul = matmul
+        self._seen: dict[Scope | None, tuple[object, Scope]] = {}
+        super().__init__(SCOPE, self._seen)
+
+    def _recreate_cm(self) -> BatchInvariantBlock:
+        return self
+
+    def _resolve(self, outer: Scope | None) -> Scope:
+        _ownership.refuse_provider_code("ircore.batch_invariant()")
+        ensure_loaded()
+        generation = STATE.generation
+        named = dict(outer.named) if outer is not None else {}
+        scope = _scope(named, outer, True, generation)
+        if self._matmul and not scope.matmul:
+            content = (scope, "matmul")
+            found: Scope | None = STATE.scopes.get(content)
+            if found is None:
+                found = Scope(scope.priorities, outer, True, named, True)
+                found.plans = scope.plans
+                STATE.remember(STATE.scopes, content, found)
+            scope = found
+        STATE.remember(self._seen, outer, (generation, scope))
+        return scope
+
+
+class _MatmulBlock(BatchInvariantBlock):
+    """``batch_invariant(matmul=True)``: the block, and the matmul layer held while it is open."""
+
+    def __enter__(self) -> None:
+        from ircore import _matmul_layer
+
+        _matmul_layer.hold(+1)
+        try:
+            super().__enter__()
+        except BaseException:
+            _matmul_layer.hold(-1)
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        from ircore import _matmul_layer
+
+        try:
+            super().__exit__(*exc_info)
+        finally:
+            _matmul_layer.hold(-1)
+
+
+_BLOCK = BatchInvariantBlock()
+_MATMUL_BLOCK = _MatmulBlock(matmul=True)
+
+
 # ---------------------------------------------------------------------- plans
-def _entries(op: OpLike, names: Sequence[str]) -> tuple[Entry, ...]:
+def _entries(op: OpLike, names: Sequence[str], invariant: bool = False) -> tuple[Entry, ...]:
+    """The entries of a plan; ``invariant``: only implementations that claim batch invariance,
+    with native's invariant form (or its refusal) last (``IrOp.invariant_entry``)."""
+    if invariant or STATE.batch_invariant:
+        return _invariant_entries(op, names)
     entries: list[Entry] = []
     for name in names:
         if name == NATIVE:
@@ -333,14 +445,30 @@ def _entries(op: OpLike, names: Sequence[str]) -> tuple[Entry, ...]:
     return tuple(entries)
 
 
-def _shared_plan(op: OpLike, names: tuple[str, ...], generation: list[bool]) -> Plan:
-    """The plan of ``op`` for the list ``names`` (``native`` last), one per (op, list) and
+def _invariant_entries(op: OpLike, names: Sequence[str]) -> tuple[Entry, ...]:
+    entries: list[Entry] = []
+    for name in names:
+        if name == NATIVE:
+            native = op.invariant_entry(NATIVE)
+            assert native is not None
+            entries.append(native)
+            break
+        if name in op.impls and name not in STATE.blocked:
+            entry = op.invariant_entry(name)
+            if entry is not None:
+                entries.append(entry)
+    return tuple(entries)
+
+
+def _shared_plan(op: OpLike, names: tuple[str, ...], generation: list[bool], invariant: bool = False) -> Plan:
+    """The plan of ``op`` for the list ``names`` (``native`` last), one per (op, list, mode) and
     generation, shared by every scope that resolves ``op`` to that list."""
-    plan: Plan | None = STATE.plans.get((op.name, names))
+    invariant = invariant or STATE.batch_invariant
+    key = (op.name, names, invariant)
+    plan: Plan | None = STATE.plans.get(key)
     if plan is None or plan[0] is not generation:  # by position: a named field costs more
-        plan = STATE.remember(
-            STATE.plans, (op.name, names), _tuple_new(Plan, (generation, _entries(op, names), {}))
-        )
+        entries = _entries(op, names, invariant)
+        plan = STATE.remember(STATE.plans, key, _tuple_new(Plan, (generation, entries, {})))
     return plan
 
 
@@ -356,7 +484,7 @@ def plan_for(op: OpLike, scope: Scope | None) -> Plan:
         plan: Plan | None = scope.plans.get(op.name)
         if plan is None or plan[0] is not STATE.generation:
             ensure_loaded()
-            plan = _shared_plan(op, effective_priority(op, scope)[0], STATE.generation)
+            plan = _shared_plan(op, effective_priority(op, scope)[0], STATE.generation, scope.invariant)
             scope.plans[op.name] = plan
         return plan
     plan = op._plan
@@ -368,6 +496,27 @@ def plan_for(op: OpLike, scope: Scope | None) -> Plan:
         )
         op._plan = plan
     return plan
+
+
+def lowering_plan(op: OpLike) -> tuple[Entry, ...]:
+    """The entries the compile-time lowering walks for ``op``: the process-wide plan, or in
+    batch-invariant mode (configured, or a block around the compile) the invariant plan.
+
+    In the mode, an implementation that runs an invariant variant (``ImplSpec.invariant_fn``) is
+    left out: graphs hold the op ircore built for its default kernel, not for the variant, so
+    the walk goes on to the next implementation that qualifies as it is (native's fixed-order
+    form at the latest).
+    """
+    scope = SCOPE.get()
+    if not batch_invariant_active(scope):
+        return plan_for(op, None).entries
+    ensure_loaded()
+    plan = _shared_plan(op, effective_priority(op, None)[0], STATE.generation, True)
+    return tuple(
+        entry
+        for entry in plan.entries
+        if entry.provider not in op.impls or op.impls[entry.provider].invariant_fn is None
+    )
 
 
 # ---------------------------------------------------------------------- the walk
@@ -562,10 +711,12 @@ class Explanation(NamedTuple):
         }
 
 
-def _why_not_in_plan(op: OpLike, name: str) -> str:
+def _why_not_in_plan(op: OpLike, name: str, invariant: bool = False) -> str:
     """Why a provider the priority names has no entry in the plan."""
     if name in STATE.blocked:
         return STATE.blocked[name]
+    if invariant and name in op.impls:
+        return f"batch-invariant mode: {op.invariance_of(name)}"
     why = op.removed.get(name) or STATE.providers.status_of(name)
     return why or f"provider {name!r} does not implement {op.name}"
 
@@ -584,6 +735,9 @@ def explain(op: OpLike, args: tuple[Any, ...]) -> Explanation:
 
     plan = plan_for(op, scope)
     chosen = first_supported(op.name, plan.entries, args, op.wants_grad(args), on_step)[0].provider
+    invariant = batch_invariant_active(scope)
+    if invariant:
+        source += "; batch-invariant mode on"
     steps: list[Step] = []
     reached = False
     for name in names:
@@ -591,10 +745,12 @@ def explain(op: OpLike, args: tuple[Any, ...]) -> Explanation:
             steps.append(Step(name, "not reached", f"{chosen} runs first"))
         elif name in verdicts:
             accepted, why = verdicts[name]
+            if invariant:
+                why += f" (batch-invariant mode: {op.invariance_of(name, args)})"
             steps.append(Step(name, "chosen" if accepted else "skipped", why))
             reached = accepted
         else:
-            steps.append(Step(name, "skipped", _why_not_in_plan(op, name)))
+            steps.append(Step(name, "skipped", _why_not_in_plan(op, name, invariant)))
     steps += [
         Step(name, "not in priority", f"not listed by {source}") for name in op.impls if name not in names
     ]

@@ -15,6 +15,7 @@ __all__ = [
     "NoToleranceError",
     "ProviderError",
     "DonatedInputError",
+    "BatchInvariantError",
     "CONTAINED",
 ]
 
@@ -88,3 +89,11 @@ class ProviderError(IrcoreError, RuntimeError):
 
 class DonatedInputError(IrcoreError, RuntimeError):
     """A tensor given to ``op.maybe_inplace`` is read after the call (found when compiling)."""
+
+
+class BatchInvariantError(IrcoreError, RuntimeError):
+    """Batch-invariant mode is on and no implementation of the op claims invariance for the call.
+
+    Raised instead of running a batch-variant kernel; the message names the op, the call, why
+    each implementation does not qualify and what would.
+    """

@@ -24,7 +24,7 @@ from ircore._fastpath import build_eager_call, providers_loaded
 from ircore._state import DECLARED_ATTRIBUTES, STATE
 from ircore._validation import NAME_PATTERN, RESERVED_PROVIDER_NAMES, reject, source_of
 from ircore.dispatch import Entry, Plan
-from ircore.errors import NoToleranceError
+from ircore.errors import NoToleranceError, OpDeclarationError
 
 __all__ = [
     "DEFAULT_TOLERANCES",
@@ -116,6 +116,13 @@ class Impl:
     kernel: Callable[..., Any] | None = None
     #: the fake of the op that graphs hold for it (None: the op's own, see ircore._torch_ops.impl_op)
     fake: Callable[..., Any] | None = None
+    #: the claim that each output row depends only on the same input row, bit for bit, whatever
+    #: the batch around it: True, False, or a predicate over the call (the op's parameters)
+    #: saying for which calls it holds (batch-invariant mode runs only what claims it)
+    batch_invariant: bool | Callable[..., bool] = False
+    #: the provider's batch-invariant variant of ``fn`` (same signature and in-place contract, a
+    #: launch configuration fixed per hidden size), run instead of ``fn`` in the mode; None: ``fn``
+    invariant_fn: Callable[..., Any] | None = None
 
     @property
     def run(self) -> Callable[..., Any]:
@@ -169,8 +176,13 @@ class IrOp(Generic[P, R]):
         reference: Callable[..., Any] | None,
         cache_by_signature: bool,
         quantized_outputs: Callable[[tuple[Any, ...], tuple[Any, ...]], dict[int, Quantized]] | None = None,
+        batch_invariant: bool | str | Callable[..., Any] = False,
     ) -> None:
         self.name = name
+        #: whether native is batch-invariant: True; a function with the native signature that
+        #: computes the op with a fixed-order reduction, run instead of native in the mode; False,
+        #: or a str saying why none can be (native then refuses calls in the mode)
+        self.batch_invariant = batch_invariant
         self.native = native
         self.inplace_args = inplace_args
         self.any_layout_args = any_layout_args
@@ -401,11 +413,108 @@ class IrOp(Generic[P, R]):
         self._entries[provider] = (impl, entry)
         return entry
 
+    def invariant_entry(self, provider: str) -> Entry | None:
+        """How a batch-invariant plan holds ``provider``'s implementation (or native), or None
+        where the implementation claims no invariance.
+
+        A claim of True keeps the plain entry; a predicate claim joins ``supports_args`` (the
+        entry accepts a call only where both do). Native is the op's invariant function where it
+        declares one, else native itself where it declares it invariant, else an entry that
+        refuses the call (:meth:`refuse_variant`).
+        """
+        impl = self.impls.get(provider)
+        key = provider + "\0invariant"
+        made = self._entries.get(key)
+        if made is not None and made[0] is impl:
+            return made[1]
+        entry: Entry | None
+        if impl is None:  # native
+            claim: Any = self.batch_invariant
+            if claim is True:
+                entry = self.entry(dispatch.NATIVE)
+            elif callable(claim):
+                entry = Entry(dispatch.NATIVE, claim, claim, None, True)
+            else:
+                entry = Entry(dispatch.NATIVE, self.refuse_variant, self.refuse_variant, None, True)
+        elif impl.batch_invariant is True and impl.invariant_fn is None:
+            entry = self.entry(provider)
+        elif impl.batch_invariant is True or callable(impl.batch_invariant):
+            base = self.entry(provider)
+            if impl.invariant_fn is not None:
+                variant = impl.invariant_fn
+                call = self._on_clones(provider, variant) if impl.inplace else variant
+                base = Entry(provider, call, variant, base.supports_args, base.cacheable)
+            if impl.batch_invariant is True:
+                self._entries[key] = (impl, base)
+                return base
+            supports, claim = impl.supports_args, impl.batch_invariant
+
+            def claimed(*args: Any) -> bool:
+                return (supports is None or bool(supports(*args))) and bool(claim(*args))
+
+            claimed.__qualname__ = f"{provider}.{self.name}[supported and claimed batch-invariant]"
+            signature_only = bool(getattr(claim, "__ircore_signature_only__", False))
+            entry = Entry(provider, base.call, base.fn, claimed, base.cacheable and signature_only)
+        else:
+            entry = None
+        self._entries[key] = (impl, entry)  # type: ignore[assignment]
+        return entry
+
+    def invariance_of(self, provider: str, args: tuple[Any, ...] | None = None) -> str:
+        """Whether ``provider``'s implementation (or native) qualifies in batch-invariant mode,
+        in words (for ``explain``, ``list`` and the refusal); ``args``: for this call."""
+        if provider == dispatch.NATIVE:
+            claim: Any = self.batch_invariant
+            if claim is True:
+                return "native is batch-invariant"
+            if callable(claim):
+                return f"native runs its batch-invariant form ({getattr(claim, '__name__', claim)})"
+            why = f": {claim}" if isinstance(claim, str) and claim else ""
+            return f"native is not batch-invariant{why}"
+        impl = self.impls.get(provider)
+        if impl is None:
+            return f"provider {provider!r} does not implement {self.name}"
+        if impl.batch_invariant is True:
+            return "claims batch invariance"
+        if not callable(impl.batch_invariant):
+            return "claims no batch invariance"
+        if args is None:
+            return "claims batch invariance for some calls (a predicate)"
+        try:
+            held = bool(impl.batch_invariant(*args))
+        except Exception as exc:
+            return f"its batch_invariant claim raised {type(exc).__name__}: {exc}"
+        return "its claim holds for this call" if held else "its batch_invariant claim rejects this call"
+
+    def refuse_variant(self, *args: Any) -> Any:
+        """What batch-invariant mode runs where no implementation qualifies: an error, never a
+        batch-variant result."""
+        from ircore.errors import BatchInvariantError
+
+        shown = ", ".join(
+            f"{name}={_describe_arg(value)}" for name, value in zip(self.param_names, args)
+        )
+        names = dispatch.effective_priority(self, dispatch.SCOPE.get())[0]
+        why = "; ".join(f"{p}: {self.invariance_of(p, args)}" for p in names if p != dispatch.NATIVE)
+        raise BatchInvariantError(
+            f"ircore op {self.name!r}: batch-invariant mode is on (ircore.batch_invariant() or the "
+            f"batch_invariant setting) and no implementation claims batch invariance for this call "
+            f"({shown}). {self.invariance_of(dispatch.NATIVE)}"
+            + (f"; {why}" if why else "; no provider implements it")
+            + ". Needed: a provider implementation whose ImplSpec declares batch_invariant (True, or "
+            "a predicate accepting these arguments), installed and in the op's priority list; or "
+            "run this call outside the mode"
+        )
+
     def functional_call(self, impl: Impl) -> Callable[..., Any]:
         """What dispatch calls for ``impl`` from a functional caller: clones inputs it may mutate."""
         fn = impl.run
         if not impl.inplace:
             return fn
+        return self._on_clones(impl.provider, fn)
+
+    def _on_clones(self, provider: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` (in place) called on clones of the op's ``inplace_args``."""
         indices = self.inplace_indices
 
         def call_on_clones(*args: Any) -> Any:
@@ -414,7 +523,7 @@ class IrOp(Generic[P, R]):
                 cloned[i] = cloned[i].clone()
             return fn(*cloned)
 
-        call_on_clones.__qualname__ = f"{impl.provider}.{self.name}[on clones]"
+        call_on_clones.__qualname__ = f"{provider}.{self.name}[on clones]"
         return call_on_clones
 
     # ------------------------------------------------------------------ implementations
@@ -427,6 +536,8 @@ class IrOp(Generic[P, R]):
         *,
         cache_by_signature: bool | None = None,
         fake: Callable[..., Any] | None = None,
+        batch_invariant: bool | Callable[..., bool] = False,
+        invariant_fn: Callable[..., Any] | None = None,
     ) -> Impl:
         """Attach ``provider``'s implementation ``fn``; validate everything first.
 
@@ -453,7 +564,14 @@ class IrOp(Generic[P, R]):
                 "under it, through its registrar. Register under a name of your own",
             )
         impl = self.validate_impl(
-            provider, fn, supports_args, inplace, cache_by_signature=cache_by_signature, fake=fake
+            provider,
+            fn,
+            supports_args,
+            inplace,
+            cache_by_signature=cache_by_signature,
+            fake=fake,
+            batch_invariant=batch_invariant,
+            invariant_fn=invariant_fn,
         )
         attach_impls([impl])
         return impl
@@ -467,6 +585,8 @@ class IrOp(Generic[P, R]):
         *,
         cache_by_signature: bool | None = None,
         fake: Callable[..., Any] | None = None,
+        batch_invariant: bool | Callable[..., bool] = False,
+        invariant_fn: Callable[..., Any] | None = None,
     ) -> Impl:
         """Check an implementation without registering it; returns the :class:`Impl`.
 
@@ -518,6 +638,26 @@ class IrOp(Generic[P, R]):
             _validation.check_predicate(self.name, provider, fn, supports_args, self.signature)
         if fake is not None and not callable(fake):
             raise reject(self.name, provider, fn, f"fake {fake!r} is not callable")
+        if not isinstance(batch_invariant, bool):
+            if not callable(batch_invariant):
+                why = (
+                    f"batch_invariant {batch_invariant!r} is neither a bool nor a predicate over the "
+                    f"call; give True, False, or a function taking the op's parameters"
+                )
+                raise reject(self.name, provider, fn, why)
+            _validation.check_predicate(
+                self.name, provider, fn, batch_invariant, self.signature, "batch_invariant"
+            )
+        if invariant_fn is not None:
+            if batch_invariant is False:
+                why = (
+                    "invariant_fn is given but batch_invariant is False: declare the claim its "
+                    "variant keeps (True, or a predicate)"
+                )
+                raise reject(self.name, provider, fn, why)
+            if not callable(invariant_fn):
+                raise reject(self.name, provider, fn, f"invariant_fn {invariant_fn!r} is not callable")
+            self._check_python_fn(provider, invariant_fn)
         if cache_by_signature is None:  # a predicate of ready-made pieces reads only the signature
             cache_by_signature = bool(getattr(supports_args, "__ircore_signature_only__", False))
         return Impl(
@@ -530,6 +670,8 @@ class IrOp(Generic[P, R]):
             cache_by_signature=bool(cache_by_signature),
             kernel=kernel,
             fake=fake,
+            batch_invariant=batch_invariant,
+            invariant_fn=invariant_fn,
         )
 
     def _check_python_fn(self, provider: str, fn: Callable[..., Any]) -> None:
@@ -671,6 +813,7 @@ def register_op(
     cache_by_signature: bool = False,
     any_layout_args: Sequence[str] = (),
     quantized_outputs: Callable[[tuple[Any, ...], tuple[Any, ...]], dict[int, Quantized]] | None = None,
+    batch_invariant: bool | str | Callable[..., Any] = False,
 ) -> Callable[[Callable[P, R]], IrOp[P, R]]: ...
 
 
@@ -689,6 +832,7 @@ def register_op(
     cache_by_signature: bool = False,
     any_layout_args: Sequence[str] = (),
     quantized_outputs: Callable[[tuple[Any, ...], tuple[Any, ...]], dict[int, Quantized]] | None = None,
+    batch_invariant: bool | str | Callable[..., Any] = False,
 ) -> Any:
     """Declare an op from its native function; usable as ``@register_op`` or ``@register_op(...)``.
 
@@ -707,6 +851,12 @@ def register_op(
     ``quantized_outputs(args, outputs)`` (ops with fp8 outputs) says, for each fp8 output, which
     of its elements count and the scale each was divided by (:class:`Quantized`): the conformance
     kit compares those dequantised, allowing one fp8 ulp (see ``ircore.testing.compare_to_reference``).
+    ``batch_invariant`` says what native does in batch-invariant mode (``ircore.batch_invariant``):
+    ``True`` if native is invariant as it is (elementwise ops, or a reduction whose order does not
+    depend on the rows around it), a function with the native signature that computes the op
+    with a fixed-order reduction (run instead of native in the mode), or ``False`` or a str
+    saying why the op cannot be invariant (native then refuses calls in the mode with that
+    reason, e.g. a per-tensor dynamic quantization, whose scale depends on the batch).
     The returned :class:`IrOp` is typed like ``native`` for callers.
     """
 
@@ -714,10 +864,22 @@ def register_op(
         _ownership.refuse_op_declaration(str(name or getattr(fn, "__name__", "?")))
         op_name = _validation.check_native(name, fn, inplace_args, STATE.ops, any_layout_args)
         callbacks = {"check_args": check_args, "sample_inputs": sample_inputs, "make_inputs": make_inputs}
+        invariant_fn = batch_invariant if callable(batch_invariant) else None
+        if not isinstance(batch_invariant, (bool, str)) and invariant_fn is None:
+            raise OpDeclarationError(
+                f"op {op_name!r}: batch_invariant {batch_invariant!r} is neither True/False, a str "
+                "saying why the op cannot be batch-invariant, nor a function with the native signature"
+            )
         _validation.check_callbacks(
             op_name,
             fn,
-            {**callbacks, "reference": reference, "fake": fake, "quantized_outputs": quantized_outputs},
+            {
+                **callbacks,
+                "reference": reference,
+                "fake": fake,
+                "quantized_outputs": quantized_outputs,
+                "batch_invariant": invariant_fn,
+            },
         )
         # A class per op, whose __call__ (made below, from the op) has the native signature.
         cls: type[IrOp[P, R]] = type(f"IrOp[{op_name}]", (IrOp,), {})
@@ -733,6 +895,7 @@ def register_op(
             cache_by_signature=bool(cache_by_signature),
             any_layout_args=tuple(any_layout_args),
             quantized_outputs=quantized_outputs,
+            batch_invariant=batch_invariant,
         )
         op.fake = fake
         op.torch_op, op.torch_inplace_op = _torch_ops.define(op)
@@ -744,6 +907,14 @@ def register_op(
     if native is not None:
         return declare(native)
     return declare
+
+
+def _describe_arg(value: Any) -> str:
+    """A tensor as ``float32[3, 4096] cpu (strides (4096, 1))``, anything else by value."""
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).replace("torch.", "")
+        return f"{dtype}{list(value.shape)} {value.device} (strides {tuple(value.stride())})"
+    return repr(value)
 
 
 def attach_impls(impls: Sequence[Impl]) -> None:

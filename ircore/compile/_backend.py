@@ -4,8 +4,9 @@ Dynamo recompiles a function that calls ``ircore.ops.*`` after any priority, con
 provider change (it guards on ``STATE.version``, :mod:`ircore._state`). Two cases it cannot see are handled
 here, at run time, by running the graph uncompiled (its ircore ops then dispatch eagerly, by the
 rule in force): a ``with ircore.priority(...)`` scope that changes an op of the graph (a context
-variable, which Dynamo cannot guard on), and a graph that calls ``torch.ops.ircore.*`` directly
-and was compiled before a change.
+variable, which Dynamo cannot guard on), a graph lowered inside an ``ircore.batch_invariant()``
+block that runs outside one or the other way round (the same), and a graph that calls
+``torch.ops.ircore.*`` directly and was compiled before a change.
 """
 
 from __future__ import annotations
@@ -95,16 +96,19 @@ def compile_graph(
     ops = _ircore_ops_in(gm)
     version = STATE.version
     lists = {name: dispatch.effective_priority(get_op(name), None)[0] for name in ops}
+    invariant = dispatch.batch_invariant_active()
     hits = _cache_hits()
     compiled: Callable[..., Any] = compile_fx(gm, example_inputs, config_patches=patches)  # type: ignore[assignment]
     if not post_grad.ran and _cache_hits() > hits:
         _report.record_cached(_cached_plan(post_grad, ops))
     if not ops:
         return compiled
-    return _guarded(compiled, gm, version, lists)
+    return _guarded(compiled, gm, version, lists, invariant)
 
 
-def _guarded(compiled: Any, gm: Any, version: int, lists: dict[str, tuple[str, ...]]) -> Callable[..., Any]:
+def _guarded(
+    compiled: Any, gm: Any, version: int, lists: dict[str, tuple[str, ...]], invariant: bool = False
+) -> Callable[..., Any]:
     """``compiled``, or ``gm`` run eagerly when the lowering no longer matches the rule in force."""
     state, scope_var = STATE, SCOPE
     warned: set[str] = set()
@@ -113,8 +117,15 @@ def _guarded(compiled: Any, gm: Any, version: int, lists: dict[str, tuple[str, .
         scope = scope_var.get()
         if state.version != version:
             why = "ircore's configuration changed after this graph was compiled (call torch._dynamo.reset())"
+        elif dispatch.batch_invariant_active(scope) != invariant:
+            why = (
+                "it was lowered in batch-invariant mode and runs outside it"
+                if invariant
+                else "it was lowered outside batch-invariant mode and runs inside an "
+                "ircore.batch_invariant() block"
+            )
         elif scope is not None and any(
-            name in scope.priorities and dispatch.effective_priority(get_op(name), scope)[0] != names
+            name in scope.named and dispatch.effective_priority(get_op(name), scope)[0] != names
             for name, names in lists.items()
         ):
             why = "an ircore.priority() scope changes an op of this graph"
@@ -126,7 +137,7 @@ def _guarded(compiled: Any, gm: Any, version: int, lists: dict[str, tuple[str, .
         return True
 
     def run(*args: Any) -> Any:
-        if (state.version != version or scope_var.get() is not None) and stale():
+        if (state.version != version or scope_var.get() is not None or invariant) and stale():
             return gm(*args)
         return compiled(*args)
 

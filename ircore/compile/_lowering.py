@@ -139,7 +139,8 @@ def lower(graph: Graph) -> tuple[dict[str, tuple[str, str]], int]:
     """Replace every ircore node; returns ``{node name: (op, provider)}`` and how many are left.
 
     Each node gets what the eager rule chooses for its fake values (``dispatch.first_supported``
-    over the op's process-wide plan). A provider's op whose fake fails on them (it would fail the
+    over the op's process-wide plan, or in batch-invariant mode its invariant plan:
+    ``dispatch.lowering_plan``). A provider's op whose fake fails on them (it would fail the
     compile) is passed over with a WARNING naming it, and the walk goes on to the next
     implementation that accepts the call (``native`` at the latest).
 
@@ -158,7 +159,7 @@ def lower(graph: Graph) -> tuple[dict[str, tuple[str, str]], int]:
         args = full_args(node, op)
         vals = tuple(value(a) for a in args)
         match: Any = pattern.match(node)  # a Match (a one-node pattern matches its own target)
-        entries = dispatch.plan_for(op, None).entries
+        entries = dispatch.lowering_plan(op)
         while True:
             entry = dispatch.first_supported(op.name, entries, vals)[0]
             fn, functionalized = replacement(op, entry)

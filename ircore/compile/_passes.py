@@ -36,19 +36,27 @@ def _source_hash() -> str:
 def lowering_state() -> dict[str, Any]:
     """Everything the lowering's choices depend on, outside the graph itself.
 
-    Per op, the providers its process-wide plan walks (priority after configuration, blocked and
+    Whether batch-invariant mode is on (it changes the plans, and native's form). Per op, the
+    providers its process-wide plan (or invariant plan) walks (priority after configuration, blocked and
     inactive providers left out), each with its distribution, version, state and a hash of its
     implementation's source; native ends every plan.
     """
     dispatch.ensure_loaded()
     ops = {}
+    invariant = dispatch.batch_invariant_active()
     for name, op in sorted(all_ops().items()):
-        plan = [entry.provider for entry in dispatch.plan_for(op, None).entries]
+        plan = [entry.provider for entry in dispatch.lowering_plan(op)]
         ops[name] = [[p, op.impls[p].uuid() if p in op.impls else "native"] for p in plan]
     providers = {
         name: [r.distribution, r.version, r.state.value] for name, r in sorted(MANAGER.records.items())
     }
-    return {"ircore": __version__, "torch": torch.__version__, "ops": ops, "providers": providers}
+    return {
+        "ircore": __version__,
+        "torch": torch.__version__,
+        "ops": ops,
+        "providers": providers,
+        "batch_invariant": invariant,
+    }
 
 
 class IrcorePostGradPass(_Base):

@@ -61,6 +61,7 @@ def _make_silu_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, s
     make_inputs=_make_silu_inputs,
     reference=_silu_and_mul_reference,
     cache_by_signature=True,  # dtype, dims and the last dimension's size
+    batch_invariant=True,  # elementwise: each output element reads its own inputs only
 )
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """``silu(a) * b`` where ``a, b`` are the two halves of x's last dimension.

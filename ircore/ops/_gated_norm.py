@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ircore.op import Sample, register_op
-from ircore.ops import _checks, _samples
+from ircore.ops import _checks, _invariant, _samples
 from ircore.ops._norm import NORM_TOLERANCES
 
 _FLOAT = _checks.FLOAT_DTYPES
@@ -68,13 +68,20 @@ def _check_rms_norm_gated(
             )
 
 
-def _normalise(xf: torch.Tensor, epsilon: float, group_size: int | None) -> torch.Tensor:
-    """``xf * rsqrt(mean(xf**2) + epsilon)`` per group of ``group_size`` (the row when None)."""
+def _normalise(
+    xf: torch.Tensor, epsilon: float, group_size: int | None, fixed_order: bool = False
+) -> torch.Tensor:
+    """``xf * rsqrt(mean(xf**2) + epsilon)`` per group of ``group_size`` (the row when None);
+    ``fixed_order``: the mean summed in an order fixed by the group's size (batch-invariant mode)."""
     hidden = xf.shape[-1]
+
+    def mean(t: torch.Tensor) -> torch.Tensor:
+        return _invariant.fixed_order_mean(t * t) if fixed_order else t.pow(2).mean(-1, keepdim=True)
+
     if group_size is None or group_size == hidden:
-        return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + epsilon)
+        return xf * torch.rsqrt(mean(xf) + epsilon)
     grouped = xf.unflatten(-1, (hidden // group_size, group_size))
-    return (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + epsilon)).flatten(-2)
+    return (grouped * torch.rsqrt(mean(grouped) + epsilon)).flatten(-2)
 
 
 def _rms_norm_gated_reference(
@@ -172,6 +179,19 @@ def _make_rms_norm_gated_inputs(
     return (x, g, w, 1e-6, None, True, False)
 
 
+def _rms_norm_gated_invariant(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    weight: torch.Tensor,
+    epsilon: float,
+    group_size: int | None = None,
+    norm_before_gate: bool = False,
+    round_normalized: bool = False,
+) -> torch.Tensor:
+    """Native rms_norm_gated with fixed-order means (batch-invariant mode)."""
+    return _gated(x, gate, weight, epsilon, group_size, norm_before_gate, round_normalized, True)
+
+
 @register_op(
     check_args=_check_rms_norm_gated,
     tolerances=NORM_TOLERANCES,
@@ -179,6 +199,7 @@ def _make_rms_norm_gated_inputs(
     make_inputs=_make_rms_norm_gated_inputs,
     reference=_rms_norm_gated_reference,
     cache_by_signature=True,  # dtypes, devices, shapes, group_size: signature facts
+    batch_invariant=_rms_norm_gated_invariant,
 )
 def rms_norm_gated(
     x: torch.Tensor,
@@ -204,12 +225,25 @@ def rms_norm_gated(
     ``norm_before_gate``, multiplied by ``silu(gate)`` in fp32 and rounded). With a weight of x's
     dtype each form equals the module it names, bit for bit.
     """
+    return _gated(x, gate, weight, epsilon, group_size, norm_before_gate, round_normalized, False)
+
+
+def _gated(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    weight: torch.Tensor,
+    epsilon: float,
+    group_size: int | None,
+    norm_before_gate: bool,
+    round_normalized: bool,
+    fixed_order: bool,
+) -> torch.Tensor:
     dtype = x.dtype
     xf = x.float()
     g = F.silu(gate.float())
     if not norm_before_gate:
         xf = xf * g
-    out = _normalise(xf, epsilon, group_size)
+    out = _normalise(xf, epsilon, group_size, fixed_order)
     if round_normalized:
         out = (out.to(dtype).float() * weight.float()).to(dtype).float()
     else:

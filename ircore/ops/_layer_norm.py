@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ircore.op import Sample, register_op
-from ircore.ops import _checks, _samples
+from ircore.ops import _checks, _invariant, _samples
 from ircore.ops._norm import NORM_TOLERANCES
 
 _FLOAT = _checks.FLOAT_DTYPES
@@ -129,6 +129,21 @@ def _make_layer_norm_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: 
     return (x, w, b, 1e-5)
 
 
+def _layer_norm_invariant(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, epsilon: float
+) -> torch.Tensor:
+    """LayerNorm with fixed-order mean and variance (batch-invariant mode): F.layer_norm is
+    one row per thread block on CUDA and per OpenMP row on CPU, but torch promises nothing."""
+    xf = x.float()
+    centred = xf - _invariant.fixed_order_mean(xf)
+    out = centred * torch.rsqrt(_invariant.fixed_order_mean(centred * centred) + epsilon)
+    if weight is not None:
+        out = out * weight.float()
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(x.dtype)
+
+
 @register_op(
     check_args=_check_layer_norm,
     tolerances=NORM_TOLERANCES,
@@ -136,6 +151,7 @@ def _make_layer_norm_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: 
     make_inputs=_make_layer_norm_inputs,
     reference=_layer_norm_reference,
     cache_by_signature=True,  # dtypes, devices, dims and sizes only
+    batch_invariant=_layer_norm_invariant,
 )
 def layer_norm(
     x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, epsilon: float

@@ -5,7 +5,7 @@ from typing import Iterator
 import torch
 
 from ircore.op import Sample, Tolerance, register_op
-from ircore.ops import _checks, _samples
+from ircore.ops import _checks, _invariant, _samples
 
 _FLOAT = _checks.FLOAT_DTYPES
 
@@ -110,6 +110,21 @@ def _make_rms_norm_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: st
     return (x, w, 1e-6, None)
 
 
+def _rms_norm_invariant(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> torch.Tensor:
+    """Native rms_norm with its mean taken in a fixed order (batch-invariant mode)."""
+    xf = x.float()
+    xv = xf if variance_size is None else xf[..., :variance_size]
+    out = xf * torch.rsqrt(_invariant.fixed_order_mean(xv * xv) + epsilon)
+    if weight is not None:
+        out = out * weight.float()
+    return out.to(x.dtype)
+
+
 @register_op(
     check_args=_check_rms_norm,
     tolerances=NORM_TOLERANCES,
@@ -117,6 +132,7 @@ def _make_rms_norm_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: st
     make_inputs=_make_rms_norm_inputs,
     reference=_rms_norm_reference,
     cache_by_signature=True,  # _check_rms_norm reads dtypes, devices, dims and sizes only
+    batch_invariant=_rms_norm_invariant,
 )
 def rms_norm(
     x: torch.Tensor,
@@ -217,6 +233,18 @@ def _make_fused_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, 
     return (x, r, w, eps, vs)
 
 
+def _fused_add_rms_norm_invariant(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Native fused_add_rms_norm with a fixed-order mean (batch-invariant mode)."""
+    residual = (x.float() + x_residual.float()).to(x.dtype)
+    return _rms_norm_invariant(residual, weight, epsilon, variance_size), residual
+
+
 @register_op(
     inplace_args=("x", "x_residual"),
     check_args=_check_fused_add_rms_norm,
@@ -225,6 +253,7 @@ def _make_fused_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, 
     make_inputs=_make_fused_inputs,
     reference=_fused_add_rms_norm_reference,
     cache_by_signature=True,  # as rms_norm, plus "x_residual has x's shape", a signature fact
+    batch_invariant=_fused_add_rms_norm_invariant,
 )
 def fused_add_rms_norm(
     x: torch.Tensor,

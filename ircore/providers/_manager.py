@@ -105,7 +105,7 @@ class ProviderManager:
             if "priority" in source.values
         ]
         fusions = tuple(tuple(sorted(layer.items())) for layer in config.fusion_layers(settings))
-        STATE.set_configured(layers, fusions, settings.trace_implementations)
+        STATE.set_configured(layers, fusions, settings.trace_implementations, settings.batch_invariant)
         late = _ownership.late_refusals()
         for record, cands in records_by_name(candidates, self.records):
             name = record.name

@@ -51,13 +51,22 @@ class Registrar:
         *,
         cache_by_signature: bool | None = None,
         fake: Callable[..., Any] | None = None,
+        batch_invariant: bool | Callable[..., bool] = False,
+        invariant_fn: Callable[..., Any] | None = None,
     ) -> None:
         """Offer ``fn`` as this provider's implementation of ``op`` (see ``IrOp.register_impl``)."""
         target = self._op(op)
         if any(pending.op_name == op for _, pending in self._pending):
             raise ImplRegistrationError(f"provider {self.provider!r} registers op {op!r} twice")
         impl = target.validate_impl(
-            self.provider, fn, supports_args, inplace, cache_by_signature=cache_by_signature, fake=fake
+            self.provider,
+            fn,
+            supports_args,
+            inplace,
+            cache_by_signature=cache_by_signature,
+            fake=fake,
+            batch_invariant=batch_invariant,
+            invariant_fn=invariant_fn,
         )
         self._pending.append((target, impl))
 
@@ -94,6 +103,8 @@ class Registrar:
                 spec.inplace,
                 cache_by_signature=spec.cache_by_signature,
                 fake=resolve(spec.fake, self.provider, op, "fake"),
+                batch_invariant=resolve(spec.batch_invariant, self.provider, op, "batch_invariant"),
+                invariant_fn=resolve(spec.invariant_fn, self.provider, op, "invariant_fn"),
             )
             if spec.rank is not None:
                 self.ranks[op] = spec.rank

@@ -48,6 +48,14 @@ class ImplSpec:
     ``ircore_default_priority`` hook, when the provider implements it, answers instead).
     ``fake`` says what the kernel returns, for compiled graphs, where it differs from the op's
     own fake with contiguous outputs.
+    ``batch_invariant`` is the claim that each output row, bit for bit, depends only on the same
+    input row, whatever the batch around it (its size, the row's position, the layout of the
+    others): ``True``, ``False`` (the default: batch-invariant mode never runs it), or a predicate
+    over the call (the op's parameters, like ``supports_args``; a reference string too) for "only
+    for these arguments". The conformance kit checks every claim (docs/writing-a-provider.md).
+    ``invariant_fn``: where ``fn``'s launch configuration depends on the number of rows, the
+    variant with a configuration fixed per hidden size (same signature and in-place contract),
+    which batch-invariant mode runs instead of ``fn``; the claim is then about it.
     """
 
     fn: Callable[..., Any] | str
@@ -56,6 +64,8 @@ class ImplSpec:
     cache_by_signature: bool | None = None
     rank: int | None = None
     fake: Callable[..., Any] | str | None = None
+    batch_invariant: bool | Callable[..., bool] | str = False
+    invariant_fn: Callable[..., Any] | str | None = None
 
 
 def impl_table(
@@ -66,15 +76,27 @@ def impl_table(
     cache_by_signature: bool | None = None,
     rank: int | Mapping[str, int] | None = None,
     fakes: Collection[str] = (),
+    batch_invariant: bool | Collection[str] | Mapping[str, bool | Callable[..., bool] | str] = (),
+    invariant_fns: Collection[str] = (),
 ) -> dict[str, ImplSpec]:
     """Rows for ``ops`` implemented in ``module`` as ``<op>`` with the predicate ``<op>_supports``.
 
     ``inplace`` names the ops whose function works in place; ``rank`` is one rank for every op
     or a rank per op; ``fakes`` names the ops whose kernel returns another layout than the op's
-    own fake says, given as ``<op>_fake`` (see :class:`ImplSpec`). A missing function or
-    predicate is reported when the table is registered.
+    own fake says, given as ``<op>_fake`` (see :class:`ImplSpec`). ``batch_invariant``: True for
+    every op, the names of the ops whose implementation claims invariance for every call, or a
+    claim per op (True, or a predicate: see :class:`ImplSpec`). A missing function or predicate is
+    reported when the table is registered. ``invariant_fns`` names the ops with an invariant
+    variant, given as ``<op>_invariant`` (see :class:`ImplSpec`).
     """
     ops = tuple(ops)
+    claims: Mapping[str, bool | Callable[..., bool] | str]
+    if isinstance(batch_invariant, bool):
+        claims = dict.fromkeys(ops, batch_invariant)
+    elif isinstance(batch_invariant, Mapping):
+        claims = batch_invariant
+    else:
+        claims = dict.fromkeys(batch_invariant, True)
     ranks = rank if isinstance(rank, Mapping) else dict.fromkeys(ops, rank)
     return {
         op: ImplSpec(
@@ -84,6 +106,8 @@ def impl_table(
             cache_by_signature=cache_by_signature,
             rank=ranks.get(op),
             fake=f"{module}:{op}_fake" if op in fakes else None,
+            batch_invariant=claims.get(op, False),
+            invariant_fn=f"{module}:{op}_invariant" if op in invariant_fns else None,
         )
         for op in ops
     }

@@ -28,6 +28,7 @@ from ircore.testing._conformance import (
     run_case,
 )
 from ircore.testing._inputs import beyond_fp32_rows, fp8_edge_rows
+from ircore.testing._invariance import check_invariance, invariance_problem
 from ircore.testing._isolated import isolated
 from ircore.testing._pdl import assert_pdl_chain_matches, pdl_problems
 from ircore.testing._platform import simulated_platform
@@ -41,6 +42,7 @@ __all__ = [
     "assert_close_to_reference",
     "assert_pdl_chain_matches",
     "beyond_fp32_rows",
+    "check_invariance",
     "check_provider",
     "compare_to_reference",
     "compiled_code",
@@ -48,6 +50,7 @@ __all__ = [
     "fp8_edge_rows",
     "isolated",
     "install_standins",
+    "invariance_problem",
     "iter_cases",
     "pdl_problems",
     "run_case",

@@ -30,6 +30,7 @@ from ircore.providers._discovery import ENTRY_POINT_GROUP
 from ircore.providers._manager import MANAGER
 from ircore.providers._records import ProviderState
 from ircore.testing._compare import compare_to_reference
+from ircore.testing._invariance import BATCH_SIZES, check_invariance
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 PASSED, FAILED, DECLINED = "passed", "failed", "declined"
@@ -106,6 +107,8 @@ class ConformanceReport:
     provider: str
     checked: dict[str, int] = field(default_factory=dict)
     declined: dict[str, list[str]] = field(default_factory=dict)
+    #: op -> samples whose batch-invariance claim was checked (ops without a claim: absent)
+    invariant: dict[str, int] = field(default_factory=dict)
 
     def __str__(self) -> str:
         parts = [
@@ -358,9 +361,20 @@ def check_provider(
     dtypes: Sequence[torch.dtype] = DTYPES,
     seeds: Iterable[int] = (0, 1),
     ops: Sequence[str] | None = None,
+    batch_sizes: Sequence[int] | None = BATCH_SIZES,
+    invariance_samples: int | None = 1,
 ) -> ConformanceReport:
-    """Check every implementation ``provider`` registered; raise ``AssertionError`` on the first miss."""
+    """Check every implementation ``provider`` registered; raise ``AssertionError`` on the first miss.
+
+    Every batch-invariance claim too (``ircore.testing.check_invariance``): the row alone against
+    the row at the start, middle and end of batches of ``batch_sizes`` rows (None: not checked),
+    contiguous and strided, on up to ``invariance_samples`` distinct samples per op and dtype.
+    """
     report = ConformanceReport(provider)
+    if batch_sizes is not None:
+        report.invariant = check_invariance(
+            provider, device=device, dtypes=dtypes, ops=ops, sizes=batch_sizes, max_samples=invariance_samples
+        )
     for case, args in iter_cases(provider, devices=(device,), dtypes=dtypes, seeds=seeds, ops=ops):
         report.checked.setdefault(case.op, 0)
         result = run_case(case, args)

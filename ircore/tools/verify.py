@@ -5,8 +5,10 @@ present, through dispatch with the priority forced to that provider, against the
 reference (the conformance kit's case runner, :mod:`ircore.testing._conformance`). Prints a table
 of cases per provider, op and device (passed, failed, declined by ``supports_args``) with the
 worst error in units of the tolerance, then every failure by name, then a summary that counts
-passed, failed and declined cases apart (a declined case never ran: it proves nothing). Exit 1
-on any failure.
+passed, failed and declined cases apart (a declined case never ran: it proves nothing). Each
+batch-invariance claim is checked too (one case per op, device and dtype, labelled ``batch
+invariance``: a row alone against the same row in batches of 1, 3, 64 and 1000). Exit 1 on any
+failure.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from typing import Any
 
 import torch
 
-from ircore.errors import IrcoreError
+from ircore.errors import CONTAINED, IrcoreError
+from ircore.op import all_ops
 from ircore.testing._conformance import (
     DECLINED,
     DTYPES,
     FAILED,
     PASSED,
+    Case,
     CaseResult,
     dtype_name,
     iter_cases,
@@ -33,6 +37,7 @@ from ircore.testing._conformance import (
     run_case,
     select_providers,
 )
+from ircore.testing._invariance import claimed_entry, invariance_problem, invariance_samples
 from ircore.tools.common import EXIT_OK, EXIT_PROBLEMS, parse_dtype, select_ops, table
 from ircore.tools.progress import Progress
 
@@ -164,7 +169,35 @@ def verify(
     finally:
         if bar is not None:
             bar.close()
+    report.results += invariance_results(providers, ops=ops, devices=devices, dtypes=dtypes)
     return report
+
+
+def invariance_results(
+    providers: Sequence[str],
+    *,
+    ops: Sequence[str] | None,
+    devices: Sequence[str],
+    dtypes: Sequence[torch.dtype],
+) -> list[CaseResult]:
+    """Each batch-invariance claim, checked on each op's first sample per device and dtype (the
+    row alone against the row inside batches of 1, 3, 64 and 1000; ircore.testing._invariance):
+    one result per check, labelled ``batch invariance``."""
+    results = []
+    for name in providers:
+        for op_name, op in sorted(all_ops().items()):
+            if (ops is not None and op_name not in ops) or claimed_entry(op, name) is None:
+                continue
+            for device in devices:
+                for dtype in dtypes:
+                    for label, args in list(invariance_samples(op, dtype, device))[:1]:
+                        case = Case(name, op_name, device, dtype, 0, -1, f"batch invariance, {label}")
+                        try:
+                            status, problem = invariance_problem(op, name, args)
+                        except CONTAINED as exc:
+                            status, problem = FAILED, f"{case}: {type(exc).__name__}: {exc}"
+                        results.append(CaseResult(case, status, problem or ""))
+    return results
 
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "block_scaled_mm_fp8_supports",
     "fused_add_rms_norm",
     "fused_add_rms_norm_functional",
+    "fused_add_rms_norm_invariant",
     "fused_add_rms_norm_supports",
     "fused_qk_norm_rope",
     "fused_qk_norm_rope_supports",
@@ -31,6 +32,7 @@ __all__ = [
     "rms_norm",
     "rms_norm_gated",
     "rms_norm_gated_supports",
+    "rms_norm_invariant",
     "rms_norm_supports",
     "rotary_embedding",
     "rotary_embedding_query_only",
@@ -351,3 +353,26 @@ def fused_qk_norm_rope_supports(
 ) -> bool:
     """GPU tensor; qkv's token dims collapse to one row stride, unit channel stride."""
     return _device_ok(qkv) and _rk.head_layout(qkv, position_ids.numel(), head_dim) is not None
+
+
+def rms_norm_invariant(
+    x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
+) -> Tensor:
+    """rms_norm launched with a configuration fixed per hidden size (batch-invariant mode)."""
+    from . import invariant_kernels
+
+    return invariant_kernels.rms_norm(x, weight, epsilon, variance_size)
+
+
+def fused_add_rms_norm_invariant(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """In place, as :func:`fused_add_rms_norm`, with a configuration fixed per hidden size."""
+    from . import invariant_kernels
+
+    invariant_kernels.fused_add_rms_norm_(x, x_residual, weight, epsilon, variance_size)
+    return x, x_residual

@@ -38,6 +38,10 @@ DEFAULT_RANK = 20
 # The fp8 matmuls take a dtype argument and their predicates read block_size: no signature cache.
 MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
 
+# Batch invariance: the norms and silu_and_mul; rms_norm and fused_add_rms_norm through their
+# invariant variants (a launch fixed per hidden size, invariant_kernels.py), whose default launch
+# is tuned per row-count bucket. The position ops and the fp8 matmuls claim nothing yet. The
+# matmul layer of ircore.batch_invariant(matmul=True): matmul_layer.py.
 IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table(
         "ircore_triton.impls",
@@ -45,12 +49,15 @@ IRCORE_IMPLEMENTATIONS = {
         inplace=("fused_add_rms_norm",),
         cache_by_signature=True,
         rank=DEFAULT_RANK,
+        batch_invariant=True,
+        invariant_fns=("rms_norm", "fused_add_rms_norm"),
     ),
     **ircore.impl_table(
         "ircore_triton.impls", ROPE_OPS, inplace=ROPE_OPS, cache_by_signature=False, rank=DEFAULT_RANK
     ),
     **ircore.impl_table("ircore_triton.impls", MATMUL_OPS, rank=DEFAULT_RANK),
 }
+IRCORE_MATMUL_LAYER = "ircore_triton.matmul_layer:LAYER"
 
 
 def _interpreting() -> bool:

@@ -107,3 +107,22 @@ def layer_norm_supports(
 ) -> bool:
     """Any input the core accepts, on a device whose kernels are loaded."""
     return (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
+
+
+# Batch invariance (ImplSpec.batch_invariant, see provider.py): the CPU kernels parallelise over
+# rows only (at::parallel_for, a grain by hidden size) and reduce each row in one thread with a
+# vector width fixed by the ISA: a row's bits never depend on the batch (checked by the
+# conformance kit at 1, 3, 64 and 1000 rows). The CUDA norm kernels are not claimed:
+# rms_norm/fused_add_rms_norm pick vectors per thread and threads per row by the row count
+# (csrc/cuda_ops.cu, pick_norm_config: one_wave/mid), and the 16-byte vector path of
+# layer_norm/rms_norm_gated is chosen by pointer alignment; silu_and_mul is elementwise.
+def _on_cpu(op: str):
+    import ircore.kit as kit
+
+    return kit.supports(op, kit.device("x", "cpu"))
+
+
+rms_norm_batch_invariant = _on_cpu("rms_norm")
+fused_add_rms_norm_batch_invariant = _on_cpu("fused_add_rms_norm")
+rms_norm_gated_batch_invariant = _on_cpu("rms_norm_gated")
+layer_norm_batch_invariant = _on_cpu("layer_norm")

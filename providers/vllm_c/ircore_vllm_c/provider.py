@@ -25,8 +25,16 @@ DEFAULT_RANK = 10
 
 # The fp8 matmuls call torch._scaled_mm (cuBLASLt) on CUDA, behind predicates that decline every
 # call it computes wrong or was not measured on (scaled_mm.py); their predicates read values of
-# the call (block_size) beyond its signature, and the ops take a dtype: no signature cache.
+# the call (block_size) beyond its signature, and the ops take a dtype: no signature cache. They
+# claim no batch invariance (cuBLAS picks its split by M).
 MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
+
+# Batch invariance: silu_and_mul is elementwise; the norms claim their CPU kernels only (impls.py
+# says why not CUDA).
+BATCH_INVARIANT = {
+    "silu_and_mul": True,
+    **{op: f"ircore_vllm_c.impls:{op}_batch_invariant" for op in OPS if op != "silu_and_mul"},
+}
 
 IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table(
@@ -35,6 +43,7 @@ IRCORE_IMPLEMENTATIONS = {
         inplace=("fused_add_rms_norm",),
         cache_by_signature=True,
         rank=DEFAULT_RANK,
+        batch_invariant=BATCH_INVARIANT,
     ),
     **ircore.impl_table("ircore_vllm_c.scaled_mm", MATMUL_OPS, rank=DEFAULT_RANK),
 }

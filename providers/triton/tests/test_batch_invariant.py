@@ -1,0 +1,87 @@
+"""Batch invariance of this provider's kernels: the claims in its table (the invariant launches of
+rms_norm and fused_add_rms_norm, invariant_kernels.py) and the persistent matmul of the matmul
+layer (matmul_layer.py). Under Triton's interpreter on tiny shapes here; on a GPU, the kit's full
+matrix (1, 3, 64 and 1000 rows) and the layer on aten::mm/addmm/bmm."""
+
+import pytest
+import torch
+from conftest import GPU
+from ircore_triton.matmul_layer import MatmulConfig, matmul
+from ircore_triton.provider import IRCORE_IMPLEMENTATIONS
+
+import ircore
+from ircore.kit import Registrar
+from ircore.testing import check_invariance
+
+DEVICE = GPU or "cpu"
+# The interpreter runs a program at a time in numpy: batches of 1000 rows take minutes there.
+SIZES = (1, 3, 64, 1000) if GPU else (1, 3, 17)
+
+
+def test_every_claim_holds() -> None:
+    """Registered under a test name with the table's claims and variants; each op's first sample
+    per dtype, the row at the start, middle and end of each batch, contiguous and strided."""
+    registrar = Registrar("triton")
+    registrar.register_table(IRCORE_IMPLEMENTATIONS)
+    for impl in registrar.impls:
+        assert impl.batch_invariant is True
+        ircore.get_op(impl.op_name).register_impl(
+            "triton_bi", impl.fn, impl.supports_args, impl.inplace,
+            batch_invariant=True, invariant_fn=impl.invariant_fn,
+        )  # fmt: skip
+    dtypes = (torch.float32, torch.bfloat16) if GPU else (torch.float32,)
+    checked = check_invariance("triton_bi", device=DEVICE, dtypes=dtypes, sizes=SIZES, max_samples=1)
+    assert set(checked) == {impl.op_name for impl in registrar.impls} and all(checked.values()), checked
+    fixed = {impl.op_name for impl in registrar.impls if impl.invariant_fn is not None}
+    assert fixed == {"rms_norm", "fused_add_rms_norm"}
+
+
+TINY = MatmulConfig(16, 16, 16, 2, 4, 1)
+
+
+# bf16 only on a GPU: Triton 3.6's interpreter returns garbage for this kernel's bf16 tl.dot
+# (values of 1e10 for inputs of 1); the fp32 path is the same code.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16] if GPU else [torch.float32])
+def test_persistent_matmul_is_a_matmul_and_keeps_rows(dtype) -> None:
+    """a @ b (+ bias) within tolerance; each row of a 37-row product equals the row alone, bit for
+    bit (rows at the start, middle and end; tiles of 16 so M crosses tile borders)."""
+    config = TINY if not GPU else None
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    a = torch.randn(37, 40, generator=gen, device=DEVICE).to(dtype)
+    b = torch.randn(40, 24, generator=gen, device=DEVICE).to(dtype)
+    bias = torch.randn(24, generator=gen, device=DEVICE).to(dtype)
+    out = matmul(a, b, bias, config)
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    torch.testing.assert_close(out.float(), (a.float() @ b.float() + bias.float()), atol=tol * 10, rtol=tol)
+    for i in (0, 18, 36):
+        assert torch.equal(matmul(a[i : i + 1], b, bias, config), out[i : i + 1])
+        assert torch.equal(matmul(a[i : i + 3], b, bias, config)[:1], out[i : i + 1])
+
+
+def test_matmul_refuses_what_it_cannot_do() -> None:
+    with pytest.raises(ValueError, match=r"expected \(M, K\) @ \(K, N\)"):
+        matmul(torch.ones(2, 3), torch.ones(4, 5))
+    with pytest.raises(TypeError, match=r"dtype torch\.int32 is not supported"):
+        matmul(torch.ones(2, 3, dtype=torch.int32), torch.ones(3, 5, dtype=torch.int32))
+
+
+@pytest.mark.gpu
+def test_matmul_layer_routes_aten_on_cuda() -> None:
+    """With the layer on, torch.mm / nn.Linear / bmm give each row the bits it has alone."""
+    if GPU != "cuda":
+        pytest.skip("the matmul layer runs on CUDA only (no NVIDIA GPU here)")
+    from ircore import _matmul_layer
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(300, 4096, generator=gen, device="cuda", dtype=torch.bfloat16)
+    linear = torch.nn.Linear(4096, 1024, device="cuda", dtype=torch.bfloat16)
+    b3 = torch.randn(4, 4096, 64, generator=gen, device="cuda", dtype=torch.bfloat16)
+    with ircore.batch_invariant(matmul=True):
+        assert _matmul_layer.installed()
+        for fn in (lambda t: t @ linear.weight.t(), linear):
+            full = fn(a)
+            for i in (0, 150, 299):
+                assert torch.equal(fn(a[i : i + 1]), full[i : i + 1])
+        batched = torch.bmm(a[:4, None, :].expand(4, 1, 4096).contiguous(), b3)
+        assert torch.equal(torch.bmm(a[:1, None, :].contiguous(), b3[:1]), batched[:1])
+    assert not _matmul_layer.installed()
