@@ -423,6 +423,8 @@ class IrOp(Generic[P, R]):
         refuses the call (:meth:`refuse_variant`).
         """
         impl = self.impls.get(provider)
+        if impl is None and provider != dispatch.NATIVE:  # the provider does not implement this op
+            return None
         key = provider + "\0invariant"
         made = self._entries.get(key)
         if made is not None and made[0] is impl:

@@ -10,6 +10,7 @@ import ircore
 from ircore import config
 from ircore.compile._passes import IrcorePostGradPass
 from ircore.compile._settings import effective_fusions, normalize_fusions
+from ircore.config import FUSIONS
 from ircore.ops import fused_add_rms_norm, rms_norm
 
 from . import impls
@@ -73,11 +74,11 @@ def clean_api():
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("all", {"add_rms_norm": True, "rms_norm_reshape": True}),
-        ("none", {"add_rms_norm": False, "rms_norm_reshape": False}),
+        ("all", dict.fromkeys(FUSIONS, True)),
+        ("none", dict.fromkeys(FUSIONS, False)),
         ("add_rms_norm=off", {"add_rms_norm": False}),
         ("add_rms_norm=0, rms_norm_reshape=on", {"add_rms_norm": False, "rms_norm_reshape": True}),
-        (["rms_norm_reshape"], {"add_rms_norm": False, "rms_norm_reshape": True}),
+        (["rms_norm_reshape"], {**dict.fromkeys(FUSIONS, False), "rms_norm_reshape": True}),
         ({"rms_norm_reshape": False}, {"rms_norm_reshape": False}),
     ],
 )
@@ -88,7 +89,7 @@ def test_fusion_settings_forms(value, expected):
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("add_norm=off", "test: unknown fusion 'add_norm'; fusions: add_rms_norm, rms_norm_reshape"),
+        ("add_norm=off", f"test: unknown fusion 'add_norm'; fusions: {', '.join(FUSIONS)}"),
         ("add_rms_norm=maybe", "test: cannot read 'add_rms_norm=maybe'; expected NAME=on|off"),
         ({"add_rms_norm": "no"}, "test: fusion 'add_rms_norm' must be true or false"),
         (3, "test: expected 'all', 'none', a list of fusion names"),

@@ -59,7 +59,7 @@ def call_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
         if isinstance(a, torch.Tensor):
             key.append(("row", a.shape[1], a.dtype) if i in rows else ("t", tuple(a.shape), a.dtype))
         else:
-            key.append(a)
+            key.append(tuple(a) if isinstance(a, list) else a)  # a group shape or block size
     return tuple(key)
 
 
