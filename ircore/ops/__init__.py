@@ -7,12 +7,22 @@ that installed distributions declare (op libraries, the ``ircore.ops`` entry poi
 
 from typing import Any
 
-from ircore.ops._activation import silu_and_mul
+from ircore.ops._activation import fatrelu_and_mul, gelu_and_mul, mul_and_silu, silu_and_mul, swigluoai_and_mul
 from ircore.ops._gated_norm import rms_norm_gated
 from ircore.ops._layer_norm import layer_norm
 from ircore.ops._norm import fused_add_rms_norm, rms_norm
 
-__all__ = ["fused_add_rms_norm", "layer_norm", "rms_norm", "rms_norm_gated", "silu_and_mul"]
+__all__ = [
+    "fatrelu_and_mul",
+    "fused_add_rms_norm",
+    "gelu_and_mul",
+    "layer_norm",
+    "mul_and_silu",
+    "rms_norm",
+    "rms_norm_gated",
+    "silu_and_mul",
+    "swigluoai_and_mul",
+]
 
 
 def __getattr__(name: str) -> Any:
