@@ -160,6 +160,8 @@ def fuse_qk_norm_rope(graph: Graph) -> int:
             continue
         items = _getitems(node)
         q_norm, k_norm = _head_norm(query, head_size), _head_norm(key, head_size)
+        if query is key or _only_user(query) is not node or _only_user(key) is not node:
+            continue  # a normed value with another user
         if items is None or q_norm is None or k_norm is None or q_norm[3] != k_norm[3]:
             continue
         q_part, k_part = _split_part(q_norm[1]), _split_part(k_norm[1])
@@ -233,6 +235,8 @@ def fuse_hf_qk_norm_rope(graph: Graph) -> int:
         head_dim = int(head_dim)
         items = _getitems(node)
         q_norm, k_norm = _transposed_head_norm(q, head_dim), _transposed_head_norm(k, head_dim)
+        if q is k or _only_user(q) is not node or _only_user(k) is not node:
+            continue  # a normed value with another user
         if items is None or q_norm is None or k_norm is None or q_norm[3] != k_norm[3]:
             continue
         pq, pk = _tensor(q_norm[1]), _tensor(k_norm[1])
