@@ -70,14 +70,18 @@ def clean_api():
     config.reset_api_settings()
 
 
+QK_ON = {"qk_norm_rope": True, "hf_qk_norm_rope": True}  # the QK-norm + RoPE fusions, in the same setting
+QK_OFF = {"qk_norm_rope": False, "hf_qk_norm_rope": False}
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("all", {"add_rms_norm": True, "rms_norm_reshape": True}),
-        ("none", {"add_rms_norm": False, "rms_norm_reshape": False}),
+        ("all", {"add_rms_norm": True, "rms_norm_reshape": True, **QK_ON}),
+        ("none", {"add_rms_norm": False, "rms_norm_reshape": False, **QK_OFF}),
         ("add_rms_norm=off", {"add_rms_norm": False}),
         ("add_rms_norm=0, rms_norm_reshape=on", {"add_rms_norm": False, "rms_norm_reshape": True}),
-        (["rms_norm_reshape"], {"add_rms_norm": False, "rms_norm_reshape": True}),
+        (["rms_norm_reshape"], {"add_rms_norm": False, "rms_norm_reshape": True, **QK_OFF}),
         ({"rms_norm_reshape": False}, {"rms_norm_reshape": False}),
     ],
 )
@@ -88,7 +92,7 @@ def test_fusion_settings_forms(value, expected):
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("add_norm=off", "test: unknown fusion 'add_norm'; fusions: add_rms_norm, rms_norm_reshape"),
+        ("add_norm=off", "test: unknown fusion 'add_norm'; fusions: qk_norm_rope, hf_qk_norm_rope, add_rms_norm, rms_norm_reshape"),
         ("add_rms_norm=maybe", "test: cannot read 'add_rms_norm=maybe'; expected NAME=on|off"),
         ({"add_rms_norm": "no"}, "test: fusion 'add_rms_norm' must be true or false"),
         (3, "test: expected 'all', 'none', a list of fusion names"),
@@ -106,10 +110,10 @@ def test_fusions_precedence_per_name(clean_api, monkeypatch, tmp_path):
     monkeypatch.setenv("IRCORE_FUSIONS", "rms_norm_reshape=on")
     config.reset_api_settings()  # read the environment and the file again
     ircore.configure(providers="none")
-    assert effective_fusions() == {"add_rms_norm": False, "rms_norm_reshape": True}
+    assert effective_fusions() == {"add_rms_norm": False, "rms_norm_reshape": True, **QK_ON}
     ircore.configure(fusions={"add_rms_norm": True})
-    assert effective_fusions() == {"add_rms_norm": True, "rms_norm_reshape": True}
-    assert effective_fusions("none") == {"add_rms_norm": False, "rms_norm_reshape": False}
+    assert effective_fusions() == {"add_rms_norm": True, "rms_norm_reshape": True, **QK_ON}
+    assert effective_fusions("none") == {"add_rms_norm": False, "rms_norm_reshape": False, **QK_OFF}
 
 
 def test_bad_fusions_in_the_environment_name_the_variable(clean_api, monkeypatch):

@@ -137,7 +137,7 @@ def test_q_and_k_from_other_tensors_are_not_fused():
         return rotary_embedding(positions, qn, kn, 16, 16, cache, True)
 
     qkv, positions, wq, wk, cache = _vllm_args((5,), (4, 2, 2), 16)
-    gm, count = _fuse(
+    _, count = _fuse(
         fn, (qkv[:, :64].clone(), qkv[:, 64:96].clone(), positions, wq, wk, cache), fuse_qk_norm_rope
     )
     assert count == 0
