@@ -137,12 +137,18 @@ def _split_sizes(split: Node) -> list[int] | None:
     return [int(s) for s in out] if all(is_concrete_int(s) for s in out) else None
 
 
-def _replace_outputs(graph: Graph, node: Node, new: dict[int, Node]) -> None:
-    """Point each getitem of ``node`` at its replacement; erase them and ``node``."""
+def _replace_outputs(graph: Graph, node: Node, new: dict[int, Node], chains: list[list[Any]]) -> None:
+    """Point each getitem of ``node`` at its replacement; erase them, ``node``, and each chain's
+    nodes (rotary input first, back to the per-head view) that nothing reads any more, so that the
+    lowering does not lower (and the report count) norms that the fused op replaced."""
     for user in list(node.users):
         user.replace_all_uses_with(new[user.args[1]])
         graph.erase_node(user)
     graph.erase_node(node)
+    for chain in chains:
+        for dead in dict.fromkeys(chain):  # the rotary input may be the norm itself
+            if isinstance(dead, Node) and not dead.users:
+                graph.erase_node(dead)
 
 
 def fuse_qk_norm_rope(graph: Graph) -> int:
@@ -190,7 +196,10 @@ def fuse_qk_norm_rope(graph: Graph) -> int:
             part = call(graph, _aten.slice.Tensor, (fused, -1, start, start + width), node)
             new[index] = call(graph, _aten.reshape.default, (part, shape_args(graph, like, node)), node)
             start += width
-        _replace_outputs(graph, node, new)
+        chains = [
+            [rope_in, found[0], found[0].args[0]] for rope_in, found in ((query, q_norm), (key, k_norm))
+        ]
+        _replace_outputs(graph, node, new, chains)
         count += 1
     return count
 
@@ -268,7 +277,11 @@ def fuse_hf_qk_norm_rope(graph: Graph) -> int:
         seq_arg = size_arg(graph, q_norm[1], 1, node)
         if shared:  # every sequence of the batch reads rows 0..S-1
             steps = call(
-                graph, _aten.arange.start_step, (0, seq_arg, 1), node, {"dtype": torch.int64, "device": qv.device}
+                graph,
+                _aten.arange.start_step,
+                (0, seq_arg, 1),
+                node,
+                {"dtype": torch.int64, "device": qv.device},
             )
             positions = call(
                 graph, _aten.expand.default, (steps, [size_arg(graph, q_norm[1], 0, node), seq_arg]), node
@@ -280,7 +293,11 @@ def fuse_hf_qk_norm_rope(graph: Graph) -> int:
                 else int(batch) * int(seq)
             )
             positions = call(
-                graph, _aten.arange.start_step, (0, rows_arg, 1), node, {"dtype": torch.int64, "device": qv.device}
+                graph,
+                _aten.arange.start_step,
+                (0, rows_arg, 1),
+                node,
+                {"dtype": torch.int64, "device": qv.device},
             )
         eps = q_norm[3]
         fused = call(
@@ -296,6 +313,7 @@ def fuse_hf_qk_norm_rope(graph: Graph) -> int:
             heads = call(graph, _aten.reshape.default, (part, shape_args(graph, like, node)), node)
             new[index] = call(graph, _aten.permute.default, (heads, [0, 2, 1, 3]), node)
             start += width
-        _replace_outputs(graph, node, new)
+        chains = [[rope_in, found[0], found[0].args[0]] for rope_in, found in ((q, q_norm), (k, k_norm))]
+        _replace_outputs(graph, node, new, chains)
         count += 1
     return count
