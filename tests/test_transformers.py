@@ -509,7 +509,7 @@ def test_summary_groups_the_layers_of_a_reason():
     summary = irt.apply(build_type("nemotron"), mlp=True)
     assert str(summary).splitlines() == [
         "0 RMSNorm -> ircore.ops.rms_norm",
-        "0 MLP -> one gate/up matmul + ircore.ops.silu_and_mul",
+        "0 MLP -> one gate/up matmul + ircore.ops.silu_and_mul or gelu_and_mul",
         "7 left alone:",
         "  model.layers.*.mlp: NemotronMLP has no gate_proj: not a gated MLP",
         "  model.layers.*.input_layernorm, model.layers.*.post_attention_layernorm, model.norm: "
@@ -519,7 +519,7 @@ def test_summary_groups_the_layers_of_a_reason():
     assert str(summary).splitlines() == [
         "0 RMSNorm -> ircore.ops.rms_norm",
         "5 LayerNorm -> ircore.ops.layer_norm",
-        "0 MLP -> one gate/up matmul + ircore.ops.silu_and_mul",
+        "0 MLP -> one gate/up matmul + ircore.ops.silu_and_mul or gelu_and_mul",
         "2 left alone:",
         "  model.layers.*.mlp: Starcoder2MLP has no gate_proj, up_proj, down_proj: not a gated MLP",
     ]

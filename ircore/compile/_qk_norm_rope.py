@@ -73,7 +73,7 @@ def _head_norm(node: Any, head_dim: int) -> tuple[Node, Node, Any, float, Node] 
     in the graph with ``node``'s shape (``source`` or the per-head view)."""
     if not isinstance(node, Node):
         return None
-    norm = node
+    norm: Any = node
     if node.op == "call_function" and node.target in _RESHAPES:
         norm = node.args[0]
         if not isinstance(norm, Node) or _only_user(norm) is not node:
@@ -114,11 +114,11 @@ def _head_norm(node: Any, head_dim: int) -> tuple[Node, Node, Any, float, Node] 
     return norm, source, weight, eps, source
 
 
-def _split_part(node: Node) -> tuple[Node, int] | None:
+def _split_part(node: Any) -> tuple[Node, int] | None:
     """``(split node, index)`` if ``node`` is one output of a split of a tensor's last dimension."""
     if node.op != "call_function" or node.target is not operator.getitem:
         return None
-    split = node.args[0]
+    split: Any = node.args[0]
     if not (isinstance(split, Node) and split.op == "call_function" and split.target in _SPLITS):
         return None
     whole = _tensor(split.args[0])
@@ -137,7 +137,7 @@ def _split_sizes(split: Node) -> list[int] | None:
     return [int(s) for s in out] if all(is_concrete_int(s) for s in out) else None
 
 
-def _replace_outputs(graph: Graph, node: Node, new: dict[int, Node], chains: list[list[Any]]) -> None:
+def _replace_outputs(graph: Graph, node: Node, new: dict[Any, Node], chains: list[list[Any]]) -> None:
     """Point each getitem of ``node`` at its replacement; erase them, ``node``, and each chain's
     nodes (rotary input first, back to the per-head view) that nothing reads any more, so that the
     lowering does not lower (and the report count) norms that the fused op replaced."""
@@ -154,7 +154,8 @@ def _replace_outputs(graph: Graph, node: Node, new: dict[int, Node], chains: lis
 def fuse_qk_norm_rope(graph: Graph) -> int:
     """vLLM's form: split(qkv) -> per-head rms_norm (q, k) -> rotary_embedding."""
     count = 0
-    for node in list(graph.nodes):
+    nodes: list[Any] = list(graph.nodes)
+    for node in nodes:
         if node.op != "call_function" or node.target is not rotary_embedding.torch_op:
             continue
         (positions, query, key, head_size, rotary_dim, cache, neox, offsets, fmt, inverse, rdo) = full_args(
@@ -166,7 +167,7 @@ def fuse_qk_norm_rope(graph: Graph) -> int:
             continue
         items = _getitems(node)
         q_norm, k_norm = _head_norm(query, head_size), _head_norm(key, head_size)
-        if query is key or _only_user(query) is not node or _only_user(key) is not node:
+        if query is key or any(_only_user(x) is not node for x in (query, key)):
             continue  # a normed value with another user
         if items is None or q_norm is None or k_norm is None or q_norm[3] != k_norm[3]:
             continue
@@ -208,12 +209,13 @@ def _transposed_head_norm(node: Any, head_dim: int) -> tuple[Node, Node, Any, fl
     """``_head_norm`` of the ``(B, S, H, D)`` norm that ``node`` transposes to ``(B, H, S, D)``."""
     if not isinstance(node, Node) or node.op != "call_function":
         return None
+    args: Any = node.args
     if node.target is _aten.transpose.int:
-        dims = sorted(d % 4 for d in node.args[1:3])
+        dims = sorted(d % 4 for d in args[1:3])
         if dims != [1, 2]:
             return None
     elif node.target is _aten.permute.default:
-        if [d % 4 for d in node.args[1]] != [0, 2, 1, 3]:
+        if [d % 4 for d in args[1]] != [0, 2, 1, 3]:
             return None
     else:
         return None
@@ -231,7 +233,8 @@ def fuse_hf_qk_norm_rope(graph: Graph) -> int:
     """Hugging Face's form: rms_norm(q_proj(x).view(B,S,H,D)).transpose(1, 2), the same for k,
     then rotary_pos_emb(q, k, cos, sin, 1)."""
     count = 0
-    for node in list(graph.nodes):
+    nodes: list[Any] = list(graph.nodes)
+    for node in nodes:
         if node.op != "call_function" or node.target is not rotary_pos_emb.torch_op:
             continue
         q, k, cos, sin, unsqueeze_dim = full_args(node, rotary_pos_emb)
@@ -244,7 +247,7 @@ def fuse_hf_qk_norm_rope(graph: Graph) -> int:
         head_dim = int(head_dim)
         items = _getitems(node)
         q_norm, k_norm = _transposed_head_norm(q, head_dim), _transposed_head_norm(k, head_dim)
-        if q is k or _only_user(q) is not node or _only_user(k) is not node:
+        if q is k or any(_only_user(x) is not node for x in (q, k)):
             continue  # a normed value with another user
         if items is None or q_norm is None or k_norm is None or q_norm[3] != k_norm[3]:
             continue

@@ -385,7 +385,9 @@ _ROPE_ROUTES: dict[str, tuple[Any, weakref.WeakSet[nn.Module]]] = {}
 
 def _rope_module(cls: type) -> types.ModuleType | None:
     """The modeling module whose ``apply_rotary_pos_emb`` ``cls.forward`` calls by name, or None."""
-    forward = getattr(cls, "forward", None)
+    forward: Any = getattr(cls, "forward", None)
+    if forward is None:
+        return None
     try:
         function = inspect.unwrap(getattr(forward, "__func__", forward))
     except ValueError:
