@@ -217,3 +217,46 @@ def test_the_switch_turns_the_fusion_off_and_the_report_counts_it():
         assert dict(ircore.compile.report().lowered).get("fused_qk_norm_rope", {}) == (
             {"native": 1} if fused else {}
         )
+
+
+HEAD_DIM = 16
+
+
+@pytest.mark.slow
+def test_hf_form_fuses_with_dynamic_batch_and_sequence():
+    """Under Dynamo with dynamic=True (AOT-traced aten graphs, no Inductor: a few seconds): batch
+    and sequence are symbols, heads static (the projections' weights); cos/sin per sequence (the
+    batch's symbol) or shared (batch 1, specialised) each fuse, bit for bit at other sizes too."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    counts = []
+
+    def fw(gm, example_inputs):
+        counts.append(fuse_hf_qk_norm_rope(gm.graph))
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+        return gm.forward
+
+    d = HEAD_DIM  # a global: Dynamo makes a closure's int a symbol under dynamic=True (HF: self.head_dim, static)
+    torch.manual_seed(0)
+    lin_q, lin_k = torch.nn.Linear(32, 4 * d), torch.nn.Linear(32, 2 * d)
+    wq, wk = torch.randn(d) * 0.1 + 1, torch.randn(d) * 0.1 + 1
+
+    def attention(x, cos, sin):
+        b, s = x.shape[:2]
+        q = rms_norm(lin_q(x).view(b, s, -1, HEAD_DIM), wq, 1e-6).transpose(1, 2)
+        k = rms_norm(lin_k(x).view(b, s, -1, HEAD_DIM), wk, 1e-6).transpose(1, 2)
+        return rotary_pos_emb(q, k, cos, sin)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(attention, backend=aot_autograd(fw_compiler=fw), dynamic=True, fullgraph=True)
+    try:
+        for batch, seq, cos_batch in ((2, 3, 2), (2, 4, 1), (3, 5, 3), (3, 2, 1)):
+            ids = torch.arange(seq)[None, :] + 7 * torch.arange(cos_batch)[:, None]
+            args = (torch.randn(batch, seq, 32), *_hf_cos_sin(ids, d, torch.float32))
+            with torch.no_grad():
+                for e, g in zip(attention(*args), compiled(*args)):
+                    assert torch.equal(g, e)
+    finally:
+        torch._dynamo.reset()
+    assert counts == [1, 1]  # one graph per cos/sin batch kind, reused at the other sizes
