@@ -8,6 +8,7 @@ import math
 import _ref
 import pytest
 import torch
+from conftest import requires_cuda
 from test_kernels import _layouts, _randn, target  # noqa: F401  (target: the ISA/device fixture)
 
 import ircore
@@ -59,8 +60,43 @@ def test_layouts_3d_and_empty(target, name, params, dtype):  # noqa: F811
 
 @pytest.mark.parametrize(("name", "params"), VARIANTS, ids=IDS)
 def test_extremes_and_nan_match_native(target, name, params):  # noqa: F811
-    """Large magnitudes (exp saturating both ways), +-inf, NaN and zeros, in every lane position:
-    the kernel gives native's result, NaN where native has NaN."""
+    """Large magnitudes (exp saturating both ways), +-inf, NaN and zeros, every (a, b) pair of them,
+    in several lane positions: the kernel gives native's result, NaN where native has NaN."""
+    v = [-100.0, -20.0, -7.5, -1e-3, 0.0, 1e-3, 7.0, 7.5, 20.0, 100.0, math.inf, -math.inf, math.nan]
+    vals = torch.tensor(v)
+    x = torch.cat([vals.repeat(len(v)), vals.repeat_interleave(len(v))]).reshape(1, -1)  # every pair
+    x = torch.cat([x, x.roll(5, -1)]).to(target)  # the pairs in other lanes too
+    out = getattr(ops, name)(x, *params)
+    assert out.shape == (*x.shape[:-1], x.shape[-1] // 2) and out.dtype == dtype and out.is_contiguous(), label
+    tol = op.tolerance(dtype)
+    ref = op.reference(x.cpu(), *params).to(out.device)
+    torch.testing.assert_close(out.double(), ref, atol=tol.atol, rtol=tol.rtol, msg=lambda m: f"{name}{params} {label}: {m}")
+    torch.testing.assert_close(out, op.native(x, *params), atol=tol.atol, rtol=tol.rtol, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
+@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=IDS)
+def test_kernel_matches_reference(target, name, params, dtype):  # noqa: F811
+    """Half-widths 1 (no vector), 7, 8 (16-bit AVX2 vector exactly), 33, 1000 and 4097 (tails of
+    every vector width), over 1, 3 and 257 rows (several threads' tasks)."""
+    for tokens, d in ((1, 1), (3, 7), (257, 8), (3, 33), (3, 1000), (1, 4097)):
+        x = _randn((tokens, 2 * d), dtype, target, tokens + d, scale=4.0)
+        _check(name, params, x, dtype, f"{tokens}x{2 * d}")
+
+
+@pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
+@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=IDS)
+def test_layouts_3d_and_empty(target, name, params, dtype):  # noqa: F811
+    for label, x in _layouts(5, 2 * 130, dtype, target, 9):
+        _check(name, params, x * 3, dtype, label)
+    _check(name, params, _randn((2, 3, 2 * 64), dtype, target, 4, scale=3.0), dtype, "2x3x128")
+    assert getattr(ops, name)(torch.empty((0, 16), dtype=dtype, device=target), *params).shape == (0, 8)
+
+
+@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=IDS)
+def test_extremes_and_nan_match_native(target, name, params):  # noqa: F811
+    """Large magnitudes (exp saturating both ways), +-inf, NaN and zeros, every (a, b) pair of them,
+    in several lane positions: the kernel gives native's result, NaN where native has NaN."""
     v = [-100.0, -20.0, -7.5, -1e-3, 0.0, 1e-3, 7.0, 7.5, 20.0, 100.0, math.inf, -math.inf, math.nan]
     vals = torch.tensor(v * 5)[:64]
     x = torch.stack([vals, vals.roll(7), vals.roll(-3)]).repeat(1, 2)  # 3 x 128: NaN in many lanes
@@ -108,3 +144,29 @@ def test_dispatch_chooses_the_kernels_on_cpu():
         op = ircore.get_op(name)
         assert op.explain(x, *params).chosen == "vllm_c", name
         torch.testing.assert_close(op(x, *params), getattr(ops, name)(x, *params), atol=0, rtol=0)
+
+
+@pytest.mark.gpu
+@requires_cuda
+@pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
+def test_cuda_vector_and_elementwise_paths_and_graphs(dtype):
+    """CUDA: 16-byte vectors where d, the pointers and the row stride allow (d % (16 / size) == 0),
+    element-wise otherwise (odd d, a misaligned start); many rows (a grid of many blocks); the
+    kernels captured in a CUDA graph and replayed on new inputs."""
+    for name, params in VARIANTS:
+        for x in (
+            _randn((1000, 2 * 4096), dtype, "cuda", 1, scale=4.0),  # vector path, 32k blocks
+            _randn((7, 2 * 4093), dtype, "cuda", 2, scale=4.0),  # odd d: element-wise
+            _randn((7, 2 * 512 + 3), dtype, "cuda", 3, scale=4.0)[:, 3:],  # misaligned start
+        ):
+            _check(name, params, x, dtype, f"cuda {tuple(x.shape)}")
+        x = _randn((64, 2 * 1024), dtype, "cuda", 4, scale=4.0)
+        fn = getattr(ops, name)
+        fn(x, *params)  # warm up outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn(x, *params)
+        x.copy_(_randn((64, 2 * 1024), dtype, "cuda", 5, scale=4.0))
+        graph.replay()
+        _check(name, params, x, dtype, "graph replay")
+        torch.testing.assert_close(out, fn(x, *params), atol=0, rtol=0)
