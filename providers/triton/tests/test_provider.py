@@ -76,7 +76,17 @@ def test_table_registers_every_op_with_rank_20(provider: types.ModuleType) -> No
     registrar = Registrar("triton")
     registrar.register_table(provider.IRCORE_IMPLEMENTATIONS)
     got = {impl.op_name: impl for impl in registrar.impls}
-    assert list(got) == ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm"]
+    assert list(got) == [
+        "rms_norm",
+        "fused_add_rms_norm",
+        "silu_and_mul",
+        "rms_norm_gated",
+        "layer_norm",
+        "gelu_and_mul",
+        "mul_and_silu",
+        "fatrelu_and_mul",
+        "swigluoai_and_mul",
+    ]
     for name, impl in got.items():
         assert impl.fn is getattr(impls, name)
         assert impl.supports_args is getattr(impls, f"{name}_supports")

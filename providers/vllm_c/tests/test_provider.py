@@ -55,7 +55,17 @@ def test_table_registers_every_op_with_rank_10():
     registrar = Registrar("vllm_c")
     registrar.register_table(provider.IRCORE_IMPLEMENTATIONS)
     got = {impl.op_name: impl for impl in registrar.impls}
-    assert list(got) == ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm"]
+    assert list(got) == [
+        "rms_norm",
+        "fused_add_rms_norm",
+        "silu_and_mul",
+        "rms_norm_gated",
+        "layer_norm",
+        "gelu_and_mul",
+        "mul_and_silu",
+        "fatrelu_and_mul",
+        "swigluoai_and_mul",
+    ]
     for name, impl in got.items():
         assert impl.fn is getattr(impls, name)
         assert impl.supports_args is getattr(impls, f"{name}_supports")
@@ -67,7 +77,18 @@ def test_table_registers_every_op_with_rank_10():
 @pytest.mark.skipif(not hasattr(ircore, "get_op"), reason="this ircore has no get_op")
 @pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
 @pytest.mark.parametrize(
-    "name", ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm"]
+    "name",
+    [
+        "rms_norm",
+        "fused_add_rms_norm",
+        "silu_and_mul",
+        "rms_norm_gated",
+        "layer_norm",
+        "gelu_and_mul",
+        "mul_and_silu",
+        "fatrelu_and_mul",
+        "swigluoai_and_mul",
+    ],
 )
 def test_core_samples(name, dtype):
     """Every core sample the predicate accepts matches the core's reference at its tolerance."""
