@@ -306,18 +306,11 @@ def test_one_call_per_op_and_the_conformance_kit(venv):
     run = _run(venv, venv["python"], "-c", CALLS)
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout.splitlines()[-1])
-    ops = (
-        "fatrelu_and_mul",
-        "fused_add_rms_norm",
-        "gelu_and_mul",
-        "layer_norm",
-        "mul_and_silu",
-        "rms_norm",
-        "rms_norm_gated",
-        "silu_and_mul",
-        "swigluoai_and_mul",
-    )
-    assert doc["chosen"] == dict.fromkeys(ops, "vllm_c")
+    ops = ("fused_add_rms_norm", "layer_norm", "rms_norm", "rms_norm_gated", "silu_and_mul")
+    ops += ("fatrelu_and_mul", "gelu_and_mul", "mul_and_silu", "swigluoai_and_mul")  # the gated activations
+    # vllm_c's ops run vllm_c; the ops it has no kernel for (the fp8 quant ops) run native
+    assert doc["chosen"] == {name: "vllm_c" if name in ops else "native" for name in doc["chosen"]}
+    assert set(ops) <= set(doc["chosen"])
     assert all(n > 20 for n in doc["checked"].values()) and len(doc["checked"]) == len(ops)
 
 
