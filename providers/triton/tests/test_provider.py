@@ -84,8 +84,8 @@ def test_table_registers_every_op_with_rank_20(provider: types.ModuleType) -> No
         assert impl.fn is getattr(impls, name)
         assert impl.supports_args is getattr(impls, f"{name}_supports")
         assert impl.inplace == (name == "fused_add_rms_norm" or name in rope)
-        # the norms' predicates read signature facts only; the position ops' read strides, the
-        # matmuls' block_size
+        # the norms' and gated activations' predicates read signature facts only; the position ops'
+        # read strides, the matmuls' block_size
         assert impl.cache_by_signature == (name in norms or name in acts)
     assert registrar.ranks == dict.fromkeys(got, 20)
 
