@@ -13,7 +13,10 @@ downloaded) and generates from one prompt three ways:
 and shows that the greedy tokens are the same, which providers ran, how many add+norm pairs were
 fused, and how long each took (a second run: the first warms up; the compiled path's first
 call, which compiles, is shown too). Generation runs without a KV cache, so that one compiled graph
-(``dynamic=True``) serves every length. Run with ``make demo``.
+(``dynamic=True``) serves every length. Then a tiny FP8 Llama (transformers' ``FP8Linear`` with
+block-128 weights, as DeepSeek-V3 / Qwen3-FP8 checkpoints hold them): transformers' own forward
+needs a Hub kernel, ircore's runs offline, with the same tokens as a pure-torch dequantizing
+reference of the same weights. Run with ``make demo``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import torch
 import transformers
 
 import ircore
-from ircore.integrations.transformers import apply
+from ircore.integrations.transformers import apply, fp8_model
 
 PROMPT_TOKENS, NEW_TOKENS = 16, 8
 SIZE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -117,6 +120,50 @@ def show_model(name: str) -> None:
     print(f"      lowered: {counts(lowered)}; ircore nodes left: {report.left}")
 
 
+def fp8_reference_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+    """FP8Linear by hand: activations quantized per token and group of 128 (scale amax / 448),
+    weight tiles times their scales, an fp32 matmul."""
+    bn, bk = self.block_size
+    x2 = x.reshape(-1, x.shape[-1]).float()
+    g = x2.reshape(x2.shape[0], -1, bk)  # the inputs' widths are multiples of 128 here
+    scale = (g.abs().amax(-1, keepdim=True) / 448).clamp(min=1 / (448 * 512))
+    xq = ((g / scale).clamp(-448, 448).to(torch.float8_e4m3fn).float() * scale).reshape(x2.shape)
+    n, k = self.weight.shape
+    tiles = self.weight_scale_inv.repeat_interleave(bn, 0)[:n].repeat_interleave(bk, 1)[:, :k]
+    w = self.weight.float() * tiles
+    return (xq @ w.t()).to(x.dtype).reshape(*x.shape[:-1], -1)
+
+
+def show_fp8() -> None:
+    size = dict(SIZE, hidden_size=128, intermediate_size=256)
+    config = transformers.LlamaConfig(**size)
+    print(f"\n=== FP8 Llama: {config.num_hidden_layers} layers, hidden 128, FP8Linear with 128x128 blocks "
+          "(fp8_model: random weights, quantized as transformers stores them)")
+    torch.manual_seed(0)
+    ours = fp8_model(transformers.LlamaForCausalLM(config).eval())
+    torch.manual_seed(0)
+    reference = fp8_model(transformers.LlamaForCausalLM(config).eval())
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, config.vocab_size, (1, PROMPT_TOKENS), generator=gen)
+    try:
+        with torch.no_grad():
+            ours(prompt)
+        print("  stock transformers: ran")
+    except ImportError as exc:
+        print(f"  stock transformers: {type(exc).__name__}: {str(exc).splitlines()[0][:90]}...")
+    for module in reference.modules():
+        if type(module).__name__ == "FP8Linear":
+            module.forward = fp8_reference_forward.__get__(module)
+    want, seconds = generate(reference, prompt)
+    row("pure-torch reference", want, seconds, None)
+    summary = apply(ours)
+    with CountRuns() as runs:
+        got, seconds = generate(ours, prompt)
+    row("ircore eager: apply(model)", got, seconds, want)
+    print(f"      apply(model): {'; '.join(str(summary).splitlines())}")
+    print(f"      kernels that ran: {counts(runs)}")
+
+
 def main() -> None:
     start = time.perf_counter()
     print(f"ircore {ircore.__version__}, torch {torch.__version__}, transformers {transformers.__version__}")
@@ -130,6 +177,7 @@ def main() -> None:
         print(f"provider {name}: {record.state.value}: {record.reason}")
     for name in MODELS:
         show_model(name)
+    show_fp8()
     print(f"\ndone in {time.perf_counter() - start:.0f} s. Next: README.md (ops, priorities, "
           "compiling, the transformers integration, writing a provider).")
 

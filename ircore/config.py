@@ -66,6 +66,10 @@ FUSIONS: Mapping[str, str] = types.MappingProxyType(
         "add_rms_norm": "a + b feeding rms_norm -> fused_add_rms_norm(a, b) (the sum may have other users)",
         "rms_norm_reshape": "rms_norm(x).reshape(-1, H) -> rms_norm(x.reshape(-1, H)), also for "
         "fused_add_rms_norm, so kernels and later patterns see 2-D inputs",
+        "rms_norm_quant": "rms_norm or fused_add_rms_norm feeding an fp8 quant op (static, dynamic, group) "
+        "-> the fused norm + quant op, when nothing else reads the normalised value",
+        "silu_and_mul_quant": "silu_and_mul feeding a static or group fp8 quant op -> the fused op, "
+        "when nothing else reads the activation",
     }
 )
 

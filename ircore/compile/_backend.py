@@ -64,7 +64,7 @@ def _cached_plan(post_grad: Any, ops: list[str]) -> dict[str, list[str]]:
     names = set(ops)
     for fusion, makes in FUSION_MAKES.items():
         if switches.get(fusion):
-            names |= {made for source, made in makes.items() if source in ops}
+            names |= {one for source, made in makes.items() if source in ops for one in made}
     plans: dict[str, list[list[str]]] = state["ops"]
     return {name: [provider for provider, _ in plans[name]] for name in sorted(names) if name in plans}
 

@@ -16,6 +16,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ircore.compile._graph import call, depends_on, full_args, same_shape, shape_args, size_arg, value
 from ircore.compile._qk_norm_rope import fuse_hf_qk_norm_rope, fuse_qk_norm_rope
+from ircore.compile._quant_fusion import fuse_activation_quant, fuse_norm_quant
 from ircore.ops import fused_add_rms_norm, rms_norm
 
 _aten = torch.ops.aten
@@ -133,19 +134,33 @@ def fuse_norm_reshape(graph: Graph) -> int:
 
 #: name -> pass, in the order they run (the QK-norm + RoPE fusions first: the reshape fusion would
 #: flatten a one-head norm out of their pattern; the add fusion before the reshape fusion: it makes
-#: the fused nodes that the reshape fusion then flattens).
+#: the fused nodes that the reshape fusion then flattens; the quant fusions last: they take the 2-D
+#: norms it leaves).
 FUSION_PASSES = {
     "qk_norm_rope": fuse_qk_norm_rope,
     "hf_qk_norm_rope": fuse_hf_qk_norm_rope,
     "add_rms_norm": fuse_add_rms_norm,
     "rms_norm_reshape": fuse_norm_reshape,
+    "rms_norm_quant": fuse_norm_quant,
+    "silu_and_mul_quant": fuse_activation_quant,
 }
 
 #: name -> {op the fusion rewrites: op it makes}: the ops a graph can hold after the fusions,
 #: for the plan reported of a graph served from the FX graph cache (the pass did not run).
-FUSION_MAKES: dict[str, dict[str, str]] = {
-    "qk_norm_rope": {"rotary_embedding": "fused_qk_norm_rope"},
-    "hf_qk_norm_rope": {"rotary_pos_emb": "fused_qk_norm_rope"},
-    "add_rms_norm": {"rms_norm": "fused_add_rms_norm"},
+FUSION_MAKES: dict[str, dict[str, tuple[str, ...]]] = {
+    "qk_norm_rope": {"rotary_embedding": ("fused_qk_norm_rope",)},
+    "hf_qk_norm_rope": {"rotary_pos_emb": ("fused_qk_norm_rope",)},
+    "add_rms_norm": {"rms_norm": ("fused_add_rms_norm",)},
     "rms_norm_reshape": {},
+    "rms_norm_quant": {
+        "static_quant_fp8": ("rms_norm_static_fp8_quant", "fused_add_rms_norm_static_fp8_quant"),
+        "static_group_quant_fp8": ("rms_norm_static_fp8_quant", "fused_add_rms_norm_static_fp8_quant"),
+        "dynamic_quant_fp8": ("rms_norm_dynamic_quant_fp8", "fused_add_rms_norm_dynamic_quant_fp8"),
+        "dynamic_group_quant_fp8": ("rms_norm_group_quant_fp8", "fused_add_rms_norm_group_quant_fp8"),
+    },
+    "silu_and_mul_quant": {
+        "static_quant_fp8": ("silu_and_mul_static_quant_fp8",),
+        "static_group_quant_fp8": ("silu_and_mul_static_quant_fp8",),
+        "dynamic_group_quant_fp8": ("silu_and_mul_group_quant_fp8",),
+    },
 }

@@ -26,7 +26,7 @@ OwnForward = Callable[[Any, torch.Tensor, str], None]
 
 def patch_of(forward: Any) -> str | None:
     """``"rms_norm"``/``"layer_norm"``/``"rms_norm_gated"``/``"mlp"``/``"fused_mlp"``/``"experts"``
-    if ``forward`` (a function or bound method) is one of ours."""
+    /``"fp8_linear"`` if ``forward`` (a function or bound method) is one of ours."""
     return getattr(getattr(forward, "__func__", forward), _MARK, None)
 
 

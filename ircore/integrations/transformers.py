@@ -55,6 +55,7 @@ from ircore.integrations._forwards import (
     patch_of,
     rope_function,
 )
+from ircore.integrations._fp8 import fp8_linear_forward, fp8_linear_problem, fp8_model, is_fp8_linear
 from ircore.integrations._kernels_mapping import IrcoreRepository, IrcoreRMSNorm, kernel_mapping
 from ircore.integrations._kinds import (
     fused_experts,
@@ -74,6 +75,7 @@ __all__ = [
     "PatchSummary",
     "apply",
     "apply_to_classes",
+    "fp8_model",
     "kernel_mapping",
     "undo",
     "undo_classes",
@@ -100,7 +102,9 @@ class PatchSummary:
     ``forms`` too) now calling ``ircore.ops.rms_norm_gated``. ``mlp``: MLPs now running one gate/up matmul and
     ``ircore.ops.silu_and_mul``. ``fused_mlp``: MLPs with one fused ``gate_up_proj`` now calling
     ``ircore.ops.silu_and_mul`` on its output. ``experts``: MoE experts modules (3-D weights) now
-    calling ``ircore.ops.silu_and_mul`` between their two matmuls. ``left_alone``: name -> why it
+    calling ``ircore.ops.silu_and_mul`` between their two matmuls. ``fp8_linear``: transformers'
+    block-wise ``FP8Linear`` modules now running ``ircore.ops.dynamic_group_quant_fp8`` and
+    ``ircore.ops.block_scaled_mm_fp8`` (no Hub kernel). ``left_alone``: name -> why it
     was not patched, for every norm and (with ``mlp=True``) every feed-forward module not
     patched: an unknown norm form, a LayerNorm subclass with its own forward, experts with another
     gating (a clamped SwiGLU), a non-SiLU activation, a forward already replaced on the instance,
@@ -117,6 +121,7 @@ class PatchSummary:
     mlp: list[str] = field(default_factory=list)
     fused_mlp: list[str] = field(default_factory=list)
     experts: list[str] = field(default_factory=list)
+    fp8_linear: list[str] = field(default_factory=list)
     left_alone: dict[str, str] = field(default_factory=dict)
     forms: Counter[str] = field(default_factory=Counter)
     own_forward: dict[str, str] = field(default_factory=dict)
@@ -143,6 +148,11 @@ class PatchSummary:
             lines.append(f"{len(self.fused_mlp)} fused gate_up_proj MLP -> ircore.ops.silu_and_mul")
         if self.experts:
             lines.append(f"{len(self.experts)} MoE experts -> ircore.ops.silu_and_mul between their matmuls")
+        if self.fp8_linear:
+            lines.append(
+                f"{len(self.fp8_linear)} FP8Linear -> ircore.ops.dynamic_group_quant_fp8 + "
+                "block_scaled_mm_fp8"
+            )
         own = "patched, but run their own forward"
         for title, entries in (("left alone", self.left_alone), (own, self.own_forward)):
             if entries:
@@ -331,10 +341,11 @@ def _patch_experts(module: nn.Module, form: str) -> None:
 
 
 def _model_dtype(model: nn.Module) -> torch.dtype | None:
-    """The floating dtype holding most of ``model``'s parameter elements."""
+    """The floating dtype holding most of ``model``'s parameter elements (fp8 weights of an FP8
+    model left out: its activations, norms and embeddings have the dtype that matters here)."""
     sizes: Counter[torch.dtype] = Counter()
     for param in model.parameters():
-        if param.is_floating_point():
+        if param.is_floating_point() and param.element_size() > 1:
             sizes[param.dtype] += param.numel()
     return sizes.most_common(1)[0][0] if sizes else None
 
@@ -446,7 +457,9 @@ def _unroute_rope(model: nn.Module) -> int:
     return dropped
 
 
-def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False, rope: bool = False) -> PatchSummary:
+def apply(
+    model: nn.Module, *, rms_norm: bool = True, mlp: bool = False, fp8: bool = True, rope: bool = False
+) -> PatchSummary:
     """Route a loaded model's norms (and, with ``mlp=True``, its gated MLPs) to ircore's ops.
 
     Patches instances, not classes (other models of the same class are untouched). With
@@ -461,8 +474,11 @@ def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False, rope: b
     again at the next call if they get new storage, from ``.to()`` or anything else) followed by
     ``ircore.ops.silu_and_mul`` (``ircore.ops.gelu_and_mul`` for a GELU activation: Gemma's
     ``gelu_pytorch_tanh`` is ``approximate="tanh"``); MLPs with one fused ``gate_up_proj`` (gate
-    first) and MoE experts in 3-D parameters of a known form with a SiLU activation call ``silu_and_mul`` on
-    their ``[gate | up]`` matmul output (no merge: nothing else changes).
+    first) and MoE experts in 3-D parameters of a known form with a SiLU activation call
+    ``silu_and_mul`` on their ``[gate | up]`` matmul output (no merge: nothing else changes). With
+    ``fp8=True``, transformers' block-wise ``FP8Linear`` modules (``FineGrainedFP8Config``) quantize
+    their input per token and group with ``ircore.ops.dynamic_group_quant_fp8`` and multiply with
+    ``ircore.ops.block_scaled_mm_fp8`` (transformers' own forward needs a Hub kernel).
 
     With ``rope=True``, attention modules whose forward calls its modeling module's
     ``apply_rotary_pos_emb`` of the standard form (``_forms.ROPE_FORMS``; Llama, Qwen2/3, Mistral,
@@ -472,9 +488,9 @@ def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False, rope: b
     its rotary embedding to ircore (the op computes HF's function bit for bit with its native
     implementation); ``undo`` of the last applied model puts the function back. Calls the op would
     refuse (cos/sin in another dtype, fp64) and calls under grad mode with q or k requiring grad run
-    the original. Other families are in ``left_alone`` with the reason. Returns what was
-    patched, and every other norm (and, with ``mlp=True``, feed-forward module) with the reason
-    it was left alone.
+    the original. Other families are in ``left_alone`` with the reason. Returns what was patched,
+    and every other norm (and, with ``mlp=True``, feed-forward module; with ``fp8=True``, FP8
+    linear; with ``rope=True``, attention module) with the reason it was left alone.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(
@@ -542,6 +558,13 @@ def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False, rope: b
                 continue
             module.forward = MethodType(fused_mlp_forward(type(module).forward), module)
             summary.fused_mlp.append(name)
+        elif fp8 and is_fp8_linear(module):
+            why = fp8_linear_problem(module)
+            if why is not None:
+                summary.left_alone[name] = why
+                continue
+            module.forward = MethodType(fp8_linear_forward, module)
+            summary.fp8_linear.append(name)
         elif mlp and fused_experts(module):
             form, why = _experts_problem(module)
             if form is None:

@@ -1,5 +1,6 @@
 """SiLU-and-mul (the gate of SwiGLU MLPs): native semantics, checks, tolerances, inputs."""
 
+import math
 from typing import Iterator
 
 import torch
@@ -79,6 +80,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 # the last dimension, except swigluoai_and_mul's interleaved pairs.
 
 GELU_APPROXIMATIONS = ("none", "tanh")
+_FP32_MAX = float(torch.finfo(torch.float32).max)
 
 
 def _check_halves(op: str, x: torch.Tensor, what: str = "the two halves [gate, up] of equal size") -> None:
@@ -90,7 +92,8 @@ def _check_halves(op: str, x: torch.Tensor, what: str = "the two halves [gate, u
         _checks.bad_argument(
             op,
             "x",
-            f"has last dimension {x.shape[-1]} (shape {tuple(x.shape)}); it must be even and non-zero: {what}",
+            f"has last dimension {x.shape[-1]} (shape {tuple(x.shape)}); it must be even and "
+            f"non-zero: {what}",
         )
 
 
@@ -102,7 +105,12 @@ def _check_real(op: str, arg: str, value: float, *, nonnegative: bool = False) -
 
 def _check_gelu_and_mul(x: torch.Tensor, approximate: str = "none") -> None:
     try:  # the common valid call first: this runs on every eager call (no signature cache: a str)
-        if (approximate == "none" or approximate == "tanh") and x.dtype in _FLOAT and (d := x.shape[-1]) and not d % 2:
+        if (
+            (approximate == "none" or approximate == "tanh")
+            and x.dtype in _FLOAT
+            and (d := x.shape[-1])
+            and not d % 2
+        ):
             return
     except (AttributeError, IndexError):
         pass
@@ -140,13 +148,24 @@ def _check_fatrelu_and_mul(x: torch.Tensor, threshold: float = 0.0) -> None:
 
 def _check_swigluoai_and_mul(x: torch.Tensor, alpha: float = 1.702, limit: float = 7.0) -> None:
     try:
-        if alpha == alpha and limit >= 0 and x.dtype in _FLOAT and (d := x.shape[-1]) and not d % 2:
+        if (
+            -_FP32_MAX <= alpha <= _FP32_MAX
+            and limit >= 0
+            and x.dtype in _FLOAT
+            and (d := x.shape[-1])
+            and not d % 2
+        ):
             return
     except (AttributeError, IndexError, TypeError):
         pass
     _checks.check_types("swigluoai_and_mul", x, alpha, limit)
     _check_halves("swigluoai_and_mul", x, "interleaved pairs (gate, up): x[..., ::2] and x[..., 1::2]")
-    _check_real("swigluoai_and_mul", "alpha", alpha)
+    if not -_FP32_MAX <= alpha <= _FP32_MAX:  # inf * a zero gate would be NaN
+        _checks.bad_argument(
+            "swigluoai_and_mul",
+            "alpha",
+            f"is {alpha!r}; expected a finite number within float32's range, e.g. 1.702",
+        )
     _check_real("swigluoai_and_mul", "limit", limit, nonnegative=True)
 
 
@@ -165,10 +184,12 @@ def _mul_and_silu_reference(x: torch.Tensor) -> torch.Tensor:
 def _fatrelu_and_mul_reference(x: torch.Tensor, threshold: float = 0.0) -> torch.Tensor:
     d = x.shape[-1] // 2
     xd = x.double()
-    return F.threshold(xd[..., :d], threshold, 0.0) * xd[..., d:]
+    t = torch.tensor(threshold, dtype=torch.float32).item()  # the op compares in fp32 (see there)
+    return torch.where(xd[..., :d] <= t, 0.0, xd[..., :d]) * xd[..., d:]
 
 
 def _swigluoai_and_mul_reference(x: torch.Tensor, alpha: float = 1.702, limit: float = 7.0) -> torch.Tensor:
+    limit = limit if limit <= _FP32_MAX else math.inf
     xd = x.double()
     gate = xd[..., ::2].clamp(max=limit)
     up = xd[..., 1::2].clamp(min=-limit, max=limit)
@@ -184,7 +205,9 @@ _GATED_SHAPES = ((1, 16), (4, 256), (7, 2 * 37), (5, 2 * 1001), (2, 3, 128), (0,
 def _gated_samples(seed: int, device: str, dtype: torch.dtype, params: tuple[tuple, ...], scale: float = 2.0):
     gen = _samples.generator(seed, device)
     for shape in _GATED_SHAPES:
-        yield Sample((_samples.randn(shape, dtype, device, gen, scale=scale), *params[0]), "x".join(map(str, shape)))
+        yield Sample(
+            (_samples.randn(shape, dtype, device, gen, scale=scale), *params[0]), "x".join(map(str, shape))
+        )
     x = _samples.randn((6, 2 * 96), dtype, device, gen, scale=scale)
     for extra in params[1:]:
         yield Sample((x, *extra), f"6x192 {extra}")
@@ -206,7 +229,9 @@ def _fatrelu_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Iterator
 
 def _swigluoai_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Iterator[Sample]:
     # scale 4: a good share of gates above 7 and ups beyond +-7 (the clamps); limit 2: most clamp
-    return _gated_samples(seed + 24, device, dtype, ((1.702, 7.0), (1.0, 2.0), (1.702, float("inf"))), scale=4.0)
+    return _gated_samples(
+        seed + 24, device, dtype, ((1.702, 7.0), (1.0, 2.0), (1.702, float("inf"))), scale=4.0
+    )
 
 
 def _make_gated_inputs(*params: object, scale: float = 2.0):
@@ -267,13 +292,17 @@ def mul_and_silu(x: torch.Tensor) -> torch.Tensor:
 def fatrelu_and_mul(x: torch.Tensor, threshold: float = 0.0) -> torch.Tensor:
     """``threshold(a) * b`` where ``a, b`` are the two halves of x's last dimension and
     ``threshold(a)`` keeps a where ``a > threshold``, else 0 (``F.threshold(a, threshold, 0)``;
-    vLLM's ``FatreluAndMul``, MiniCPM's FATReLU). ``threshold`` is any number but NaN.
+    vLLM's ``FatreluAndMul``, MiniCPM's FATReLU; a NaN ``a`` stays NaN). ``threshold`` is any
+    number but NaN; the comparison is in fp32, as torch compares a float32 tensor with a Python
+    number (the threshold rounded to fp32; one beyond fp32's range acts as +-inf, where
+    ``F.threshold`` itself would raise).
 
     Computed in fp32, rounded once to x's dtype; the result's last dimension is half of x's.
     """
     d = x.shape[-1] // 2
     xf = x.float()
-    return (F.threshold(xf[..., :d], threshold, 0.0) * xf[..., d:]).to(x.dtype)
+    a = xf[..., :d]
+    return (torch.where(a <= threshold, 0.0, a) * xf[..., d:]).to(x.dtype)
 
 
 @register_op(
@@ -287,12 +316,13 @@ def fatrelu_and_mul(x: torch.Tensor, threshold: float = 0.0) -> torch.Tensor:
 def swigluoai_and_mul(x: torch.Tensor, alpha: float = 1.702, limit: float = 7.0) -> torch.Tensor:
     """GPT-OSS's clamped SwiGLU (vLLM's ``SwigluOAIAndMul``) on **interleaved** pairs:
     ``gate = x[..., ::2].clamp(max=limit)``, ``up = x[..., 1::2].clamp(-limit, limit)``,
-    ``(up + 1) * gate * sigmoid(alpha * gate)``. ``alpha`` is any number but NaN; ``limit`` is
-    ``>= 0`` (``inf``: no clamping).
+    ``(up + 1) * gate * sigmoid(alpha * gate)``. ``alpha`` is finite (within float32's range);
+    ``limit`` is ``>= 0`` (``inf``, or any value beyond float32's range: no clamping).
 
     Computed in fp32, rounded once to x's dtype; the result's last dimension is half of x's.
     """
     xf = x.float()
-    gate = xf[..., ::2].clamp(max=limit)
-    up = xf[..., 1::2].clamp(min=-limit, max=limit)
+    lim = limit if limit <= _FP32_MAX else math.inf  # clamp would raise for a bound beyond fp32
+    gate = xf[..., ::2].clamp(max=lim)
+    up = xf[..., 1::2].clamp(min=-lim, max=lim)
     return ((up + 1) * (gate * torch.sigmoid(gate * alpha))).to(x.dtype)

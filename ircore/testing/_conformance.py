@@ -29,7 +29,7 @@ from ircore.op import Impl, IrOp, all_ops, get_op
 from ircore.providers._discovery import ENTRY_POINT_GROUP
 from ircore.providers._manager import MANAGER
 from ircore.providers._records import ProviderState
-from ircore.testing._compare import compare_to_reference, first_float_tensor
+from ircore.testing._compare import compare_to_reference
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 PASSED, FAILED, DECLINED = "passed", "failed", "declined"
@@ -325,12 +325,23 @@ def run_case(case: Case, args: tuple[Any, ...] | None = None) -> CaseResult:
     return CaseResult(case, FAILED if problem else PASSED, problem or "", worst)
 
 
+def _grad_probe(args: tuple) -> int | None:
+    """The argument a gradient is asked of: the first tensor of a differentiable dtype (floating
+    point, wider than a byte: not integer positions, not fp8 operands, whose grads torch cannot
+    check), if it has elements."""
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and a.is_floating_point() and a.element_size() > 1:
+            return i if a.numel() else None
+    return None
+
+
 def _check_differentiable_call(op: IrOp, provider: str, args: tuple, where: str) -> None:
-    """With ``provider`` first and x (the first floating-point tensor argument) requiring grad
-    (grad mode on), native runs: gradients flow."""
-    x = first_float_tensor(args)
-    i = next(i for i, a in enumerate(args) if a is x)
-    leaf = x.detach().clone().requires_grad_()
+    """With ``provider`` first and the probe argument (:func:`_grad_probe`) requiring grad (grad
+    mode on), native runs: gradients flow."""
+    i = _grad_probe(args)
+    if i is None:
+        return
+    leaf = args[i].detach().clone().requires_grad_()
     call_args = (*args[:i], leaf, *args[i + 1 :])
     with dispatch.priority(**{op.name: [provider]}), torch.enable_grad():
         chosen = op.explain(*call_args).chosen
@@ -358,7 +369,7 @@ def check_provider(
         if result.status == DECLINED:
             report.declined.setdefault(case.op, []).append(str(case))
             continue
-        if not report.checked[case.op] and first_float_tensor(args).numel():
+        if not report.checked[case.op] and _grad_probe(args) is not None:
             _check_differentiable_call(get_op(case.op), provider, args, str(case))
         report.checked[case.op] += 1
     return report

@@ -40,8 +40,10 @@ def _gated_act_kernel(
         tl.extra.cuda.gdc_launch_dependents()
     if ACT == 0:  # 0.5 a (1 + erf(a / sqrt(2)))
         y = 0.5 * a * (1.0 + tl.math.erf(a * 0.7071067811865476)) * b
-    elif ACT == 1:  # 0.5 a (1 + tanh(u)) = a sigmoid(2u), u = sqrt(2/pi) (a + 0.044715 a^3)
-        y = a * tl.sigmoid(1.5957691216057308 * a * (1.0 + 0.044715 * a * a)) * b
+    elif ACT == 1:  # 0.5 a (1 + tanh(u)), u = sqrt(2/pi) (a + 0.044715 a^3), tanh(u) = 2 sigmoid(2u) - 1:
+        # torch's form, exactly 0 where tanh reaches -1 in fp32 (so 0 * inf is NaN, as native's)
+        th = 2.0 * tl.sigmoid(1.5957691216057308 * a * (1.0 + 0.044715 * a * a)) - 1.0
+        y = 0.5 * a * (1.0 + th) * b
     elif ACT == 2:
         y = a * (b * tl.sigmoid(b))
     else:  # F.threshold(a, param, 0): NaN a stays NaN

@@ -10,11 +10,14 @@ No ``from __future__ import annotations`` here: annotations stay real objects.
 
 import os
 
+import torch
 from torch import Tensor
 
 from . import act_kernels as _ak
+from . import fp8_matmul_kernels as _mk
 from . import kernels as _k
 from . import norm_kernels as _nk
+from . import rope_kernels as _rk
 
 __all__ = [
     "fatrelu_and_mul",
@@ -25,15 +28,27 @@ __all__ = [
     "mul_and_silu_supports",
     "swigluoai_and_mul",
     "swigluoai_and_mul_supports",
+    "block_scaled_mm_fp8",
+    "block_scaled_mm_fp8_supports",
     "fused_add_rms_norm",
     "fused_add_rms_norm_functional",
     "fused_add_rms_norm_supports",
+    "fused_qk_norm_rope",
+    "fused_qk_norm_rope_supports",
     "layer_norm",
     "layer_norm_supports",
     "rms_norm",
     "rms_norm_gated",
     "rms_norm_gated_supports",
     "rms_norm_supports",
+    "rotary_embedding",
+    "rotary_embedding_query_only",
+    "rotary_embedding_query_only_supports",
+    "rotary_embedding_supports",
+    "rotary_pos_emb",
+    "rotary_pos_emb_supports",
+    "scaled_mm_fp8",
+    "scaled_mm_fp8_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
 ]
@@ -199,3 +214,189 @@ def swigluoai_and_mul(x: Tensor, alpha: float = 1.702, limit: float = 7.0) -> Te
 def swigluoai_and_mul_supports(x: Tensor, alpha: float = 1.702, limit: float = 7.0) -> bool:
     """GPU tensor (cuda/xpu), unit last-dim stride."""
     return _device_ok(x) and (x.is_contiguous() or x.stride(-1) == 1)
+# fp8 matmuls: e4m3fn on NVIDIA GPUs with fp8 tensor cores (sm_89+; Triton's interpreter in tests),
+# e4m3fnuz on ROCm. Any M, N, K and strides (the kernels mask and address by strides).
+_FP8_OK = (
+    (torch.float8_e4m3fnuz,)
+    if torch.version.hip
+    else (torch.float8_e4m3fn,)
+    if _INTERPRET or not torch.cuda.is_available() or torch.cuda.get_device_capability() >= (8, 9)
+    else ()
+)
+
+
+def block_scaled_mm_fp8(
+    a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, block_size: list[int], out_dtype: torch.dtype
+) -> Tensor:
+    """Block-scaled fp8 matmul by the Triton kernel (one K tile per activation group)."""
+    return _mk.block_scaled_mm_fp8(a, b, scale_a, scale_b, block_size, out_dtype)
+
+
+def block_scaled_mm_fp8_supports(
+    a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, block_size: list[int], out_dtype: torch.dtype
+) -> bool:
+    """A GPU fp8 type (see ``_FP8_OK``) and a group width ``block_size[1]`` that is a power of two in
+    [16, 256] (one K tile per group; ``tl.dot`` needs K tiles of at least 16)."""
+    bk = block_size[1]
+    return a.dtype in _FP8_OK and 16 <= bk <= 256 and not bk & (bk - 1) and _device_ok(a)
+
+
+def scaled_mm_fp8(
+    a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, out_dtype: torch.dtype, bias: Tensor | None = None
+) -> Tensor:
+    """Per-tensor / per-row / per-column scaled fp8 matmul by the Triton kernel."""
+    return _mk.scaled_mm_fp8(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+def scaled_mm_fp8_supports(
+    a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, out_dtype: torch.dtype, bias: Tensor | None = None
+) -> bool:
+    """A GPU fp8 type (see ``_FP8_OK``); any shape and strides."""
+    return a.dtype in _FP8_OK and _device_ok(a)
+# ---------------------------------------------------------------------- position ops (rope_kernels)
+# In place (the ops declare query/key, q/k and qkv inplace_args; ircore clones for callers that
+# must not see them change). The predicates run after the ops' own checks (dtypes, shapes,
+# devices, positions within the cache on CPU) and test what the kernels add: a Triton device and
+# strides the kernels can address without a copy (unit channel stride; token dims that collapse
+# to one stride). Those depend on strides, not only on the call signature: not cached by it.
+
+
+def rotary_embedding(
+    positions: Tensor,
+    query: Tensor,
+    key: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """In place: rotates ``query`` and ``key`` (fp32 maths, one rounding); returns them."""
+    _rk.rotary_embedding_(positions, query, key, head_size, rotary_dim, cos_sin_cache, is_neox_style,
+                          offsets, cos_sin_format, inverse, rope_dim_offset)  # fmt: skip
+    return query, key
+
+
+def rotary_embedding_supports(
+    positions: Tensor,
+    query: Tensor,
+    key: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> bool:
+    """GPU tensors; query and key (distinct tensors) addressable as [tokens, heads, head_size]
+    with unit channel stride (:func:`ircore_triton.rope_kernels.head_layout`)."""
+    tokens = positions.numel()
+    return (
+        key is not query
+        and _device_ok(query)
+        and _rk.head_layout(query, tokens, head_size) is not None
+        and _rk.head_layout(key, tokens, head_size) is not None
+    )
+
+
+def rotary_embedding_query_only(
+    positions: Tensor,
+    query: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> Tensor:
+    """In place: rotates ``query`` by the same kernel as :func:`rotary_embedding` (so bit for bit
+    its query output); returns it."""
+    _rk.rotary_embedding_(positions, query, None, head_size, rotary_dim, cos_sin_cache, is_neox_style,
+                          offsets, cos_sin_format, inverse, rope_dim_offset)  # fmt: skip
+    return query
+
+
+def rotary_embedding_query_only_supports(
+    positions: Tensor,
+    query: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> bool:
+    """As :func:`rotary_embedding_supports`, for query alone."""
+    return _device_ok(query) and _rk.head_layout(query, positions.numel(), head_size) is not None
+
+
+def rotary_pos_emb(
+    q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1
+) -> tuple[Tensor, Tensor]:
+    """In place: Hugging Face's ``apply_rotary_pos_emb`` into ``q`` and ``k`` where they lie (HF's
+    transposed views included: no contiguous copy); fp32 maths, one rounding; returns them."""
+    _rk.rotary_pos_emb_(q, k, cos, sin, unsqueeze_dim)
+    return q, k
+
+
+def rotary_pos_emb_supports(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1) -> bool:
+    """GPU tensors; q and k distinct, 4-D, with unit channel stride and the same sizes but for
+    the heads; cos/sin unsqueezed at a dim that lands on one of q's first three (HF's (B, H, S, D)
+    with ``unsqueeze_dim=1``, or (B, S, H, D) with 2) with unit channel stride."""
+    if q.dim() != 4 or k.dim() != 4 or k is q or not _device_ok(q):
+        return False
+    hd = _rk.hf_head_dim(q, cos, unsqueeze_dim)
+    return (
+        hd >= 0
+        and all(q.shape[d] == k.shape[d] for d in range(3) if d != hd)
+        and q.stride(-1) == 1
+        and k.stride(-1) == 1
+        and cos.stride(-1) == 1
+        and sin.stride(-1) == 1
+    )
+
+
+def fused_qk_norm_rope(
+    qkv: Tensor,
+    num_heads_q: int,
+    num_heads_k: int,
+    num_heads_v: int,
+    head_dim: int,
+    eps: float,
+    q_weight: Tensor,
+    k_weight: Tensor,
+    cos_sin_cache: Tensor,
+    is_neox: bool,
+    position_ids: Tensor,
+) -> Tensor:
+    """In place: per-head RMSNorm then RoPE of qkv's q and k heads in one pass (fp32, one
+    rounding; v untouched); returns ``qkv``."""
+    _rk.fused_qk_norm_rope_(qkv, num_heads_q, num_heads_k, head_dim, eps, q_weight, k_weight,
+                            cos_sin_cache, is_neox, position_ids)  # fmt: skip
+    return qkv
+
+
+def fused_qk_norm_rope_supports(
+    qkv: Tensor,
+    num_heads_q: int,
+    num_heads_k: int,
+    num_heads_v: int,
+    head_dim: int,
+    eps: float,
+    q_weight: Tensor,
+    k_weight: Tensor,
+    cos_sin_cache: Tensor,
+    is_neox: bool,
+    position_ids: Tensor,
+) -> bool:
+    """GPU tensor; qkv's token dims collapse to one row stride, unit channel stride."""
+    return _device_ok(qkv) and _rk.head_layout(qkv, position_ids.numel(), head_dim) is not None

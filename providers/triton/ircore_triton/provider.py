@@ -29,6 +29,8 @@ OPS = (
     "fatrelu_and_mul",
     "swigluoai_and_mul",
 )
+# The position ops (rope_kernels.py): in place, predicates that read strides (not cached).
+ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only", "rotary_pos_emb", "fused_qk_norm_rope")
 
 # Rank 20 everywhere: behind vllm_c (rank 10) on NVIDIA GPUs and CPUs, first elsewhere.
 # H200, 2026-12-02 run 3 (benchmarks/README.md, "Earlier runs": section 3; bf16+fp16, 24 shapes
@@ -43,9 +45,22 @@ DEFAULT_RANK = 20
 # fused_add_rms_norm works in place (the core clones if needed). cache_by_signature: the
 # predicates read only devices, dtypes and last-dimension layout (see impls.py), facts of the
 # call signature, so ircore may ask once per signature.
-IRCORE_IMPLEMENTATIONS = ircore.impl_table(
-    "ircore_triton.impls", OPS, inplace=("fused_add_rms_norm",), cache_by_signature=True, rank=DEFAULT_RANK
-)
+# The fp8 matmuls take a dtype argument and their predicates read block_size: no signature cache.
+MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
+
+IRCORE_IMPLEMENTATIONS = {
+    **ircore.impl_table(
+        "ircore_triton.impls",
+        OPS,
+        inplace=("fused_add_rms_norm",),
+        cache_by_signature=True,
+        rank=DEFAULT_RANK,
+    ),
+    **ircore.impl_table(
+        "ircore_triton.impls", ROPE_OPS, inplace=ROPE_OPS, cache_by_signature=False, rank=DEFAULT_RANK
+    ),
+    **ircore.impl_table("ircore_triton.impls", MATMUL_OPS, rank=DEFAULT_RANK),
+}
 
 
 def _interpreting() -> bool:

@@ -6,6 +6,8 @@ by default and reports, per kernel variant, registers, spills (stack and local m
 global loads/stores are 128-bit vectors and, from sm_90 on (where the provider launches with
 programmatic dependent launch), whether ``griddepcontrol.wait`` comes before every global access,
 so a config that would spill, race or fail to compile shows up before anyone reaches the GPU.
+The position ops' kernels (rope_kernels.py) are compiled too, as launched for 32 query and 8
+key heads of each ``--rope-head-dim``, both rotation styles.
 Run without ``TRITON_INTERPRET``::
 
     python providers/triton/tools/compile_check.py [--arch 90] [--hidden 4096 8192] [--quick]
@@ -31,6 +33,7 @@ if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
 import torch
 import triton
 from ircore_triton import kernels as K
+from ircore_triton import rope_kernels as R
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -152,18 +155,77 @@ def check_silu(d: int, dtype: torch.dtype, arch: int) -> list[tuple]:
     return out
 
 
+def rope_sources(
+    head_dim: int, dtype: torch.dtype, neox: bool, arch: int
+) -> list[tuple[str, ASTSource, int]]:
+    """The position ops' kernels as launches for Llama-3-8B / Qwen3-8B heads (32 q, 8 kv) of
+    ``head_dim`` compile them (full rotary; a cache in ``dtype``; int args aligned as Triton
+    specializes them at such sizes: multiples of 16, unit channel strides constant)."""
+    ty = _TY[dtype]
+    pdl = arch >= 90
+    style = "neox" if neox else "gptj"
+    half = head_dim // 2
+    block_t, block_h, block_half = R._blocks(4096, 40, half)
+    out = []
+    fn = R._rope_kernel
+    sig = {"POS": "*i64", "OFF": "*i64", "Q": f"*{ty}", "k_off": "i64", "CACHE": f"*{ty}"}
+    ints = ("n_tokens", "hq", "hk", "half", "rope_off", "stride_qt", "stride_qh", "stride_kt", "stride_kh")
+    sig.update({n: "i32" for n in (*ints, "stride_ct")})
+    cons = {"stride_cd": 1, "BLOCK_T": block_t, "BLOCK_H": block_h, "BLOCK_HALF": block_half, "NEOX": neox,
+            "HAS_OFF": False, "INVERSE": False, "USE_PDL": pdl}  # fmt: skip
+    sig.update(dict.fromkeys(cons, "constexpr"))
+    aligned = ["POS", "OFF", "Q", "k_off", "CACHE", "half", "rope_off", "stride_qt", "stride_qh"]
+    aligned += ["stride_kt", "stride_kh", "stride_ct"]
+    label = f"rotary_embedding {ty} D={head_dim} {style} t{block_t} h{block_h} p{block_half}"
+    out.append((label, ASTSource(fn, sig, cons, _attrs(fn, aligned)), 4))
+    fn = R._qk_norm_rope_kernel
+    sig = {"QKV": f"*{ty}", "POS": "*i64", "WQ": f"*{ty}", "WK": f"*{ty}", "CACHE": f"*{ty}"}
+    sig.update({n: "i32" for n in ("n_tokens", "hq", "hk", "half", "stride_t", "stride_ct")})
+    sig["eps"] = "fp32"
+    cons = {"stride_cd": 1, "BLOCK_T": block_t, "BLOCK_H": block_h, "BLOCK_HALF": block_half, "NEOX": neox,
+            "USE_PDL": pdl}  # fmt: skip
+    sig.update(dict.fromkeys(cons, "constexpr"))
+    aligned = ["QKV", "POS", "WQ", "WK", "CACHE", "half", "stride_t", "stride_ct"]
+    label = f"fused_qk_norm_rope {ty} D={head_dim} {style} t{block_t} h{block_h} p{block_half}"
+    out.append((label, ASTSource(fn, sig, cons, _attrs(fn, aligned)), 4))
+    if neox:  # Hugging Face's form is neox only: q/k (B, H, S, D) views, cos/sin (B, S, D)
+        fn = R._hf_rope_kernel
+        sig = {"Q": f"*{ty}", "k_off": "i64", "COS": f"*{ty}", "SIN": f"*{ty}"}
+        names = ("n_tokens", "hq", "hk", "n1", "half", "sq0", "sq1", "sqh", "sk0", "sk1", "skh")
+        sig.update({n: "i32" for n in (*names, "sc0", "sc1", "ss0", "ss1")})
+        cons = {"BLOCK_T": block_t, "BLOCK_H": block_h, "BLOCK_HALF": block_half, "USE_PDL": pdl}
+        sig.update(dict.fromkeys(cons, "constexpr"))
+        aligned = ["Q", "k_off", "COS", "SIN", "half", "sq0", "sq1", "sqh", "sk0", "sk1", "skh"]
+        aligned += ["sc0", "sc1", "ss0", "ss1"]
+        label = f"rotary_pos_emb {ty} D={head_dim} t{block_t} h{block_h} p{block_half}"
+        out.append((label, ASTSource(fn, sig, cons, _attrs(fn, aligned)), 4))
+    return out
+
+
+def check_rope(head_dim: int, dtype: torch.dtype, arch: int) -> list[tuple]:
+    out = []
+    for neox in (True, False):
+        for label, src, w in rope_sources(head_dim, dtype, neox, arch):
+            try:
+                out.append((label, _compile(src, arch, w)))
+            except Exception as e:
+                out.append((label, {"error": f"{type(e).__name__}: {str(e)[:200]}"}))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", type=int, default=90, help="CUDA compute capability, e.g. 90, 80")
     p.add_argument("--hidden", type=int, nargs="*", default=[4096, 8192, 5120, 300, 8190, 128, 40000])
     p.add_argument("--silu-d", type=int, nargs="*", default=[14336, 11008, 1500, 64])
+    p.add_argument("--rope-head-dim", type=int, nargs="*", default=[128, 64, 256])
     p.add_argument("--dtypes", nargs="*", default=["bf16", "fp16", "fp32"])
     p.add_argument("--quick", action="store_true", help="bf16 only, H in {4096, 8192}")
     args = p.parse_args(argv)
     dtypes = [d for d, name in _TY.items() if name in args.dtypes]
-    hiddens, silu_ds = args.hidden, args.silu_d
+    hiddens, silu_ds, rope_ds = args.hidden, args.silu_d, args.rope_head_dim
     if args.quick:
-        dtypes, hiddens, silu_ds = [torch.bfloat16], [4096, 8192], [14336]
+        dtypes, hiddens, silu_ds, rope_ds = [torch.bfloat16], [4096, 8192], [14336], [128]
 
     results = []
     for dtype in dtypes:
@@ -172,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                 results += check_norm(h, dtype, has_res, args.arch)
         for d in silu_ds:
             results += check_silu(d, dtype, args.arch)
+        for d in rope_ds:
+            results += check_rope(d, dtype, args.arch)
 
     bad = 0
     print(f"sm_{args.arch}, triton {triton.__version__}")

@@ -52,12 +52,13 @@ struct alignas(sizeof(T) * N) Vec {
 // gelu(a) * b and friends, in fp32 (a: first half, b: second half).
 template <GatedAct ACT>
 __device__ __forceinline__ float act(float a, float b, float param) {
+  // The GELUs in torch's own form, 0.5 a (1 + erf or tanh): exactly 0 where erf/tanh reach -1,
+  // so that 0 * inf is NaN as in native (and vLLM's kernels use the same forms).
   if constexpr (ACT == GatedAct::kGeluErf) {
-    return 0.5f * a * erfcf(-a * 0.70710678118654752f) * b;  // erfc: no cancellation for a < 0
+    return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f)) * b;
   } else if constexpr (ACT == GatedAct::kGeluTanh) {
-    // 0.5 a (1 + tanh(u)) = a sigmoid(2u), u = sqrt(2/pi) (a + 0.044715 a^3)
-    const float u2 = 2.0f * 0.79788456080286536f * a * (1.0f + 0.044715f * a * a);
-    return a / (1.0f + expf(-u2)) * b;
+    const float u = 0.79788456080286536f * a * (1.0f + 0.044715f * a * a);
+    return 0.5f * a * (1.0f + tanhf(u)) * b;
   } else if constexpr (ACT == GatedAct::kMulSilu) {
     return a * (b / (1.0f + expf(-b)));
   } else {

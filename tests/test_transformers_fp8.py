@@ -1,0 +1,137 @@
+"""transformers' FP8 models (FineGrainedFP8Config, block-128 weights) through ircore, offline.
+
+Tiny Llama and Qwen3 from configs, random weights quantized by ``fp8_model``: transformers' own
+forward needs a Hub kernel (raises offline); ``apply`` routes every FP8Linear to ircore's quant
+and block matmul ops, and greedy tokens equal those of an independent pure-torch reference of the
+same quantized weights (per-token-group activation quant, dequantized fp32 matmul).
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+from ircore.integrations.transformers import apply, fp8_model, undo
+
+SMALL = dict(
+    vocab_size=256,
+    hidden_size=256,
+    intermediate_size=384,  # K = 384 for down_proj: 3 blocks of 128
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    max_position_embeddings=64,
+)
+
+
+def _reference_forward(self, x: torch.Tensor) -> torch.Tensor:
+    """FP8Linear by hand: activations quantized per token and 128 columns (scale amax / 448,
+    floored at 1 / (448 * 512)), weight tiles times their scales, an fp32 matmul."""
+    bn, bk = self.block_size
+    x2 = x.reshape(-1, x.shape[-1]).float()
+    m, k = x2.shape
+    groups = -(-k // bk)
+    padded = torch.zeros(m, groups * bk)
+    padded[:, :k] = x2
+    g = padded.reshape(m, groups, bk)
+    scale = (g.abs().amax(-1, keepdim=True) / 448).clamp(min=1 / (448 * 512))
+    xq = ((g / scale).clamp(-448, 448).to(torch.float8_e4m3fn).float() * scale).reshape(m, -1)[:, :k]
+    n = self.weight.shape[0]
+    s = self.weight_scale_inv.repeat_interleave(bn, 0)[:n].repeat_interleave(bk, 1)[:, :k]
+    out = xq @ (self.weight.float() * s).t()
+    if self.bias is not None:
+        out = out + self.bias.float()
+    return out.to(x.dtype).reshape(*x.shape[:-1], n)
+
+
+def _model(cls, config_cls):
+    torch.manual_seed(0)
+    model = cls(config_cls(**SMALL)).eval()
+    return fp8_model(model)
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def models(request):
+    cls, config_cls = {"llama": (LlamaForCausalLM, LlamaConfig), "qwen3": (Qwen3ForCausalLM, Qwen3Config)}[
+        request.param
+    ]
+    return _model(cls, config_cls), _model(cls, config_cls)
+
+
+@pytest.mark.slow
+def test_greedy_tokens_equal_the_reference_of_the_same_quantized_weights(models):
+    ours, reference = models
+    summary = apply(ours)
+    assert len(summary.fp8_linear) == 14  # 7 projections per layer, lm_head kept dense
+    assert "FP8Linear -> ircore.ops.dynamic_group_quant_fp8 + block_scaled_mm_fp8" in str(summary)
+    assert not summary.own_forward  # the norms' dtype is the model's (fp8 weights left out of it)
+    for module in reference.modules():
+        if type(module).__name__ == "FP8Linear":
+            module.forward = types.MethodType(_reference_forward, module)
+    ids = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got = ours.generate(ids, max_new_tokens=6, do_sample=False)
+        want = reference.generate(ids, max_new_tokens=6, do_sample=False)
+        torch.testing.assert_close(ours(ids).logits, reference(ids).logits, atol=1e-4, rtol=1e-4)
+    assert torch.equal(got, want)
+
+
+def test_undo_gives_back_transformers_forward_which_needs_the_hub():
+    model = _model(LlamaForCausalLM, LlamaConfig)
+    ids = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ImportError, match="finegrained-fp8 kernel unavailable"):
+        with torch.no_grad():
+            model(ids)
+    assert len(apply(model, rms_norm=False).fp8_linear) == 14
+    with torch.no_grad():
+        model(ids)  # ours: no Hub kernel needed
+    assert undo(model) == 14
+    with pytest.raises(ImportError, match="finegrained-fp8 kernel unavailable"):
+        with torch.no_grad():
+            model(ids)
+
+
+def test_fp8_linears_ircore_cannot_stand_for_are_left_alone_with_the_reason():
+    from transformers.integrations.finegrained_fp8 import FP8Linear
+
+    model = torch.nn.Sequential()
+    model.add_module("on_meta", FP8Linear(256, 128, block_size=(128, 128)).to("meta"))
+    per_tensor = FP8Linear(256, 128, block_size=None)
+    model.add_module("per_tensor", per_tensor)
+    static = FP8Linear(256, 128, block_size=(128, 128), activation_scheme="static")
+    static.weight_scale_inv.data = torch.ones(1, 2)
+    model.add_module("static", static)
+    summary = apply(model)
+    assert summary.fp8_linear == []
+    assert "meta device" in summary.left_alone["on_meta"]
+    assert "per-tensor weight scale" in summary.left_alone["per_tensor"]
+    assert "activation_scheme 'static'" in summary.left_alone["static"]
+    assert apply(model, fp8=False).left_alone == {}  # fp8=False: FP8 linears are not looked at
+
+
+@pytest.mark.slow
+def test_under_the_ircore_backend_each_norm_and_its_projections_quant_fuse():
+    """One norm, read by q/k/v (or gate/up), each quantizing it: one fused norm + group quant."""
+    import ircore
+    from ircore.testing import compiled_code
+
+    config = LlamaConfig(**{**SMALL, "num_hidden_layers": 1})
+    torch.manual_seed(0)
+    model = fp8_model(LlamaForCausalLM(config).eval())
+    apply(model)
+    ids = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(2))
+    ircore.compile.reset_report()
+    with torch.no_grad():
+        want = model(ids).logits
+        out, _ = compiled_code(lambda i: model(i).logits, (ids,))
+    torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+    report = ircore.compile.report()
+    assert report.fusions["rms_norm_quant"] == 2  # input_layernorm, post_attention_layernorm
+    lowered = set(report.lowered)
+    assert {"rms_norm_group_quant_fp8", "fused_add_rms_norm_group_quant_fp8", "block_scaled_mm_fp8"} <= lowered
