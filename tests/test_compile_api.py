@@ -70,8 +70,10 @@ def clean_api():
     config.reset_api_settings()
 
 
-QK_ON = {"qk_norm_rope": True, "hf_qk_norm_rope": True}  # the QK-norm + RoPE fusions, in the same setting
-QK_OFF = {"qk_norm_rope": False, "hf_qk_norm_rope": False}
+# the other fusions (QK-norm + RoPE, norm/activation + fp8 quant), in the same setting
+_OTHERS = ("qk_norm_rope", "hf_qk_norm_rope", "rms_norm_quant", "silu_and_mul_quant")
+QK_ON = dict.fromkeys(_OTHERS, True)
+QK_OFF = dict.fromkeys(_OTHERS, False)
 
 
 @pytest.mark.parametrize(
@@ -92,7 +94,11 @@ def test_fusion_settings_forms(value, expected):
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("add_norm=off", "test: unknown fusion 'add_norm'; fusions: qk_norm_rope, hf_qk_norm_rope, add_rms_norm, rms_norm_reshape"),
+        (
+            "add_norm=off",
+            "test: unknown fusion 'add_norm'; fusions: qk_norm_rope, hf_qk_norm_rope, add_rms_norm, rms_norm_reshape, "
+            "rms_norm_quant, silu_and_mul_quant",
+        ),
         ("add_rms_norm=maybe", "test: cannot read 'add_rms_norm=maybe'; expected NAME=on|off"),
         ({"add_rms_norm": "no"}, "test: fusion 'add_rms_norm' must be true or false"),
         (3, "test: expected 'all', 'none', a list of fusion names"),
