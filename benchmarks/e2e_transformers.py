@@ -23,9 +23,15 @@ Variants (each on the same weights; the KV cache is transformers' ``StaticCache`
                        RMSNorm, SwiGLU, RoPE; its fused linear cross-entropy off: no loss at
                        inference), CUDA only; skipped with the reason where Liger raises;
 - ``ircore eager``     ``ircore.integrations.transformers.apply(model, mlp=True)``;
+- ``ircore eager with rope routed``  ``apply(model, mlp=True, rope=True)``: the rotary embedding on
+                       ``ircore.ops.rotary_pos_emb`` too (the row to set against ``liger eager``,
+                       which patches RoPE as well);
 - ``stock compile``    ``torch.compile(model.forward, mode=--mode)`` (Inductor);
 - ``ircore compile``   ``apply(model, mlp=True)`` + ``torch.compile(model.forward, backend="ircore",
-                       mode=--mode)``; ``--mode`` is ``reduce-overhead`` (CUDA graphs) on CUDA.
+                       mode=--mode)``; ``--mode`` is ``reduce-overhead`` (CUDA graphs) on CUDA;
+- ``ircore compile with rope routed``  the same with ``rope=True``: on Qwen3-MoE, each layer's
+                       q_norm/k_norm and rotary embedding become ``fused_qk_norm_rope``
+                       (the ``hf_qk_norm_rope`` fusion; ``qk fused`` in the JSON rows).
 
 Reported per variant and point: tokens/s (median of ``--rounds`` timed rounds), the ratio to
 stock eager and (compiled rows) to stock compile, the first call's time for compiled rows, the
@@ -59,7 +65,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ircore
 from ircore.integrations.transformers import apply, undo
 
-VARIANTS = ("stock eager", "liger eager", "ircore eager", "ircore compile", "stock compile")
+VARIANTS = ("stock eager", "liger eager", "ircore eager", "ircore eager with rope routed", "ircore compile",
+            "ircore compile with rope routed", "stock compile")
 CATEGORIES = ("norm", "add", "act")
 _START = time.perf_counter()
 
@@ -331,6 +338,7 @@ def measure(variant: str, model: Any, fn: Callable[..., Any], a: argparse.Namesp
         report = ircore.compile.report()
         row.update(tokens_per_s=tokens / seconds, ms_per_call=seconds * 1e3,
                    first_s=first_s if runner.compiled else None, fusions=report.fusions.get("add_rms_norm", 0),
+                   qk_fused=report.fusions.get("hf_qk_norm_rope", 0),
                    lowered={op: dict(c) for op, c in report.lowered.items()},
                    max_abs_diff=(logits - reference[key]).abs().max().item())
         row["shares"] = profile_shares(step, model, 1 if phase == "prefill" else 3, a.device, label=not runner.compiled)
@@ -344,11 +352,12 @@ def run_variant(variant: str, model: Any, a: argparse.Namespace, reference: dict
     if variant == "liger eager":
         return run_liger(model, a, reference)
     ircore_on = variant.startswith("ircore")
+    rope = variant.endswith("with rope routed")
     if ircore_on:
-        summary = apply(model, mlp=True)
-        log(f"apply(model, mlp=True): {'; '.join(str(summary).splitlines())}")
+        summary = apply(model, mlp=True, rope=rope)
+        log(f"apply(model, mlp=True, rope={rope}): {'; '.join(str(summary).splitlines())}")
     fn = model.forward
-    if variant.endswith("compile"):
+    if " compile" in variant:
         torch._dynamo.reset()
         backend = "ircore" if ircore_on else "inductor"
         fn = torch.compile(model.forward, backend=backend, mode=a.mode, dynamic=False)
@@ -425,11 +434,12 @@ def markdown(rows: list[dict[str, Any]], a: argparse.Namespace, env: str) -> str
                 continue
             tps = r["tokens_per_s"]
             vs_eager = _ratio(tps, anchors.get("stock eager"))
-            vs_compile = _ratio(tps, anchors.get("stock compile")) if r["variant"].endswith("compile") else ""
+            vs_compile = _ratio(tps, anchors.get("stock compile")) if " compile" in r["variant"] else ""
             shares = r.get("shares") or {}
             pct = [f"{100 * shares[c]:.1f}" if c in shares else "n/a" for c in CATEGORIES]
             first = f"{r['first_s']:.1f}" if r.get("first_s") is not None else ""
-            fused = str(r["fusions"]) if r["variant"] == "ircore compile" else ""
+            fused = str(r["fusions"]) if r["variant"].startswith("ircore compile") else ""
+            fused += f" (+{r['qk_fused']} qk-norm+rope)" if r.get("qk_fused") else ""
             diff = f"{r['max_abs_diff']:.3g}" if "max_abs_diff" in r else ""
             out.append(f"| {label} | {r['variant']} | {tps:,.0f} | {vs_eager} | {vs_compile} | {first} | "
                        f"{fused} | {' | '.join(pct)} | {diff} |")

@@ -1,6 +1,7 @@
 """Side-by-side GPU benchmark of ircore's kernels and the anchors, in one process.
 
-For each op (rms_norm, fused_add_rms_norm, silu_and_mul; more with --ops: NORM_OPS, ROPE_OPS),
+For each op (rms_norm, fused_add_rms_norm, silu_and_mul; more with --ops: NORM_OPS, ROPE_OPS, QUANT_OPS, ACT_OPS
+(the gated activations)),
 dtype (bf16, fp16), tokens T and hidden H, every implementation ("column") is first checked against an fp32 reference
 (``||out - ref|| / ||ref|| < 1e-2``; a column that fails is reported and not timed), then timed
 two ways, as in shared/notes/gpu-anchors.md:
@@ -68,6 +69,19 @@ OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
 # groups); both with transformers' roundings (round_normalized), as a model would call them.
 # LayerNorm with weight and bias, and with weight only.
 NORM_OPS = ("rms_norm_gated", "rms_norm_gated_grouped", "layer_norm", "layer_norm_nobias")
+# The gated activations (also asked for with --ops): bench op -> (ircore op, its parameters). x is
+# (T, 2H), the output (T, H). Anchors: vLLM's forward_native in eager torch (x's dtype, as vLLM
+# runs it), the ircore op's native under torch.compile, and Liger's GEGLU (LigerGELUMulFunction,
+# the tanh GELU) for gelu_tanh_and_mul. vLLM's own _C kernels are not in this harness (no vLLM on
+# the GPU image): benchmarks/vllm_anchor.py would be the place.
+ACT_FORM = {
+    "gelu_and_mul": ("gelu_and_mul", ("none",)),
+    "gelu_tanh_and_mul": ("gelu_and_mul", ("tanh",)),
+    "mul_and_silu": ("mul_and_silu", ()),
+    "fatrelu_and_mul": ("fatrelu_and_mul", (0.1,)),
+    "swigluoai_and_mul": ("swigluoai_and_mul", (1.702, 7.0)),
+}
+ACT_OPS = tuple(ACT_FORM)
 # RoPE (issue 24), not in the default run either: --ops. H is the query width, heads * 128, with
 # 8 KV heads of 128: H 4096 is Llama-3-8B's and Qwen3-8B's attention (32 query heads), 8192
 # Llama-3-70B's. rotary_embedding: vLLM's form ([T, H] q, [T, 1024] k, positions 0..T-1 into a
@@ -127,7 +141,7 @@ QUANT_SPEC: dict[str, tuple[str, tuple[str, ...], tuple]] = {
     "silu_and_mul_static_quant_fp8": ("silu_and_mul_static_quant_fp8", ("x2", "scale"), ("fp8",)),
     "silu_and_mul_group_quant_fp8": ("silu_and_mul_group_quant_fp8", ("x2",), ([1, GROUP], False, False, "fp8")),
 }
-ALL_OPS = OPS + NORM_OPS + ROPE_OPS + QUANT_OPS
+ALL_OPS = OPS + NORM_OPS + ROPE_OPS + QUANT_OPS + ACT_OPS
 # bench op -> the ircore op, and its arguments after the tensors and epsilon, given H
 IRCORE_OP = {
     "rms_norm_gated": "rms_norm_gated",
@@ -158,12 +172,12 @@ DEFAULT_BUDGET_S = 320.0
 APPLIES = {
     "eager": set(ALL_OPS),
     "compile": set(ALL_OPS),
-    "liger": {"rms_norm", "fused_add_rms_norm", "layer_norm", "layer_norm_nobias"},
+    "liger": {"rms_norm", "fused_add_rms_norm", "layer_norm", "layer_norm_nobias", "gelu_tanh_and_mul"},
     "flashinfer": {"rms_norm", "fused_add_rms_norm"},
-    "vllm_c": set(OPS + NORM_OPS),
-    "triton": set(OPS + NORM_OPS),
-    "vllm_c_nopdl": set(OPS + NORM_OPS),
-    "triton_nopdl": set(OPS + NORM_OPS),
+    "vllm_c": set(OPS + NORM_OPS + ACT_OPS),
+    "triton": set(OPS + NORM_OPS + ACT_OPS),
+    "vllm_c_nopdl": set(OPS + NORM_OPS),  # the gated activations' CUDA kernels have no PDL yet
+    "triton_nopdl": set(OPS + NORM_OPS + ACT_OPS),
 }
 APPLIES["liger"].add("rotary_pos_emb")
 APPLIES["flashinfer"].add("rotary_embedding")
@@ -179,6 +193,7 @@ EAGER_LABEL = {
     "rms_norm_gated_grouped": "native (eager)",
     "layer_norm": "F.layer_norm",
     "layer_norm_nobias": "F.layer_norm",
+    **{op: "vLLM native (eager)" for op in ACT_OPS},
     **{op: "native (eager)" for op in ROPE_OPS},
     **dict.fromkeys(QUANT_OPS, "native (eager)"),
 }
@@ -219,7 +234,7 @@ def op_bytes(op: str, t: int, h: int, elt: int) -> int:
         return (2 * t * h + h) * elt
     if op == "fused_add_rms_norm":
         return (4 * t * h + h) * elt
-    if op == "silu_and_mul":
+    if op == "silu_and_mul" or op in ACT_FORM:  # x (T, 2H) in, (T, H) out
         return 3 * t * h * elt
     if op in GATED_FORM:  # x, gate, weight in; out
         return (3 * t * h + h) * elt
@@ -606,6 +621,8 @@ class Impls:
         mod = self.load(impl)
         if op in NORM_OPS:
             return self._norm_fn(impl, op, h, mod)
+        if op in ACT_FORM:
+            return self._act_fn(impl, op, h, mod)
         if op in ROPE_OPS:
             return self._rope_fn(impl, op)
         if op in QUANT_SPEC:
@@ -666,6 +683,40 @@ class Impls:
         raise ValueError(impl)
 
 
+    def _act_fn(self, impl: str, op: str, h: int, mod: Any):
+        """The gated activations: x (T, 2H) -> (out,)."""
+        import torch
+        import torch.nn.functional as F
+
+        import ircore
+
+        name, params = ACT_FORM[op]
+        if impl == "eager":  # vLLM's forward_native, in x's dtype
+            if name == "gelu_and_mul":
+                return lambda x: (F.gelu(x[:, :h], approximate=params[0]) * x[:, h:],)
+            if name == "mul_and_silu":
+                return lambda x: (x[:, :h] * F.silu(x[:, h:]),)
+            if name == "fatrelu_and_mul":
+                return lambda x: (F.threshold(x[:, :h], params[0], 0.0) * x[:, h:],)
+            alpha, limit = params
+
+            def swiglu(x):
+                g = x[:, ::2].clamp(max=limit)
+                u = x[:, 1::2].clamp(min=-limit, max=limit)
+                return ((u + 1) * (g * torch.sigmoid(g * alpha)),)
+
+            return swiglu
+        if impl == "compile":
+            c = self.compiled.get(op)
+            if c is None:
+                c = self.compiled[op] = torch.compile(ircore.get_op(name).native, fullgraph=True, dynamic=False)
+            return lambda x: (c(x, *params),)
+        if impl == "liger":  # GEGLU with the tanh GELU, on the two halves (views)
+            from liger_kernel.ops.geglu import LigerGELUMulFunction
+
+            return lambda x: (LigerGELUMulFunction.apply(x[:, :h], x[:, h:]),)
+        kernel = getattr(mod, name).default if impl == "vllm_c" else getattr(mod, name)
+        return lambda x: (kernel(x, *params),)
     def _rope_fn(self, impl: str, op: str):
         """The ROPE_OPS, as functions of rope_inputs' tensors returning the op's outputs."""
         import torch
@@ -890,6 +941,11 @@ def reference(op: str, inputs: tuple, h: int) -> tuple:
         return norm(s, w.float()), s
     (x,) = inputs
     xf = x.float()
+    if op in ACT_FORM:
+        import ircore
+
+        name, params = ACT_FORM[op]
+        return (ircore.get_op(name).native(xf, *params),)
     return (F.silu(xf[:, :h]) * xf[:, h:],)
 
 

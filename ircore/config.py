@@ -65,6 +65,10 @@ _FALSE = {"0", "false", "no", "off", ""}
 #: fusions=...)``).
 FUSIONS: Mapping[str, str] = types.MappingProxyType(
     {
+        "qk_norm_rope": "split(qkv) -> per-head rms_norm of q and k -> rotary_embedding -> "
+        "fused_qk_norm_rope(qkv, ...) (vLLM's form; any eps, both styles, any head geometry)",
+        "hf_qk_norm_rope": "Hugging Face's q_norm/k_norm on (B, S, H, D) views -> transpose -> "
+        "rotary_pos_emb -> fused_qk_norm_rope over cat(q, k) with a cache of cos/sin's rows",
         "add_rms_norm": "a + b feeding rms_norm -> fused_add_rms_norm(a, b) (the sum may have other users)",
         "rms_norm_reshape": "rms_norm(x).reshape(-1, H) -> rms_norm(x.reshape(-1, H)), also for "
         "fused_add_rms_norm, so kernels and later patterns see 2-D inputs",

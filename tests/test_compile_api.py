@@ -71,6 +71,12 @@ def clean_api():
     config.reset_api_settings()
 
 
+# the other fusions (QK-norm + RoPE, norm/activation + fp8 quant), in the same setting
+_OTHERS = ("qk_norm_rope", "hf_qk_norm_rope", "rms_norm_quant", "silu_and_mul_quant")
+QK_ON = dict.fromkeys(_OTHERS, True)
+QK_OFF = dict.fromkeys(_OTHERS, False)
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
@@ -107,10 +113,10 @@ def test_fusions_precedence_per_name(clean_api, monkeypatch, tmp_path):
     monkeypatch.setenv("IRCORE_FUSIONS", "rms_norm_reshape=on")
     config.reset_api_settings()  # read the environment and the file again
     ircore.configure(providers="none")
-    assert effective_fusions() == {"add_rms_norm": False, "rms_norm_reshape": True}
+    assert effective_fusions() == {"add_rms_norm": False, "rms_norm_reshape": True, **QK_ON}
     ircore.configure(fusions={"add_rms_norm": True})
-    assert effective_fusions() == {"add_rms_norm": True, "rms_norm_reshape": True}
-    assert effective_fusions("none") == {"add_rms_norm": False, "rms_norm_reshape": False}
+    assert effective_fusions() == {"add_rms_norm": True, "rms_norm_reshape": True, **QK_ON}
+    assert effective_fusions("none") == {"add_rms_norm": False, "rms_norm_reshape": False, **QK_OFF}
 
 
 def test_bad_fusions_in_the_environment_name_the_variable(clean_api, monkeypatch):

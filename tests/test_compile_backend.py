@@ -234,7 +234,7 @@ def test_mode_and_options_reach_inductor():
 def test_ircore_compile_refuses_another_backend_and_bad_fusions():
     with pytest.raises(TypeError, match="always uses the ircore backend"):
         ircore.compile(decoder, backend="inductor")
-    with pytest.raises(ircore.ConfigError, match="unknown fusion 'add_norm'; fusions: add_rms_norm"):
+    with pytest.raises(ircore.ConfigError, match="unknown fusion 'add_norm'; fusions: qk_norm_rope, hf_qk_norm_rope, add_rms_norm"):
         ircore.compile(decoder, fusions=["add_norm"])
 
 

@@ -175,7 +175,14 @@ def test_a_decoder_block_fuses_add_then_flattens():
 
 
 def test_compile_fusion_names_are_the_documented_ones():
-    assert set(ircore.compile.FUSIONS) == {"add_rms_norm", "rms_norm_reshape"}
+    assert set(ircore.compile.FUSIONS) == {
+        "qk_norm_rope",
+        "hf_qk_norm_rope",
+        "add_rms_norm",
+        "rms_norm_reshape",
+        "rms_norm_quant",
+        "silu_and_mul_quant",
+    }
     from ircore.compile._fusion import FUSION_PASSES
 
     assert list(FUSION_PASSES) == list(ircore.compile.FUSIONS)

@@ -139,6 +139,13 @@ def test_backend_by_name_in_a_script_that_never_imports_ircore(good_site, tmp_pa
     )
     result = _run(BY_NAME_SCRIPT, [], env, tmp_path)
     assert result["listed_without_import"]
-    assert result["fusions"] == {"add_rms_norm": 1, "rms_norm_reshape": 0}
+    assert result["fusions"] == {
+        "qk_norm_rope": 0,
+        "hf_qk_norm_rope": 0,
+        "add_rms_norm": 1,
+        "rms_norm_reshape": 0,
+        "rms_norm_quant": 0,
+        "silu_and_mul_quant": 0,
+    }
     # the fixture provider's in-place fused_add_rms_norm (rank 5, ahead of native) was lowered
     assert result["lowering"] == ["good"]

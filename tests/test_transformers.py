@@ -34,6 +34,11 @@ SMALL = dict(
 MODELS = {
     "llama": (transformers.LlamaForCausalLM, transformers.LlamaConfig, {}),
     "qwen3": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config, {"head_dim": 16}),
+    "gemma": (
+        transformers.GemmaForCausalLM,
+        transformers.GemmaConfig,
+        {"head_dim": 16, "hidden_act": "gelu_pytorch_tanh"},
+    ),
 }
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2}  # the ops' own tolerances
 SEEN: list[tuple[str, int]] = []  # (op, x.dim()) of every counted call
@@ -181,10 +186,15 @@ def test_save_pretrained_of_a_merged_model_saves_the_stock_weights(tmp_path):
 
 def test_mlp_with_another_activation_is_left_alone():
     model = build("llama")
-    model.model.layers[0].mlp.act_fn = nn.GELU()
+    model.model.layers[0].mlp.act_fn = nn.ReLU()  # (nn.GELU is merged: gelu_and_mul)
     summary = irt.apply(model, rms_norm=False, mlp=True)
     assert summary.rms_norm == [] and summary.mlp == ["model.layers.1.mlp"]
-    assert summary.left_alone == {"model.layers.0.mlp": "LlamaMLP: the activation GELU is not SiLU"}
+    assert summary.left_alone == {
+        "model.layers.0.mlp": (
+            "LlamaMLP: the activation ReLU is neither SiLU nor torch's GELU (erf or tanh): ircore has no "
+            "gated op for it"
+        )
+    }
 
 
 def test_undo_restores_the_stock_model(counting):
@@ -499,7 +509,7 @@ def test_summary_groups_the_layers_of_a_reason():
     summary = irt.apply(build_type("nemotron"), mlp=True)
     assert str(summary).splitlines() == [
         "0 RMSNorm -> ircore.ops.rms_norm",
-        "0 MLP -> one gate/up matmul + ircore.ops.silu_and_mul",
+        "0 MLP -> one gate/up matmul + ircore.ops.silu_and_mul or gelu_and_mul",
         "7 left alone:",
         "  model.layers.*.mlp: NemotronMLP has no gate_proj: not a gated MLP",
         "  model.layers.*.input_layernorm, model.layers.*.post_attention_layernorm, model.norm: "
@@ -509,7 +519,7 @@ def test_summary_groups_the_layers_of_a_reason():
     assert str(summary).splitlines() == [
         "0 RMSNorm -> ircore.ops.rms_norm",
         "5 LayerNorm -> ircore.ops.layer_norm",
-        "0 MLP -> one gate/up matmul + ircore.ops.silu_and_mul",
+        "0 MLP -> one gate/up matmul + ircore.ops.silu_and_mul or gelu_and_mul",
         "2 left alone:",
         "  model.layers.*.mlp: Starcoder2MLP has no gate_proj, up_proj, down_proj: not a gated MLP",
     ]
@@ -1166,12 +1176,13 @@ def test_compiled_with_the_ircore_backend_fuses_every_add():
 
 @pytest.mark.slow
 def test_compiled_moe_with_the_ircore_backend_lowers_the_experts_silu_and_mul():
-    """One compile of the tiny Qwen3-MoE (about 20 s on two cores): experts through grouped_mm."""
+    """One compile of the tiny Qwen3-MoE (about 20 s on two cores): experts through grouped_mm;
+    with rope routed, each layer's q_norm/k_norm and rotary_pos_emb fuse (hf_qk_norm_rope)."""
     from torch._inductor import config as inductor_config
 
     model, stock, _ = covered("qwen3_moe")
-    summary = irt.apply(model, mlp=True)
-    assert summary.experts == per_layer("mlp.experts")
+    summary = irt.apply(model, mlp=True, rope=True)
+    assert summary.experts == per_layer("mlp.experts") and summary.rope == per_layer("self_attn")
     torch._dynamo.reset()
     ircore.compile.reset_report()
     try:
@@ -1180,10 +1191,95 @@ def test_compiled_moe_with_the_ircore_backend_lowers_the_experts_silu_and_mul():
             close(logits(compiled), stock, torch.float32)
     finally:
         torch._dynamo.reset()
+        irt.undo(model)  # the rope route is process-wide: put qwen3_moe's function back
     report = ircore.compile.report()
     assert report.fusions["add_rms_norm"] == 4 and report.left == 0
+    assert report.fusions["hf_qk_norm_rope"] == 2
     assert {op: dict(c) for op, c in report.lowered.items()} == {
-        "rms_norm": {"native": 1 + 4},  # the first input norm, and q_norm/k_norm of each layer
+        "rms_norm": {"native": 1},  # the first input norm
+        "fused_qk_norm_rope": {"native": 2},  # q_norm, k_norm and the rotary embedding of each layer
         "fused_add_rms_norm": {"native": 4},
         "silu_and_mul": {"native": 2},  # each layer's experts, all at once
     }
+
+
+# ---------------------------------------------------------------------- rope=True, GELU-gated MLPs
+from ircore.integrations._forwards import patch_of  # noqa: E402
+from ircore.ops import gelu_and_mul, rotary_pos_emb  # noqa: E402
+
+
+def counting_rotary_pos_emb(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    SEEN.append(("rotary_pos_emb", q.dim()))
+    return rotary_pos_emb.native(q, k, cos, sin, unsqueeze_dim)
+
+
+def counting_gelu_and_mul(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    SEEN.append((f"gelu_and_mul {approximate}", x.dim()))
+    return gelu_and_mul.native(x, approximate)
+
+
+@pytest.fixture
+def counting_rope(counting):
+    """``counting``, and rotary_pos_emb / gelu_and_mul calls counted too."""
+    rotary_pos_emb.register_impl("counting", counting_rotary_pos_emb)
+    gelu_and_mul.register_impl("counting", counting_gelu_and_mul)
+    ircore.set_priority(
+        rms_norm=["counting"], silu_and_mul=["counting"], rotary_pos_emb=["counting"], gelu_and_mul=["counting"]
+    )
+    yield SEEN
+
+
+@pytest.mark.parametrize(
+    "name, gated", [("llama", "silu_and_mul"), ("qwen3", "silu_and_mul"), ("gemma", "gelu_and_mul tanh")]
+)
+def test_rope_and_gated_mlps_routed_give_stock_greedy_tokens(name, gated, counting_rope):
+    model = build(name)
+    stock_tokens = greedy(model)
+    summary = irt.apply(model, mlp=True, rope=True)
+    modeling = sys.modules[f"transformers.models.{name}.modeling_{name}"]
+    assert summary.rope == per_layer("self_attn") and summary.rope_modules == [modeling.__name__]
+    assert summary.mlp == per_layer("mlp")
+    assert patch_of(modeling.apply_rotary_pos_emb) == "rope"
+    SEEN.clear()
+    assert torch.equal(greedy(model), stock_tokens)
+    calls = collections.Counter(op for op, _ in SEEN)
+    assert calls["rotary_pos_emb"] == calls[gated] == 2 * 4  # every layer, at each of the 4 steps
+    irt.undo(model)
+    assert patch_of(modeling.apply_rotary_pos_emb) is None  # the family's own function is back
+
+
+def test_rope_stays_routed_while_any_applied_model_needs_it(counting_rope):
+    first, second = build("llama", layers=1), build("llama", layers=1, seed=1)
+    irt.apply(first, rms_norm=False, rope=True)
+    irt.apply(second, rms_norm=False, rope=True)
+    modeling = sys.modules["transformers.models.llama.modeling_llama"]
+    irt.undo(first)
+    assert patch_of(modeling.apply_rotary_pos_emb) == "rope"
+    irt.undo(second)
+    assert patch_of(modeling.apply_rotary_pos_emb) is None
+
+
+def test_rope_with_grad_on_runs_stock(counting_rope):
+    model = build("llama", layers=1)
+    irt.apply(model, rms_norm=False, rope=True)
+    try:
+        model(PROMPT).logits.sum().backward()
+        assert [op for op, _ in SEEN] == []  # q and k require grad: HF's own function ran
+        assert model.model.layers[0].self_attn.q_proj.weight.grad is not None
+        with torch.no_grad():
+            model(PROMPT)
+        assert SEEN == [("rotary_pos_emb", 4)]  # and without grad, ircore's op
+    finally:
+        irt.undo(model)
+
+
+def test_rope_of_another_form_is_left_alone_with_the_reason():
+    model = build_type("cohere", num_hidden_layers=1)  # gptj pairs: rotate_half interleaves
+    summary = irt.apply(model, rms_norm=False, rope=True)
+    assert summary.rope == []
+    assert summary.left_alone["model.layers.0.self_attn"] == (
+        "transformers.models.cohere.modeling_cohere.apply_rotary_pos_emb is not the standard form "
+        "(q * cos + rotate_half(q) * sin, k likewise, cos/sin unsqueezed at unsqueeze_dim): kept as it is"
+    )

@@ -15,6 +15,7 @@ from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ircore.compile._graph import call, depends_on, full_args, same_shape, shape_args, size_arg, value
+from ircore.compile._qk_norm_rope import fuse_hf_qk_norm_rope, fuse_qk_norm_rope
 from ircore.compile._quant_fusion import fuse_activation_quant, fuse_norm_quant
 from ircore.ops import fused_add_rms_norm, rms_norm
 
@@ -131,9 +132,13 @@ def fuse_norm_reshape(graph: Graph) -> int:
     return count
 
 
-#: name -> pass, in the order they run (the add fusion first: it makes the fused nodes that the
-#: reshape fusion then flattens; the quant fusions last: they take the 2-D norms it leaves).
+#: name -> pass, in the order they run (the QK-norm + RoPE fusions first: the reshape fusion would
+#: flatten a one-head norm out of their pattern; the add fusion before the reshape fusion: it makes
+#: the fused nodes that the reshape fusion then flattens; the quant fusions last: they take the 2-D
+#: norms it leaves).
 FUSION_PASSES = {
+    "qk_norm_rope": fuse_qk_norm_rope,
+    "hf_qk_norm_rope": fuse_hf_qk_norm_rope,
     "add_rms_norm": fuse_add_rms_norm,
     "rms_norm_reshape": fuse_norm_reshape,
     "rms_norm_quant": fuse_norm_quant,
@@ -143,6 +148,8 @@ FUSION_PASSES = {
 #: name -> {op the fusion rewrites: op it makes}: the ops a graph can hold after the fusions,
 #: for the plan reported of a graph served from the FX graph cache (the pass did not run).
 FUSION_MAKES: dict[str, dict[str, tuple[str, ...]]] = {
+    "qk_norm_rope": {"rotary_embedding": ("fused_qk_norm_rope",)},
+    "hf_qk_norm_rope": {"rotary_pos_emb": ("fused_qk_norm_rope",)},
     "add_rms_norm": {"rms_norm": ("fused_add_rms_norm",)},
     "rms_norm_reshape": {},
     "rms_norm_quant": {

@@ -38,19 +38,25 @@ def value(arg: Any) -> Any:
     return arg.meta.get("val") if isinstance(arg, Node) else arg
 
 
-def call(graph: Graph, target: Callable[..., Any], args: tuple[Any, ...], like: Node) -> Node:
-    """Insert ``target(*args)`` before ``like``, with its fake value and ``like``'s stack trace."""
+def call(
+    graph: Graph,
+    target: Callable[..., Any],
+    args: tuple[Any, ...],
+    like: Node,
+    kwargs: dict[str, Any] | None = None,
+) -> Node:
+    """Insert ``target(*args, **kwargs)`` before ``like``, with its fake value and ``like``'s stack trace."""
+    kwargs = kwargs or {}
     with graph.inserting_before(like):
-        node = graph.call_function(target, args)
-    vals = torch.fx.map_arg(args, value)
-    fake_mode = torch._guards.detect_fake_mode(
-        [v for v in torch.utils._pytree.tree_leaves(vals) if isinstance(v, torch.Tensor)]
-    )
+        node = graph.call_function(target, args, kwargs)
+    vals, kwvals = torch.fx.map_arg(args, value), torch.fx.map_arg(kwargs, value)
+    leaves = torch.utils._pytree.tree_leaves((vals, kwvals, value(like)))  # like's: for arange & co.
+    fake_mode = torch._guards.detect_fake_mode([v for v in leaves if isinstance(v, torch.Tensor)])
     if fake_mode is not None:
         with fake_mode:
-            node.meta["val"] = target(*vals)
+            node.meta["val"] = target(*vals, **kwvals)
     else:  # e.g. operator.getitem on a value that is already fake
-        node.meta["val"] = target(*vals)
+        node.meta["val"] = target(*vals, **kwvals)
     if "stack_trace" in like.meta:
         node.meta["stack_trace"] = like.meta["stack_trace"]
     return node

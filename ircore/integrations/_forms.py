@@ -230,6 +230,42 @@ def forward(self, input):
 }
 
 
+#: Hugging Face's ``apply_rotary_pos_emb`` (the modeling module's function that attention
+#: forwards call by name) that ``ircore.ops.rotary_pos_emb`` computes bit for bit (native), given
+#: the module's ``rotate_half`` of the form below (transformers 5.23: 116 modeling modules).
+ROPE_FORMS: dict[str, str] = {
+    "llama": """
+def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    q_embed = (q * cos) + (rotate_half(q) * sin)
+    k_embed = (k * cos) + (rotate_half(k) * sin)
+    return q_embed, k_embed
+""",
+}
+
+#: ``rotate_half`` as the standard ``apply_rotary_pos_emb`` needs it: ``cat(-x2, x1)`` (neox pairs).
+ROTATE_HALF_FORMS: dict[str, str] = {
+    "llama": """
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+""",
+}
+
+#: GELU activation modules whose forward calls the function they hold in ``self.act``
+#: (transformers' ``GELUTanh``, Gemma's ``gelu_pytorch_tanh``: ``partial(F.gelu,
+#: approximate="tanh")``; ``GELUActivation``: ``F.gelu``); ``_forwards.gelu_approximate`` reads
+#: which GELU that function is.
+GELU_FORMS: dict[str, str] = {
+    "self_act": """
+def forward(self, input):
+    return self.act(input)
+""",
+}
+
+
 class _Canonical(ast.NodeTransformer):
     """Renames parameters and local variables to ``v0, v1, ...`` in order of first appearance."""
 
@@ -283,6 +319,9 @@ _KNOWN = {
         ("fused_mlp", FUSED_MLP_FORMS),
         ("experts", EXPERTS_FORMS),
         ("gate", GATE_FORMS),
+        ("rope", ROPE_FORMS),
+        ("rotate_half", ROTATE_HALF_FORMS),
+        ("gelu", GELU_FORMS),
     )
 }
 
@@ -294,6 +333,14 @@ def _form_of_function(function: Any, kind: str) -> str | None:
     except (OSError, TypeError):  # built in, or defined where no source is kept
         return None
     return _KNOWN[kind].get(fingerprint(source))
+
+
+def function_form(function: Any, kind: str) -> str | None:
+    """The name of the known ``kind`` form of a plain function (``"rope"``, ``"rotate_half"``)."""
+    try:
+        return _form_of_function(function, kind)
+    except TypeError:  # not hashable: not a function we know
+        return None
 
 
 def form_of(cls: type, kind: str, method: str = "forward") -> str | None:

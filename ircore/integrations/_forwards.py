@@ -16,7 +16,7 @@ from torch import nn
 
 from ircore.integrations._forms import form_of
 from ircore.integrations._merge import current
-from ircore.ops import layer_norm, rms_norm, rms_norm_gated, silu_and_mul
+from ircore.ops import gelu_and_mul, layer_norm, rms_norm, rms_norm_gated, rotary_pos_emb, silu_and_mul
 from ircore.ops._checks import FLOAT_DTYPES
 
 _MARK = "__ircore_patch__"
@@ -153,6 +153,88 @@ def _gate_up_needs_grad(module: Any) -> bool:
     gate, up = module._modules["gate_proj"], module._modules["up_proj"]
     params = (gate.weight, gate.bias, up.weight, up.bias)
     return any(p is not None and p.requires_grad for p in params)
+
+
+def gelu_mlp_forward(approximate: str) -> Callable[..., Any]:
+    """:func:`mlp_forward` for a GELU-gated MLP (Gemma's ``gelu_pytorch_tanh``: ``approximate``
+    ``"tanh"``): ``gelu_and_mul(x, approximate)`` in place of ``silu_and_mul``, the rest alike."""
+
+    def forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype not in FLOAT_DTYPES:
+            return type(self).forward(self, x)
+        if torch.compiler.is_compiling():
+            gate_up = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
+            return self.down_proj(gelu_and_mul(gate_up, approximate))
+        if torch.is_grad_enabled() and _gate_up_needs_grad(self):
+            return type(self).forward(self, x)
+        merged = current(self)
+        if merged is None:
+            return type(self).forward(self, x)
+        return self.down_proj(gelu_and_mul(F.linear(x, merged[0], merged[1]), approximate))
+
+    setattr(forward, _MARK, "mlp")
+    return forward
+
+
+def gelu_approximate(act: Any) -> str | None:
+    """``"none"``/``"tanh"`` if ``act`` computes ``F.gelu`` with that approximation (``nn.GELU``,
+    transformers' ``GELUActivation``/``GELUTanh`` holding ``F.gelu`` or ``partial(F.gelu,
+    approximate="tanh")``), else None (the Python-formula variants round differently)."""
+    if isinstance(act, nn.GELU):
+        return act.approximate if act.approximate in ("none", "tanh") else None
+    if not isinstance(act, nn.Module) or form_of(type(act), "gelu") is None:
+        return None
+    fn = vars(act).get("act", getattr(act, "act", None))
+    if fn is F.gelu:
+        return "none"
+    if isinstance(fn, functools.partial) and fn.func is F.gelu and not fn.args:
+        approximate = fn.keywords.get("approximate", "none") if set(fn.keywords) <= {"approximate"} else None
+        return approximate if approximate in ("none", "tanh") else None
+    return None
+
+
+def rope_function(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A modeling module's ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`` (of the
+    standard form, ``_forms.ROPE_FORMS``) calling ``ircore.ops.rotary_pos_emb``.
+
+    ``original`` runs where the op would refuse the call or autograd needs the graph through it:
+    q, k, cos, sin not all of one float dtype (fp64, cos/sin kept in fp32), shapes the op does not
+    take (cos/sin that do not broadcast to q and k at ``unsqueeze_dim``, an odd head size), or
+    grad mode on with q or k requiring grad (a training step runs stock).
+    """
+    from ircore.ops._rope import _broadcasts_to
+
+    def apply_rotary_pos_emb(
+        q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        dtype = q.dtype
+        if (
+            dtype not in FLOAT_DTYPES
+            or k.dtype is not dtype
+            or cos.dtype is not dtype
+            or sin.dtype is not dtype
+            or not isinstance(unsqueeze_dim, int)
+            or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad))
+        ):
+            return original(q, k, cos, sin, unsqueeze_dim)
+        head = q.shape[-1] if q.dim() else 0
+        if (
+            not head
+            or head % 2
+            or sin.shape != cos.shape
+            or not -cos.dim() - 1 <= unsqueeze_dim <= cos.dim()
+            or cos.shape[-1] != head
+            or k.shape[-1] != head
+        ):
+            return original(q, k, cos, sin, unsqueeze_dim)
+        wide = cos.unsqueeze(unsqueeze_dim).shape
+        if not (_broadcasts_to(wide, q.shape) and _broadcasts_to(wide, k.shape)):
+            return original(q, k, cos, sin, unsqueeze_dim)
+        return rotary_pos_emb(q, k, cos, sin, unsqueeze_dim)
+
+    apply_rotary_pos_emb.__ircore_original__ = original  # type: ignore[attr-defined]
+    setattr(apply_rotary_pos_emb, _MARK, "rope")
+    return apply_rotary_pos_emb
 
 
 def mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:

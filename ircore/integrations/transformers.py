@@ -18,8 +18,12 @@ patches work on any ``nn.Module`` with these forms.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
+import sys
+import types
+import weakref
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,17 +34,26 @@ import torch
 from torch import nn
 
 from ircore.integrations import _merge
-from ircore.integrations._forms import FUSED_MLP_ACTIVATION, MLP_ACTIVATION, NORM_FORMS, form_of
+from ircore.integrations._forms import (
+    FUSED_MLP_ACTIVATION,
+    MLP_ACTIVATION,
+    NORM_FORMS,
+    form_of,
+    function_form,
+)
 from ircore.integrations._forwards import (
     experts_forward,
     experts_gate,
     fused_mlp_forward,
     gated_norm_forward,
+    gelu_approximate,
+    gelu_mlp_forward,
     is_silu,
     layer_norm_forward,
     mlp_forward,
     norm_forward,
     patch_of,
+    rope_function,
 )
 from ircore.integrations._fp8 import fp8_linear_forward, fp8_linear_problem, fp8_model, is_fp8_linear
 from ircore.integrations._kernels_mapping import IrcoreRepository, IrcoreRMSNorm, kernel_mapping
@@ -112,6 +125,10 @@ class PatchSummary:
     left_alone: dict[str, str] = field(default_factory=dict)
     forms: Counter[str] = field(default_factory=Counter)
     own_forward: dict[str, str] = field(default_factory=dict)
+    #: with ``rope=True``: attention modules whose ``apply_rotary_pos_emb`` now calls
+    #: ``ircore.ops.rotary_pos_emb``, and the modeling modules whose function that is
+    rope: list[str] = field(default_factory=list)
+    rope_modules: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         forms = ", ".join(f"{form} {n}" for form, n in sorted(self.forms.items()) if form in NORM_FORMS)
@@ -121,7 +138,12 @@ class PatchSummary:
             lines.append(f"{len(self.layer_norm)} LayerNorm -> ircore.ops.layer_norm")
         if self.rms_norm_gated:
             lines.append(f"{len(self.rms_norm_gated)} gated RMSNorm -> ircore.ops.rms_norm_gated ({gated})")
-        lines.append(f"{len(self.mlp)} MLP -> one gate/up matmul + ircore.ops.silu_and_mul")
+        lines.append(f"{len(self.mlp)} MLP -> one gate/up matmul + ircore.ops.silu_and_mul or gelu_and_mul")
+        if self.rope:
+            where = ", ".join(self.rope_modules)
+            lines.append(
+                f"{len(self.rope)} attention -> ircore.ops.rotary_pos_emb (apply_rotary_pos_emb of {where})"
+            )
         if self.fused_mlp:
             lines.append(f"{len(self.fused_mlp)} fused gate_up_proj MLP -> ircore.ops.silu_and_mul")
         if self.experts:
@@ -185,8 +207,12 @@ def _mlp_problem(module: nn.Module) -> str | None:
         return f"{cls.__name__}: down_proj is not an nn.Linear"
     act_name = MLP_ACTIVATION[form]
     act = getattr(module, act_name, None)
-    if not (isinstance(act, nn.SiLU) or (isinstance(act, nn.Module) and form_of(type(act), "silu"))):
-        return f"{cls.__name__}: the activation {type(act).__name__} is not SiLU"
+    silu = isinstance(act, nn.SiLU) or (isinstance(act, nn.Module) and form_of(type(act), "silu"))
+    if not silu and gelu_approximate(act) is None:
+        return (
+            f"{cls.__name__}: the activation {type(act).__name__} is neither SiLU nor torch's GELU (erf or "
+            "tanh): ircore has no gated op for it"
+        )
     why = _merge.merge_problem(module)
     if why is not None:
         if "meta device" in why:
@@ -363,7 +389,77 @@ def _note_param_dtype(
 
 
 # ---------------------------------------------------------------------- instance level
-def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False, fp8: bool = True) -> PatchSummary:
+# ---------------------------------------------------------------------- rotary embedding
+#: modeling module name -> (its own apply_rotary_pos_emb, the models ``apply`` routed through it)
+_ROPE_ROUTES: dict[str, tuple[Any, weakref.WeakSet[nn.Module]]] = {}
+
+
+def _rope_module(cls: type) -> types.ModuleType | None:
+    """The modeling module whose ``apply_rotary_pos_emb`` ``cls.forward`` calls by name, or None."""
+    forward: Any = getattr(cls, "forward", None)
+    if forward is None:
+        return None
+    try:
+        function = inspect.unwrap(getattr(forward, "__func__", forward))
+    except ValueError:
+        return None
+    code = getattr(function, "__code__", None)
+    if code is None or "apply_rotary_pos_emb" not in code.co_names:
+        return None
+    module = sys.modules.get(getattr(function, "__module__", None) or "")
+    return module if module is not None and "apply_rotary_pos_emb" in vars(module) else None
+
+
+def _rope_problem(modeling: types.ModuleType) -> str | None:
+    """Why a modeling module's ``apply_rotary_pos_emb`` cannot call ``rotary_pos_emb``, or None."""
+    where = modeling.__name__
+    fn = vars(modeling)["apply_rotary_pos_emb"]
+    if patch_of(fn) == "rope":
+        return None
+    if not isinstance(fn, types.FunctionType):
+        return (
+            f"{where}.apply_rotary_pos_emb is a {type(fn).__name__}, not a function (replaced by a hub "
+            "kernel or another library): kept as it is"
+        )
+    if function_form(fn, "rope") is None:
+        return (
+            f"{where}.apply_rotary_pos_emb is not the standard form (q * cos + rotate_half(q) * sin, "
+            "k likewise, cos/sin unsqueezed at unsqueeze_dim): kept as it is"
+        )
+    if function_form(vars(modeling).get("rotate_half"), "rotate_half") is None:
+        return f"{where}.rotate_half is not cat((-x2, x1), dim=-1) (neox pairs): kept as it is"
+    return None
+
+
+def _route_rope(model: nn.Module, modeling: types.ModuleType) -> None:
+    """Make ``modeling.apply_rotary_pos_emb`` call ``rotary_pos_emb`` while ``model`` is applied."""
+    where = modeling.__name__
+    if where not in _ROPE_ROUTES:
+        own = vars(modeling)["apply_rotary_pos_emb"]
+        _ROPE_ROUTES[where] = (own, weakref.WeakSet())
+        modeling.apply_rotary_pos_emb = rope_function(own)  # type: ignore[attr-defined]
+    _ROPE_ROUTES[where][1].add(model)
+
+
+def _unroute_rope(model: nn.Module) -> int:
+    """Drop ``model`` from the routes; put back each module function no applied model needs."""
+    dropped = 0
+    for where, (own, models) in list(_ROPE_ROUTES.items()):
+        if model not in models:
+            continue
+        models.discard(model)
+        dropped += 1
+        if not models:
+            modeling = sys.modules.get(where)
+            if modeling is not None:
+                modeling.apply_rotary_pos_emb = own  # type: ignore[attr-defined]
+            del _ROPE_ROUTES[where]
+    return dropped
+
+
+def apply(
+    model: nn.Module, *, rms_norm: bool = True, mlp: bool = False, fp8: bool = True, rope: bool = False
+) -> PatchSummary:
     """Route a loaded model's norms (and, with ``mlp=True``, its gated MLPs) to ircore's ops.
 
     Patches instances, not classes (other models of the same class are untouched). With
@@ -373,17 +469,28 @@ def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False, fp8: bo
     Qwen3-Next or Falcon-H1 form ``ircore.ops.rms_norm_gated``; a call the op would refuse (an
     input dtype other than the weight's, a gated norm without a gate) runs the module's own
     forward. With ``mlp=True``, modules with ``gate_proj``/``up_proj``/``down_proj``
-    linears, a SiLU activation and the forward ``down(act(gate(x)) * up(x))`` run one matmul
+    linears, a SiLU or GELU activation and the forward ``down(act(gate(x)) * up(x))`` run one matmul
     over merged gate/up weights (the two parameters become views of the merged tensor; merged
     again at the next call if they get new storage, from ``.to()`` or anything else) followed by
-    ``ircore.ops.silu_and_mul``; MLPs with one fused ``gate_up_proj`` (gate first) and MoE
-    experts in 3-D parameters of a known form with a SiLU activation call ``silu_and_mul`` on
-    their ``[gate | up]`` matmul output (no merge: nothing else changes). With ``fp8=True``,
-    transformers' block-wise ``FP8Linear`` modules (``FineGrainedFP8Config``) quantize their input
-    per token and group with ``ircore.ops.dynamic_group_quant_fp8`` and multiply with
-    ``ircore.ops.block_scaled_mm_fp8`` (transformers' own forward needs a Hub kernel). Returns
-    what was patched, and every other norm (and, with ``mlp=True``, feed-forward module; with
-    ``fp8=True``, FP8 linear) with the reason it was left alone.
+    ``ircore.ops.silu_and_mul`` (``ircore.ops.gelu_and_mul`` for a GELU activation: Gemma's
+    ``gelu_pytorch_tanh`` is ``approximate="tanh"``); MLPs with one fused ``gate_up_proj`` (gate
+    first) and MoE experts in 3-D parameters of a known form with a SiLU activation call
+    ``silu_and_mul`` on their ``[gate | up]`` matmul output (no merge: nothing else changes). With
+    ``fp8=True``, transformers' block-wise ``FP8Linear`` modules (``FineGrainedFP8Config``) quantize
+    their input per token and group with ``ircore.ops.dynamic_group_quant_fp8`` and multiply with
+    ``ircore.ops.block_scaled_mm_fp8`` (transformers' own forward needs a Hub kernel).
+
+    With ``rope=True``, attention modules whose forward calls its modeling module's
+    ``apply_rotary_pos_emb`` of the standard form (``_forms.ROPE_FORMS``; Llama, Qwen2/3, Mistral,
+    Gemma 1-3 and ~110 others in transformers 5.23) call ``ircore.ops.rotary_pos_emb``. Attention
+    forwards call that function by its global name, so it is replaced in the modeling module (as
+    Liger-Kernel does): while a model is applied, every model of that family in the process routes
+    its rotary embedding to ircore (the op computes HF's function bit for bit with its native
+    implementation); ``undo`` of the last applied model puts the function back. Calls the op would
+    refuse (cos/sin in another dtype, fp64) and calls under grad mode with q or k requiring grad run
+    the original. Other families are in ``left_alone`` with the reason. Returns what was patched,
+    and every other norm (and, with ``mlp=True``, feed-forward module; with ``fp8=True``, FP8
+    linear; with ``rope=True``, attention module) with the reason it was left alone.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(
@@ -393,6 +500,16 @@ def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False, fp8: bo
     model_dtype = _model_dtype(model)
     for name, module in model.named_modules():
         name = name or type(model).__name__
+        modeling = _rope_module(type(module)) if rope else None
+        if modeling is not None:
+            why = _rope_problem(modeling)
+            if why is not None:
+                summary.left_alone[name] = why
+            else:
+                _route_rope(model, modeling)
+                summary.rope.append(name)
+                if modeling.__name__ not in summary.rope_modules:
+                    summary.rope_modules.append(modeling.__name__)
         if rms_norm and is_rmsnorm(type(module)):
             form, why = _norm_problem(module)
             if form is None:
@@ -428,7 +545,11 @@ def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False, fp8: bo
                 summary.left_alone[name] = why
                 continue
             _merge.merge(module, name)
-            module.forward = MethodType(mlp_forward, module)
+            approximate = gelu_approximate(
+                getattr(module, MLP_ACTIVATION[form_of(type(module), "mlp") or ""], None)
+            )
+            forward = mlp_forward if approximate is None else gelu_mlp_forward(approximate)
+            module.forward = MethodType(forward, module)
             summary.mlp.append(name)
         elif mlp and is_fused_mlp(module):
             why = _fused_mlp_problem(module)
@@ -464,11 +585,15 @@ def apply(model: nn.Module, *, rms_norm: bool = True, mlp: bool = False, fp8: bo
 def undo(model: nn.Module) -> int:
     """Put back every module of ``model`` that ``apply`` patched; returns how many.
 
-    Norms, fused MLPs and experts get their class's forward (and experts their class's
+    Attention modules stop calling ``rotary_pos_emb`` (the modeling module's own
+    ``apply_rotary_pos_emb`` comes back when no other applied model uses it). Norms, fused MLPs
+    and experts get their class's forward (and experts their class's
     ``_apply_gate``) again; merged MLPs get their class's forward, and their gate and up weights
     their own storage (same values as now).
     """
     restored = 0
+    if _unroute_rope(model):
+        restored += sum(1 for module in model.modules() if _rope_module(type(module)) is not None)
     for module in model.modules():
         kind = patch_of(vars(module).get("forward"))
         if kind is None:

@@ -7,7 +7,13 @@ that installed distributions declare (op libraries, the ``ircore.ops`` entry poi
 
 from typing import Any
 
-from ircore.ops._activation import silu_and_mul
+from ircore.ops._activation import (
+    fatrelu_and_mul,
+    gelu_and_mul,
+    mul_and_silu,
+    silu_and_mul,
+    swigluoai_and_mul,
+)
 from ircore.ops._gated_norm import rms_norm_gated
 from ircore.ops._layer_norm import layer_norm
 from ircore.ops._norm import fused_add_rms_norm, rms_norm
@@ -34,12 +40,15 @@ __all__ = [
     "block_scaled_mm_fp8",
     "dynamic_group_quant_fp8",
     "dynamic_quant_fp8",
+    "fatrelu_and_mul",
     "fused_add_rms_norm",
     "fused_add_rms_norm_dynamic_quant_fp8",
     "fused_add_rms_norm_group_quant_fp8",
     "fused_add_rms_norm_static_fp8_quant",
     "fused_qk_norm_rope",
+    "gelu_and_mul",
     "layer_norm",
+    "mul_and_silu",
     "rms_norm",
     "rms_norm_dynamic_quant_fp8",
     "rms_norm_gated",
@@ -54,6 +63,7 @@ __all__ = [
     "silu_and_mul_static_quant_fp8",
     "static_group_quant_fp8",
     "static_quant_fp8",
+    "swigluoai_and_mul",
 ]
 
 

@@ -13,12 +13,21 @@ import os
 import torch
 from torch import Tensor
 
+from . import act_kernels as _ak
 from . import fp8_matmul_kernels as _mk
 from . import kernels as _k
 from . import norm_kernels as _nk
 from . import rope_kernels as _rk
 
 __all__ = [
+    "fatrelu_and_mul",
+    "fatrelu_and_mul_supports",
+    "gelu_and_mul",
+    "gelu_and_mul_supports",
+    "mul_and_silu",
+    "mul_and_silu_supports",
+    "swigluoai_and_mul",
+    "swigluoai_and_mul_supports",
     "block_scaled_mm_fp8",
     "block_scaled_mm_fp8_supports",
     "fused_add_rms_norm",
@@ -167,6 +176,46 @@ def layer_norm_supports(x: Tensor, weight: Tensor | None, bias: Tensor | None, e
     return x.shape[-1] <= _nk.MAX_ROW_BLOCK and _device_ok(x) and _rows_ok(x)
 
 
+# The gated activations (act_kernels.py): as silu_and_mul, a Triton device and a unit last-dim
+# stride (any row stride); the core has checked the even last dim and the parameters' values.
+def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
+    """``gelu(x[..., :d], approximate) * x[..., d:]`` in fp32 by the Triton kernel."""
+    return _ak.gelu_and_mul(x, approximate)
+
+
+def gelu_and_mul_supports(x: Tensor, approximate: str = "none") -> bool:
+    """GPU tensor (cuda/xpu), unit last-dim stride."""
+    return _device_ok(x) and (x.is_contiguous() or x.stride(-1) == 1)
+
+
+def mul_and_silu(x: Tensor) -> Tensor:
+    """``x[..., :d] * silu(x[..., d:])`` in fp32 by the Triton kernel."""
+    return _ak.mul_and_silu(x)
+
+
+def mul_and_silu_supports(x: Tensor) -> bool:
+    """GPU tensor (cuda/xpu), unit last-dim stride."""
+    return _device_ok(x) and (x.is_contiguous() or x.stride(-1) == 1)
+
+
+def fatrelu_and_mul(x: Tensor, threshold: float = 0.0) -> Tensor:
+    """``F.threshold(x[..., :d], threshold, 0) * x[..., d:]`` in fp32 by the Triton kernel."""
+    return _ak.fatrelu_and_mul(x, threshold)
+
+
+def fatrelu_and_mul_supports(x: Tensor, threshold: float = 0.0) -> bool:
+    """GPU tensor (cuda/xpu), unit last-dim stride."""
+    return _device_ok(x) and (x.is_contiguous() or x.stride(-1) == 1)
+
+
+def swigluoai_and_mul(x: Tensor, alpha: float = 1.702, limit: float = 7.0) -> Tensor:
+    """GPT-OSS's clamped SwiGLU (interleaved gate/up) in fp32 by the Triton kernel."""
+    return _ak.swigluoai_and_mul(x, alpha, limit)
+
+
+def swigluoai_and_mul_supports(x: Tensor, alpha: float = 1.702, limit: float = 7.0) -> bool:
+    """GPU tensor (cuda/xpu), unit last-dim stride."""
+    return _device_ok(x) and (x.is_contiguous() or x.stride(-1) == 1)
 # fp8 matmuls: e4m3fn on NVIDIA GPUs with fp8 tensor cores (sm_89+; Triton's interpreter in tests),
 # e4m3fnuz on ROCm. Any M, N, K and strides (the kernels mask and address by strides).
 _FP8_OK = (

@@ -18,7 +18,17 @@ if TYPE_CHECKING:
 
 _GPU_KINDS = ("cuda", "rocm", "xpu")
 _MIN_TRITON = (3, 4)  # the range declared in the "triton" extra; tested on 3.6
-OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm")
+OPS = (
+    "rms_norm",
+    "fused_add_rms_norm",
+    "silu_and_mul",
+    "rms_norm_gated",
+    "layer_norm",
+    "gelu_and_mul",
+    "mul_and_silu",
+    "fatrelu_and_mul",
+    "swigluoai_and_mul",
+)
 # The position ops (rope_kernels.py): in place, predicates that read strides (not cached).
 ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only", "rotary_pos_emb", "fused_qk_norm_rope")
 

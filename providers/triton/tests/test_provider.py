@@ -77,15 +77,16 @@ def test_table_registers_every_op_with_rank_20(provider: types.ModuleType) -> No
     registrar.register_table(provider.IRCORE_IMPLEMENTATIONS)
     got = {impl.op_name: impl for impl in registrar.impls}
     norms = ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm"]
+    acts = ["gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul"]
     rope = ["rotary_embedding", "rotary_embedding_query_only", "rotary_pos_emb", "fused_qk_norm_rope"]
-    assert list(got) == [*norms, *rope, "scaled_mm_fp8", "block_scaled_mm_fp8"]
+    assert list(got) == [*norms, *acts, *rope, "scaled_mm_fp8", "block_scaled_mm_fp8"]
     for name, impl in got.items():
         assert impl.fn is getattr(impls, name)
         assert impl.supports_args is getattr(impls, f"{name}_supports")
         assert impl.inplace == (name == "fused_add_rms_norm" or name in rope)
-        # the norms' predicates read signature facts only; the position ops' read strides, the
-        # matmuls' block_size
-        assert impl.cache_by_signature == (name in norms)
+        # the norms' and gated activations' predicates read signature facts only; the position ops'
+        # read strides, the matmuls' block_size
+        assert impl.cache_by_signature == (name in norms or name in acts)
     assert registrar.ranks == dict.fromkeys(got, 20)
 
 

@@ -56,6 +56,7 @@ def test_table_registers_every_op_with_rank_10():
     registrar.register_table(provider.IRCORE_IMPLEMENTATIONS)
     got = {impl.op_name: impl for impl in registrar.impls}
     kernels = ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm"]
+    kernels += ["gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul"]
     matmuls = ["scaled_mm_fp8", "block_scaled_mm_fp8"]
     assert list(got) == kernels + matmuls
     for name, impl in got.items():
@@ -71,7 +72,18 @@ def test_table_registers_every_op_with_rank_10():
 @pytest.mark.skipif(not hasattr(ircore, "get_op"), reason="this ircore has no get_op")
 @pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
 @pytest.mark.parametrize(
-    "name", ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm"]
+    "name",
+    [
+        "rms_norm",
+        "fused_add_rms_norm",
+        "silu_and_mul",
+        "rms_norm_gated",
+        "layer_norm",
+        "gelu_and_mul",
+        "mul_and_silu",
+        "fatrelu_and_mul",
+        "swigluoai_and_mul",
+    ],
 )
 def test_core_samples(name, dtype):
     """Every core sample the predicate accepts matches the core's reference at its tolerance."""
