@@ -105,6 +105,52 @@ def _cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, with_vllm: boo
         b = torch.randn(hidden, dtype=dtype, generator=gen)
         cases["ours"] = (lambda: ours.layer_norm.default(x, w, b, EPS), None)
         cases["torch"] = (lambda: torch.nn.functional.layer_norm(x, (hidden,), w, b, EPS), None)
+    elif op in ROPE_OPS:
+        cases.update(_rope_cases(op, tokens, hidden, dtype, gen))
+    return cases
+
+
+# The RoPE ops at Llama-3-8B's geometry when hidden is 4096 (head 128, hidden / 128 query heads,
+# a quarter as many key/value heads). Ours rotates in place (as vLLM's kernel); "torch" is the
+# op's native (functional: it allocates its outputs), the function a CPU user gets without
+# ircore (vLLM's CPU build has no RoPE op in _C); "compile" (with --compile) is that native under
+# torch.compile (Inductor's C++ backend). Rotating the same buffers again and again keeps their
+# magnitudes (a rotation), so no restore is needed.
+ROPE_OPS = ("rotary_embedding", "rotary_pos_emb", "fused_qk_norm_rope")
+COMPILE = {"on": False}
+
+
+def _rope_cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, gen: torch.Generator) -> dict:
+    import ircore
+    from ircore.ops import _rope
+
+    ours = torch.ops.ircore_vllm_c
+    d = 128 if hidden % 128 == 0 else hidden
+    hq = hidden // d
+    hk = max(1, hq // 4)
+    pos = torch.randint(0, 8192, (tokens,), generator=gen)
+    cache = _rope._rope_cache(8192, d, "cpu").to(dtype)
+    if op == "rotary_embedding":
+        q = torch.randn(tokens, hq * d, generator=gen).to(dtype)
+        k = torch.randn(tokens, hk * d, generator=gen).to(dtype)
+        args = (pos, q, k, d, d, cache, True, None, "standard", False, 0)
+        kernel, native = ours.rotary_embedding.default, ircore.ops.rotary_embedding.native
+    elif op == "rotary_pos_emb":  # HF's (B, H, S, D) views of (B, S, H, D)
+        q = torch.randn(1, tokens, hq, d, generator=gen).to(dtype).transpose(1, 2)
+        k = torch.randn(1, tokens, hk, d, generator=gen).to(dtype).transpose(1, 2)
+        cos, sin = _rope._hf_cos_sin(pos[None, :], d, dtype)
+        args = (q, k, cos, sin, 1)
+        kernel, native = ours.rotary_pos_emb.default, ircore.ops.rotary_pos_emb.native
+    else:
+        qkv = torch.randn(tokens, (hq + 2 * hk) * d, generator=gen).to(dtype)
+        wq = torch.randn(d, generator=gen).to(dtype) * 0.1 + 1
+        wk = torch.randn(d, generator=gen).to(dtype) * 0.1 + 1
+        args = (qkv, hq, hk, hk, d, EPS, wq, wk, cache, True, pos)
+        kernel, native = ours.fused_qk_norm_rope.default, ircore.ops.fused_qk_norm_rope.native
+    cases = {"ours": (lambda: kernel(*args), None), "torch": (lambda: native(*args), None)}
+    if COMPILE["on"]:
+        compiled = torch.compile(native, dynamic=False)
+        cases["compile"] = (lambda: compiled(*args), None)
     return cases
 
 
@@ -162,8 +208,10 @@ def bench_cpu(
                 row.update({f"{k}_us": v / 1e3 for k, v in med.items()})
                 if "vllm" in med:  # kernel to kernel: both write a preallocated output
                     row["speedup"] = med["vllm"] / med.get("ours_out", med["ours"])
-                if "torch" in med:  # both allocate their output
+                if "torch" in med:  # both allocate their output (RoPE: ours in place)
                     row["torch_speedup"] = med["torch"] / med["ours"]
+                if "compile" in med:
+                    row["compile_speedup"] = med["compile"] / med["ours"]
                 rows.append(row)
     finally:
         torch.set_num_threads(prev_threads)
@@ -185,6 +233,8 @@ def format_rows(rows: list[dict]) -> str:
             line += f" {r['vllm_us']:9.2f} {r['speedup']:9.2f}"
         if "torch_us" in r:  # rms_norm_gated, layer_norm: torch's own as the anchor
             line += f"  torch {r['torch_us']:9.2f} us, torch/ours {r['torch_speedup']:5.2f}"
+        if "compile_us" in r:  # RoPE with --compile: the native under torch.compile
+            line += f"  compile {r['compile_us']:9.2f} us, compile/ours {r['compile_speedup']:5.2f}"
         lines.append(line)
     lines.append("ours_out: the out-variant op (no allocation); vllm/ours compares it (else ours) with vLLM")
     return "\n".join(lines)
@@ -199,8 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         "--ops",
         nargs="+",
         default=["rms_norm", "fused_add_rms_norm"],
-        help="also silu_and_mul, rms_norm_gated, layer_norm (these two against torch's own: vLLM has no CPU kernel)",
+        help="also silu_and_mul, rms_norm_gated, layer_norm (these two against torch's own: vLLM has no CPU "
+        "kernel), and the RoPE ops rotary_embedding, rotary_pos_emb, fused_qk_norm_rope (against the op's native; "
+        "--hidden is the query width, head size 128)",
     )
+    p.add_argument("--compile", action="store_true", help="RoPE ops: also the native under torch.compile")
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--rounds", type=int, default=11)
     p.add_argument("--isa", default="auto", choices=["auto", "scalar", "avx2", "avx512"])
@@ -213,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{py} missing: run bash benchmarks/setup_vllm_venv.sh")
         rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--vllm"]
         return subprocess.call([str(py), str(Path(__file__).resolve()), *rest])
+    COMPILE["on"] = args.compile
     rows = bench_cpu(
         tokens=tuple(args.tokens),
         dtypes=tuple(args.dtypes),

@@ -20,6 +20,33 @@ last dimension is even). On top of that, what the kernels handle:
 - rms_norm_gated: a weight of x's dtype or float32, any group_size the core accepts (a divisor
   of hidden), gate of any layout (as x);
 - layer_norm: weight and bias of x's dtype (the core's own rule), either or both None.
+
+The RoPE ops (``rotary_embedding``, ``rotary_embedding_query_only``, ``rotary_pos_emb``,
+``fused_qk_norm_rope``) are in place: the kernels write the rotated query/key (q/k, qkv) into
+their inputs, registered as in-place implementations (ircore clones for functional calls).
+Their numerics differ from native's within the ops' tolerance: cos/sin are read in the cache's
+own dtype and widened to fp32, every product and sum is fp32 (with FMA), and each output is
+rounded once (native's standard format rounds cos/sin and every operation to the activations'
+dtype; fused_qk_norm_rope's native also rounds the normalised heads before the rotation). What
+they take:
+
+- rotary_embedding / rotary_embedding_query_only: every call the core accepts, on a device whose
+  kernels are loaded: float32/float16/bfloat16 activations; a cache of any of those dtypes (fp32
+  with 16-bit activations included); neox and gptj; partial rotary with rope_dim_offset; the
+  deepseek format with or without offsets; inverse; any head size and rotary_dim. Query/key whose
+  token dimensions collapse to one stride with unit-stride channels (``[T, H*D]``, ``[T, H, D]``,
+  views of one qkv buffer, any head stride) are rotated where they lie; other layouts on a
+  contiguous copy written back. T = 0 does nothing. CPU checks every position (plus offset)
+  against the cache's rows; CUDA does not (as vLLM's kernel: the core checks CPU calls only).
+- rotary_pos_emb (Hugging Face's form): q and k 4-D, cos and sin 3-D, unsqueeze_dim naming one
+  of q's first three dimensions (0, 1, 2 or -4, -3, -2: HF's ``(B, H, S, D)`` with 1 and
+  ``(B, S, H, D)`` with 2); key heads may differ from query heads.
+  Any strides (HF's transposed views are written in place, never copied) where the last
+  dimension is unit-stride; cos/sin are read in full (both halves, no assumption that they are
+  equal), broadcast over batch or sequence where they have size 1.
+- fused_qk_norm_rope: every call the core accepts: weights and cache of any float dtype (the
+  weights are widened to fp32 once per call), both styles, any even head_dim, qkv of any layout
+  (rows with one stride in place, others on a copy written back).
 """
 
 import torch
@@ -29,12 +56,20 @@ from . import kernels
 __all__ = [
     "fused_add_rms_norm",
     "fused_add_rms_norm_supports",
+    "fused_qk_norm_rope",
+    "fused_qk_norm_rope_supports",
     "layer_norm",
     "layer_norm_supports",
     "rms_norm",
     "rms_norm_gated",
     "rms_norm_gated_supports",
     "rms_norm_supports",
+    "rotary_embedding",
+    "rotary_embedding_query_only",
+    "rotary_embedding_query_only_supports",
+    "rotary_embedding_supports",
+    "rotary_pos_emb",
+    "rotary_pos_emb_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
 ]
@@ -54,6 +89,14 @@ silu_and_mul = torch.ops.ircore_vllm_c.silu_and_mul.default
 rms_norm_gated = torch.ops.ircore_vllm_c.rms_norm_gated.default
 #: LayerNorm (mean, then the variance of x - mean) by the compiled kernel.
 layer_norm = torch.ops.ircore_vllm_c.layer_norm.default
+#: RoPE in place (fp32 math, one rounding): query and key rotated where they lie.
+rotary_embedding = torch.ops.ircore_vllm_c.rotary_embedding.default
+#: As rotary_embedding, query only.
+rotary_embedding_query_only = torch.ops.ircore_vllm_c.rotary_embedding_query_only.default
+#: Hugging Face's apply_rotary_pos_emb in place, on strided (B, H, S, D) views.
+rotary_pos_emb = torch.ops.ircore_vllm_c.rotary_pos_emb.default
+#: Per-head RMSNorm of q and k, then RoPE, in place on the packed qkv (fp32 between the two).
+fused_qk_norm_rope = torch.ops.ircore_vllm_c.fused_qk_norm_rope.default
 
 
 # The predicates are written out in one expression each: they run on every eager call.
@@ -107,3 +150,67 @@ def layer_norm_supports(
 ) -> bool:
     """Any input the core accepts, on a device whose kernels are loaded."""
     return (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
+
+
+def rotary_embedding_supports(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox_style: bool,
+    offsets: torch.Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> bool:
+    """Any call the core accepts, on a device whose kernels are loaded (see the module docstring)."""
+    return (query.is_cpu and kernels.CPU_LOADED) or (query.is_cuda and kernels.CUDA_LOADED)
+
+
+def rotary_embedding_query_only_supports(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox_style: bool,
+    offsets: torch.Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> bool:
+    """As :func:`rotary_embedding_supports`."""
+    return (query.is_cpu and kernels.CPU_LOADED) or (query.is_cuda and kernels.CUDA_LOADED)
+
+
+def rotary_pos_emb_supports(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+) -> bool:
+    """4-D q and k, 3-D cos/sin, unsqueeze_dim naming one of q's first three dimensions (the
+    heads), on a device whose kernels are loaded (see the module docstring)."""
+    return bool(
+        q.dim() == 4
+        and k.dim() == 4
+        and cos.dim() == 3
+        and -4 <= unsqueeze_dim <= 2
+        and ((q.is_cpu and kernels.CPU_LOADED) or (q.is_cuda and kernels.CUDA_LOADED))
+    )
+
+
+def fused_qk_norm_rope_supports(
+    qkv: torch.Tensor,
+    num_heads_q: int,
+    num_heads_k: int,
+    num_heads_v: int,
+    head_dim: int,
+    eps: float,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool,
+    position_ids: torch.Tensor,
+) -> bool:
+    """Any call the core accepts, on a device whose kernels are loaded."""
+    return (qkv.is_cpu and kernels.CPU_LOADED) or (qkv.is_cuda and kernels.CUDA_LOADED)

@@ -16,15 +16,33 @@ if TYPE_CHECKING:
     from ircore.platform import Platform
 
 _KINDS = ("cpu", "cuda")
-OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm")
+OPS = (
+    "rms_norm",
+    "fused_add_rms_norm",
+    "silu_and_mul",
+    "rms_norm_gated",
+    "layer_norm",
+    "rotary_embedding",
+    "rotary_embedding_query_only",
+    "rotary_pos_emb",
+    "fused_qk_norm_rope",
+)
+# In place: the kernels write their outputs into these ops' in-place arguments.
+INPLACE = (
+    "fused_add_rms_norm",
+    "rotary_embedding",
+    "rotary_embedding_query_only",
+    "rotary_pos_emb",
+    "fused_qk_norm_rope",
+)
 # Hand-written kernels ahead of generic ones (triton: 20) on CPU and CUDA, the only platforms
-# where this provider is available. fused_add_rms_norm works in place (the core clones if needed).
-# cache_by_signature: the predicates read only devices, dtypes and last-dimension layout (see
+# where this provider is available. The INPLACE ops work in place (the core clones if needed).
+# cache_by_signature: the predicates read only devices, dtypes, dims, shapes and ints (see
 # impls.py), facts of the call signature, so ircore may ask once per signature.
 DEFAULT_RANK = 10
 
 IRCORE_IMPLEMENTATIONS = ircore.impl_table(
-    "ircore_vllm_c.impls", OPS, inplace=("fused_add_rms_norm",), cache_by_signature=True, rank=DEFAULT_RANK
+    "ircore_vllm_c.impls", OPS, inplace=INPLACE, cache_by_signature=True, rank=DEFAULT_RANK
 )
 
 

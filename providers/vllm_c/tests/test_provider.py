@@ -55,11 +55,12 @@ def test_table_registers_every_op_with_rank_10():
     registrar = Registrar("vllm_c")
     registrar.register_table(provider.IRCORE_IMPLEMENTATIONS)
     got = {impl.op_name: impl for impl in registrar.impls}
-    assert list(got) == ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm"]
+    rope = ["rotary_embedding", "rotary_embedding_query_only", "rotary_pos_emb", "fused_qk_norm_rope"]
+    assert list(got) == ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm", *rope]
     for name, impl in got.items():
         assert impl.fn is getattr(impls, name)
         assert impl.supports_args is getattr(impls, f"{name}_supports")
-        assert impl.inplace == (name == "fused_add_rms_norm")
+        assert impl.inplace == (name in ("fused_add_rms_norm", *rope))
         assert impl.cache_by_signature  # every predicate reads signature facts only
     assert registrar.ranks == dict.fromkeys(got, 10)
 

@@ -290,6 +290,8 @@ int64_t set_cpu_stream_bytes(int64_t bytes) {
 }
 
 }  // namespace
+
+cpu::Isa cpu::selected_isa() { return current_isa(); }  // for the gated activations' file
 }  // namespace ircore_vllm_c
 
 TORCH_LIBRARY(ircore_vllm_c, m) {
