@@ -1,7 +1,7 @@
 """Side-by-side GPU benchmark of ircore's kernels and the anchors, in one process.
 
-For each op (rms_norm, fused_add_rms_norm, silu_and_mul), dtype (bf16, fp16), tokens T and hidden
-H, every implementation ("column") is first checked against an fp32 reference
+For each op (rms_norm, fused_add_rms_norm, silu_and_mul; more with --ops: NORM_OPS, ROPE_OPS),
+dtype (bf16, fp16), tokens T and hidden H, every implementation ("column") is first checked against an fp32 reference
 (``||out - ref|| / ||ref|| < 1e-2``; a column that fails is reported and not timed), then timed
 two ways, as in shared/notes/gpu-anchors.md:
 
@@ -68,7 +68,18 @@ OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
 # groups); both with transformers' roundings (round_normalized), as a model would call them.
 # LayerNorm with weight and bias, and with weight only.
 NORM_OPS = ("rms_norm_gated", "rms_norm_gated_grouped", "layer_norm", "layer_norm_nobias")
-ALL_OPS = OPS + NORM_OPS
+# RoPE (issue 24), not in the default run either: --ops. H is the query width, heads * 128, with
+# 8 KV heads of 128: H 4096 is Llama-3-8B's and Qwen3-8B's attention (32 query heads), 8192
+# Llama-3-70B's. rotary_embedding: vLLM's form ([T, H] q, [T, 1024] k, positions 0..T-1 into a
+# cache in the activations' dtype, neox). rotary_pos_emb: HF's form (q/k (1, heads, T, 128) views
+# of (1, T, heads*128), as HF attention makes them; cos/sin (1, T, 128)). fused_qk_norm_rope:
+# Qwen3's q/k RMSNorm + RoPE on a [T, (H + 2*1024)] qkv. Columns: eager and compile run the op's
+# native; Liger (rotary_pos_emb) and FlashInfer's apply_rope_with_cos_sin_cache_inplace
+# (rotary_embedding, fp32 cache) are the anchors; vllm_c and triton run whatever implementation
+# that provider registers for the op through ircore (n/a until it has one).
+ROPE_OPS = ("rotary_embedding", "rotary_pos_emb", "fused_qk_norm_rope")
+ROPE_HEAD_DIM, ROPE_KV_HEADS = 128, 8
+ALL_OPS = OPS + NORM_OPS + ROPE_OPS
 # bench op -> the ircore op, and its arguments after the tensors and epsilon, given H
 IRCORE_OP = {
     "rms_norm_gated": "rms_norm_gated",
@@ -106,6 +117,8 @@ APPLIES = {
     "vllm_c_nopdl": set(ALL_OPS),
     "triton_nopdl": set(ALL_OPS),
 }
+APPLIES["liger"].add("rotary_pos_emb")
+APPLIES["flashinfer"].add("rotary_embedding")
 # Measuring order: columns needing a background build go last, so their builds overlap the rest.
 ORDER = ("eager", "triton", "triton_nopdl", "liger", "compile", "vllm_c", "vllm_c_nopdl", "flashinfer")
 # Display order in the tables: anchors, then ours.
@@ -118,6 +131,7 @@ EAGER_LABEL = {
     "rms_norm_gated_grouped": "native (eager)",
     "layer_norm": "F.layer_norm",
     "layer_norm_nobias": "F.layer_norm",
+    **{op: "native (eager)" for op in ROPE_OPS},
 }
 LABEL = {
     "compile": "torch.compile",
@@ -135,6 +149,10 @@ INPLACE = {
     ("fused_add_rms_norm", "triton"),
     ("fused_add_rms_norm", "vllm_c_nopdl"),
     ("fused_add_rms_norm", "triton_nopdl"),
+    ("rotary_embedding", "flashinfer"),
+    ("rotary_pos_emb", "liger"),
+    # a provider's RoPE kernel may rotate in place (the work buffers are reset before each timing)
+    *((op, col) for op in ROPE_OPS for col in ("vllm_c", "triton", "vllm_c_nopdl", "triton_nopdl")),
 }
 
 
@@ -160,6 +178,10 @@ def op_bytes(op: str, t: int, h: int, elt: int) -> int:
         return (2 * t * h + 2 * h) * elt
     if op == "layer_norm_nobias":
         return (2 * t * h + h) * elt
+    if op in ROPE_OPS:  # q and k read and written, one cache row (cos/sin) per token, positions
+        qk = t * (h + ROPE_KV_HEADS * ROPE_HEAD_DIM)
+        weights = 2 * ROPE_HEAD_DIM if op == "fused_qk_norm_rope" else 0
+        return (2 * qk + t * ROPE_HEAD_DIM * (2 if op == "rotary_pos_emb" else 1) + weights) * elt + 8 * t
     raise ValueError(op)
 
 
@@ -527,6 +549,8 @@ class Impls:
         mod = self.load(impl)
         if op in NORM_OPS:
             return self._norm_fn(impl, op, h, mod)
+        if op in ROPE_OPS:
+            return self._rope_fn(impl, op)
         if impl == "eager":
             if op == "rms_norm":
                 return lambda x, w: (F.rms_norm(x, (h,), w, EPS),)
@@ -582,6 +606,65 @@ class Impls:
             return lambda x: (mod.silu_and_mul(x),)
         raise ValueError(impl)
 
+
+    def _rope_fn(self, impl: str, op: str):
+        """The ROPE_OPS, as functions of rope_inputs' tensors returning the op's outputs."""
+        import torch
+
+        import ircore
+
+        d = ROPE_HEAD_DIM
+        native = ircore.get_op(op).native
+        if op == "rotary_embedding":
+            extra: tuple = (d, d)
+            bind = lambda p, q, k, c, fn: fn(p, q, k, *extra, c, True)  # noqa: E731
+        elif op == "rotary_pos_emb":
+            bind = lambda q, k, cos, sin, fn: fn(q, k, cos, sin, 1)  # noqa: E731
+        else:
+            hq_of = lambda qkv: qkv.shape[-1] // d - 2 * ROPE_KV_HEADS  # noqa: E731
+            bind = lambda qkv, wq, wk, c, p, fn: fn(  # noqa: E731
+                qkv, hq_of(qkv), ROPE_KV_HEADS, ROPE_KV_HEADS, d, EPS, wq, wk, c, True, p
+            )
+
+        def tupled(out: Any) -> tuple:
+            return out if isinstance(out, tuple) else (out,)
+
+        if impl == "eager":
+            return lambda *a: tupled(bind(*a, native))
+        if impl == "compile":
+            c = self.compiled.get(op)
+            if c is None:
+                c = self.compiled[op] = torch.compile(native, fullgraph=True, dynamic=False)
+            return lambda *a: tupled(bind(*a, c))
+        if impl == "liger":  # in place on HF's q/k views
+            from liger_kernel.transformers.rope import liger_rotary_pos_emb
+
+            return lambda q, k, cos, sin: tuple(liger_rotary_pos_emb(q, k, cos, sin))
+        if impl == "flashinfer":  # in place; FlashInfer takes an fp32 cache (as vLLM keeps it for it)
+            from flashinfer.rope import apply_rope_with_cos_sin_cache_inplace
+
+            fp32: dict[int, Any] = {}
+
+            def fi_rope(p, q, k, cache):
+                c32 = fp32.get(cache.data_ptr())
+                if c32 is None:
+                    c32 = fp32[cache.data_ptr()] = cache.float()
+                apply_rope_with_cos_sin_cache_inplace(p, q, k, d, c32, True)
+                return q, k
+
+            return fi_rope
+        ircore.get_priority(op)  # loads the providers
+        registered = ircore.get_op(op).impls.get(impl)
+        if registered is None:
+            raise RuntimeError(f"provider {impl!r} registers no implementation of {op} (yet)")
+        run, supports = registered.run, registered.supports_args
+
+        def provider_fn(*a):
+            if supports is not None and not bind(*a, supports):
+                raise RuntimeError(f"{impl}'s supports_args declines {op} here")
+            return tupled(bind(*a, run))
+
+        return provider_fn
 
     def _norm_fn(self, impl: str, op: str, h: int, mod: Any):
         """The NORM_OPS: gated (x, gate, w) -> (out,); layer_norm (x, w, b) or nobias (x, w)."""
@@ -649,7 +732,31 @@ def make_inputs(op: str, t: int, h: int, dtype) -> tuple:
         return rnd(t, h, shift=0.5), rnd(h, scale=0.1, shift=1.0), rnd(h, scale=0.1)
     if op == "layer_norm_nobias":
         return rnd(t, h, shift=0.5), rnd(h, scale=0.1, shift=1.0)
+    if op in ROPE_OPS:
+        return rope_inputs(op, t, h, dtype, rnd, "cuda")
     return (rnd(t, 2 * h, scale=2.0),)
+
+
+def rope_inputs(op: str, t: int, h: int, dtype, rnd, device: str) -> tuple:
+    """The tensors of one ROPE_OPS call (see ROPE_OPS): positions 0..T-1, a cache of
+    max(T, 4096) rows (base 10000) in dtype."""
+    import torch
+
+    d, kv = ROPE_HEAD_DIM, ROPE_KV_HEADS * ROPE_HEAD_DIM
+    rows = max(t, 4096)
+    inv_freq = 10000.0 ** -(torch.arange(0, d, 2, dtype=torch.float32, device=device) / d)
+    freqs = torch.outer(torch.arange(rows, dtype=torch.float32, device=device), inv_freq)
+    cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(dtype)
+    positions = torch.arange(t, device=device)
+    if op == "rotary_embedding":
+        return positions, rnd(t, h), rnd(t, kv), cache
+    if op == "rotary_pos_emb":
+        q = rnd(1, t, h).view(1, t, h // d, d).transpose(1, 2)
+        k = rnd(1, t, kv).view(1, t, kv // d, d).transpose(1, 2)
+        emb = torch.cat((freqs[:t], freqs[:t]), dim=-1)[None]
+        return q, k, emb.cos().to(dtype), emb.sin().to(dtype)
+    weights = rnd(d, scale=0.1, shift=1.0), rnd(d, scale=0.1, shift=1.0)
+    return rnd(t, h + 2 * kv, scale=2.0), *weights, cache, positions
 
 
 def reference(op: str, inputs: tuple, h: int) -> tuple:
@@ -660,6 +767,18 @@ def reference(op: str, inputs: tuple, h: int) -> tuple:
     def norm(xf, wf):
         return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * wf
 
+    if op in ROPE_OPS:  # the op's native on fp32 copies (the cache's values as they are)
+        from ircore.ops import fused_qk_norm_rope, rotary_embedding, rotary_pos_emb
+
+        f = [a.float() if a.is_floating_point() else a for a in inputs]
+        d = ROPE_HEAD_DIM
+        if op == "rotary_embedding":
+            return tuple(rotary_embedding.native(f[0], f[1], f[2], d, d, f[3], True))
+        if op == "rotary_pos_emb":
+            return tuple(rotary_pos_emb.native(*f, 1))
+        hq = f[0].shape[-1] // d - 2 * ROPE_KV_HEADS
+        kv = ROPE_KV_HEADS
+        return (fused_qk_norm_rope.native(f[0], hq, kv, kv, d, EPS, f[1], f[2], f[3], True, f[4]),)
     if op in GATED_FORM:
         from ircore.ops import rms_norm_gated
 
