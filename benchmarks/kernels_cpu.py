@@ -8,6 +8,9 @@ Run:  .venv/bin/python benchmarks/kernels_cpu.py            (ours only)
       .venv-vllm/bin/python benchmarks/kernels_cpu.py       (ours and vLLM's, side by side)
       .venv/bin/python benchmarks/kernels_cpu.py --vllm     (re-runs itself in .venv-vllm)
 (the vLLM venv: bash benchmarks/setup_vllm_venv.sh)
+      .venv/bin/python benchmarks/kernels_cpu.py --ops rotary_embedding rotary_pos_emb \
+          fused_qk_norm_rope --compile      (the RoPE kernels against the ops' native, eager and
+                                            compiled: vLLM has no CPU RoPE kernel in _C)
 
 Method: per case, rounds of back-to-back calls (calls per round calibrated to ~20 ms), median of
 the per-round means, candidates interleaved round by round; inference_mode on; in-place

@@ -4,8 +4,6 @@ fused_qk_norm_rope) against the ops' fp64 references and native, on every CPU IS
 offsets, inverse, cache dtypes, strided and GQA layouts, T = 0, and the in-place contract (outputs
 written where the inputs lie, pass-through channels and v untouched)."""
 
-import functools
-
 import pytest
 import torch
 from conftest import requires_cuda
@@ -36,14 +34,9 @@ def target(request):
         ops._set_cpu_isa("auto")
 
 
-@functools.cache
-def _fp32_cache(rotary_dim, scale=1.0):
-    """vLLM's cos/sin cache in fp32, built once per shape (torch's cos/sin are slow here)."""
-    return _rope._rope_cache(ROWS, rotary_dim, "cpu", scale=scale)
-
-
 def _cache(rotary_dim, dtype, device, scale=1.0):
-    return _fp32_cache(rotary_dim, scale).to(dtype).to(device)
+    """vLLM's cos/sin cache (built in fp32, once per shape), in dtype on device."""
+    return _rope._rope_cache(ROWS, rotary_dim, "cpu", scale=scale).to(dtype).to(device)
 
 
 def _randn(shape, dtype, device, seed, scale=1.0):
@@ -268,7 +261,9 @@ def test_positions_outside_the_cache_are_refused(target):
         ircore.ops.rotary_embedding(pos, *args[1:])
     off = args[0].clone() * 0 - 1
     with pytest.raises(RuntimeError, match="position -1"):
-        impls.rotary_embedding(args[0] * 0, args[1], args[2], 64, 64, args[5], True, off, "deepseek", False, 0)
+        impls.rotary_embedding(
+            args[0] * 0, args[1], args[2], 64, 64, args[5], True, off, "deepseek", False, 0
+        )
 
 
 def test_schemas_fakes_and_dispatch():
@@ -282,7 +277,9 @@ def test_schemas_fakes_and_dispatch():
     # path (aot_dispatch) is the conformance kit's and test_opcheck_and_compile's, slower
     checks = ("test_schema", "test_autograd_registration", "test_faketensor")
     torch.library.opcheck(ops.rotary_embedding.default, args, test_utils=checks)
-    torch.library.opcheck(ops.rotary_embedding_query_only.default, (args[0], args[1], *args[3:]), test_utils=checks)
+    torch.library.opcheck(
+        ops.rotary_embedding_query_only.default, (args[0], args[1], *args[3:]), test_utils=checks
+    )
     q, k = _hf(1, 3, 2, 32, torch.float16, "cpu", 0), _hf(1, 3, 1, 32, torch.float16, "cpu", 1)
     cos, sin = _rope._hf_cos_sin(torch.arange(3)[None], 32, torch.float16)
     torch.library.opcheck(ops.rotary_pos_emb.default, (q, k, cos, sin, 1), test_utils=checks)
@@ -319,4 +316,6 @@ def test_cuda_matches_the_cpu_kernels(dtype):
             torch.cuda.synchronize()
             tol = op.tolerances[dtype]
             for i in inplace:
-                torch.testing.assert_close(gpu[i].cpu(), cpu[i], atol=tol.atol, rtol=tol.rtol, msg=sample.label)
+                torch.testing.assert_close(
+                    gpu[i].cpu(), cpu[i], atol=tol.atol, rtol=tol.rtol, msg=sample.label
+                )
