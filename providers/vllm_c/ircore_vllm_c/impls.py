@@ -30,9 +30,9 @@ rounded once (native's standard format rounds cos/sin and every operation to the
 dtype; fused_qk_norm_rope's native also rounds the normalised heads before the rotation). What
 they take:
 
-- rotary_embedding / rotary_embedding_query_only: every call the core accepts, on a device whose
-  kernels are loaded: float32/float16/bfloat16 activations; a cache of any of those dtypes (fp32
-  with 16-bit activations included); neox and gptj; partial rotary with rope_dim_offset; the
+- rotary_embedding / rotary_embedding_query_only: float32/float16/bfloat16 activations with a
+  cache of float32 or the activations' dtype (vLLM's two; a bfloat16 cache with float16
+  activations, say, runs native); neox and gptj; partial rotary with rope_dim_offset; the
   deepseek format with or without offsets; inverse; any head size and rotary_dim. Query/key whose
   token dimensions collapse to one stride with unit-stride channels (``[T, H*D]``, ``[T, H, D]``,
   views of one qkv buffer, any head stride) are rotated where they lie; other layouts on a
@@ -44,8 +44,8 @@ they take:
   Any strides (HF's transposed views are written in place, never copied) where the last
   dimension is unit-stride; cos/sin are read in full (both halves, no assumption that they are
   equal), broadcast over batch or sequence where they have size 1.
-- fused_qk_norm_rope: every call the core accepts: weights and cache of any float dtype (the
-  weights are widened to fp32 once per call), both styles, any even head_dim, qkv of any layout
+- fused_qk_norm_rope: a cache of float32 or qkv's dtype, weights of any float dtype (widened to
+  fp32 once per call), both styles, any even head_dim, qkv of any layout
   (rows with one stride in place, others on a copy written back).
 """
 
@@ -165,8 +165,11 @@ def rotary_embedding_supports(
     inverse: bool = False,
     rope_dim_offset: int = 0,
 ) -> bool:
-    """Any call the core accepts, on a device whose kernels are loaded (see the module docstring)."""
-    return (query.is_cpu and kernels.CPU_LOADED) or (query.is_cuda and kernels.CUDA_LOADED)
+    """A cache of float32 or query's dtype, on a device whose kernels are loaded (see the module
+    docstring)."""
+    return (cos_sin_cache.dtype is query.dtype or cos_sin_cache.dtype is _F32) and (
+        (query.is_cpu and kernels.CPU_LOADED) or (query.is_cuda and kernels.CUDA_LOADED)
+    )
 
 
 def rotary_embedding_query_only_supports(
@@ -182,7 +185,9 @@ def rotary_embedding_query_only_supports(
     rope_dim_offset: int = 0,
 ) -> bool:
     """As :func:`rotary_embedding_supports`."""
-    return (query.is_cpu and kernels.CPU_LOADED) or (query.is_cuda and kernels.CUDA_LOADED)
+    return (cos_sin_cache.dtype is query.dtype or cos_sin_cache.dtype is _F32) and (
+        (query.is_cpu and kernels.CPU_LOADED) or (query.is_cuda and kernels.CUDA_LOADED)
+    )
 
 
 def rotary_pos_emb_supports(
@@ -212,5 +217,7 @@ def fused_qk_norm_rope_supports(
     is_neox: bool,
     position_ids: torch.Tensor,
 ) -> bool:
-    """Any call the core accepts, on a device whose kernels are loaded."""
-    return (qkv.is_cpu and kernels.CPU_LOADED) or (qkv.is_cuda and kernels.CUDA_LOADED)
+    """A cache of float32 or qkv's dtype, on a device whose kernels are loaded."""
+    return (cos_sin_cache.dtype is qkv.dtype or cos_sin_cache.dtype is _F32) and (
+        (qkv.is_cpu and kernels.CPU_LOADED) or (qkv.is_cuda and kernels.CUDA_LOADED)
+    )

@@ -46,7 +46,7 @@ CPU_SOURCES = (
     "cpu_rope_kernels.cpp",
     "rope_checks.cpp",
 )
-CUDA_SOURCES = ("cuda_ops.cu", "checks.cpp", "cuda_rope.cu", "rope_checks.cpp")
+CUDA_SOURCES = ("cuda_ops.cu", "checks.cpp", "cuda_rope.cu", "cuda_rope_ops.cpp", "rope_checks.cpp")
 HEADERS = (
     "cpu_kernels.h",
     "cpu_kernels_isa.inc",
@@ -55,6 +55,7 @@ HEADERS = (
     "cpu_rope.h",
     "cpu_rope_isa.inc",
     "rope_common.h",
+    "cuda_rope.h",
 )
 CPU_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wno-unused-parameter")
 CPU_LDFLAGS = ("-fopenmp",)

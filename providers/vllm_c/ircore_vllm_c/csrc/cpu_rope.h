@@ -3,7 +3,8 @@
 // one copy per ISA (scalar, AVX2, AVX-512) with function-level target attributes; the bindings
 // (cpu_rope.cpp) parallelise over tokens and call rope_tokens / qk_norm_rope_rows.
 //
-// Numerics: cos/sin are read in the cache's (or HF cos/sin's) own dtype and widened to fp32,
+// Numerics: cos/sin are read in the cache's (or HF cos/sin's) own dtype (float32, or the
+// activations' dtype) and widened to fp32,
 // every product and sum is fp32, and each output is rounded once to the activations' dtype.
 #pragma once
 
@@ -25,7 +26,7 @@ struct RopeActivation {
 
 struct RopeParams {
   DType dt = DType::kFloat;   // the activations'
-  DType cdt = DType::kFloat;  // cos/sin's (the cache's, or HF cos/sin's)
+  DType cdt = DType::kFloat;  // cos/sin's (the cache's, or HF cos/sin's): kFloat or dt
   int64_t n0 = 0, n1 = 1;  // the token grid, shared by the activations
   RopeActivation x[2];
   int nx = 1;

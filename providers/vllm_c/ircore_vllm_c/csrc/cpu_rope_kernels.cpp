@@ -223,7 +223,7 @@ struct L<f16> {
 
 // ---------------------------------------------------------------------------------------------
 // Dispatch: ISA (AVX-512 with BF16 runs the plain AVX-512 copy), then the activations' dtype T
-// and cos/sin's dtype CT.
+// and cos/sin's dtype CT: float32 or T (the bindings refuse others), 5 pairs per ISA.
 
 #define IRC_ROPE_TYPE(dt, NAME, ...) \
   switch (dt) {                      \
@@ -242,6 +242,15 @@ struct L<f16> {
       __VA_ARGS__;                   \
       break;                         \
     }                                \
+  }
+
+#define IRC_ROPE_CT(cdt, ...)  \
+  if (cdt == DType::kFloat) {    \
+    using CT = float;            \
+    __VA_ARGS__;                 \
+  } else {                       \
+    using CT = T;                \
+    __VA_ARGS__;                 \
   }
 
 #ifdef IRC_ROPE_X86
@@ -275,8 +284,7 @@ struct L<f16> {
 
 void rope_tokens(Isa isa, const RopeParams& p, int64_t begin, int64_t end) {
   using namespace rope;
-  IRC_ROPE_ISA(isa, IRC_ROPE_TYPE(p.dt, T, IRC_ROPE_TYPE(p.cdt, CT,
-                                                        ns::rope_tokens_t<T, CT>(p, begin, end))))
+  IRC_ROPE_ISA(isa, IRC_ROPE_TYPE(p.dt, T, IRC_ROPE_CT(p.cdt, ns::rope_tokens_t<T, CT>(p, begin, end))))
 }
 
 void qk_norm_rope_rows(Isa isa, DType dt, DType cdt, void* qkv, int64_t stride, int64_t heads_q,
@@ -284,13 +292,12 @@ void qk_norm_rope_rows(Isa isa, DType dt, DType cdt, void* qkv, int64_t stride, 
                        const float* wk, const void* cache, int64_t cache_stride,
                        const int64_t* positions, bool neox, int64_t begin, int64_t end) {
   using namespace rope;
-  IRC_ROPE_ISA(isa, IRC_ROPE_TYPE(dt, T, IRC_ROPE_TYPE(cdt, CT,
-                                                      ns::qk_norm_rope_rows_t<T, CT>(
-                                                          static_cast<T*>(qkv), stride, heads_q,
-                                                          heads_k, head_dim, eps, wq, wk,
-                                                          static_cast<const CT*>(cache),
-                                                          cache_stride, positions, neox, begin,
-                                                          end))))
+  IRC_ROPE_ISA(isa, IRC_ROPE_TYPE(dt, T, IRC_ROPE_CT(cdt, ns::qk_norm_rope_rows_t<T, CT>(
+                                                        static_cast<T*>(qkv), stride, heads_q,
+                                                        heads_k, head_dim, eps, wq, wk,
+                                                        static_cast<const CT*>(cache),
+                                                        cache_stride, positions, neox, begin,
+                                                        end))))
 }
 
 }  // namespace cpu

@@ -1,29 +1,26 @@
-// CUDA kernels of the RoPE ops whose schemas cpu_rope.cpp defines (this library is loaded after
-// the CPU one): rotary_embedding, rotary_embedding_query_only, rotary_pos_emb (HF form) and
-// fused_qk_norm_rope, all in place.
+// CUDA kernels of the RoPE ops whose schemas cpu_rope.cpp defines: rotary_embedding,
+// rotary_embedding_query_only, rotary_pos_emb (HF form) and fused_qk_norm_rope, all in place.
+// Kernels and their launchers only, with no torch header, so nvcc compiles this file in seconds;
+// the torch bindings (argument checks, layouts, the dispatcher registration) are
+// cuda_rope_ops.cpp, built by the host compiler into the same library.
 //
 // RoPE: one block per token (vLLM's layout), its threads over (activation, head, rotated pair);
-// cos/sin read in the cache's (or HF cos/sin's) own dtype, fp32 math, one rounding per output.
-// Heads are head_stride apart and tokens token-stride apart, so views of a qkv buffer and HF's
-// transposed (B, H, S, D) q/k are rotated where they lie. fused_qk_norm_rope: one warp per
-// (token, q-or-k head): the sum of squares reduced across the warp, then each lane normalises
-// and rotates its own pairs (read, then written by the same lane: in place is safe).
-// Plain launches on the current stream; each kernel waits on griddepcontrol before touching
+// cos/sin read in the cache's (or HF cos/sin's) own dtype (float32 or the activations'), fp32
+// math, one rounding per output. The style is a run-time flag (one kernel per dtype pair: 5
+// pairs x 2 kernels). Heads are head_stride apart and tokens token-stride apart, so views of a
+// qkv buffer and HF's transposed (B, H, S, D) q/k are rotated where they lie.
+// fused_qk_norm_rope: one warp per (token, q-or-k head): the sum of squares reduced across the
+// warp, then each lane normalises and rotates its own pairs (read, then written by the same
+// lane: in place is safe).
+// Plain launches on the given stream; each kernel waits on griddepcontrol before touching
 // memory, so a later PDL launch mode is safe. Compile-checked for sm_90, not yet run on a GPU.
-#include <ATen/core/Tensor.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <torch/library.h>
 
 #include <cstdint>
-#include <string>
 
-#include "ops_common.h"
-#include "rope_common.h"
+#include "cuda_rope.h"
 
 namespace ircore_vllm_c {
 namespace cuda_rope {
@@ -79,17 +76,17 @@ struct RopeArgs {
   const CT* sin;
   int64_t c0, c1;
   int rd, rot_offset;
-  bool inverse;
+  bool neox, inverse;
 };
 
 // Rotates pair p of one head: neox (p, p + half) or gptj (2p, 2p + 1).
-template <class T, class CT, bool NEOX>
+template <class T, class CT>
 __device__ __forceinline__ void rotate_pair(T* head, int p, int half, const CT* cs, const CT* sn,
-                                            bool hf, float sign) {
+                                            bool neox, bool hf, float sign) {
   using C = Cvt<T>;
   using CC = Cvt<CT>;
-  const int i0 = NEOX ? p : 2 * p;
-  const int i1 = NEOX ? p + half : 2 * p + 1;
+  const int i0 = neox ? p : 2 * p;
+  const int i1 = neox ? p + half : 2 * p + 1;
   const float x1 = C::f32(head[i0]);
   const float x2 = C::f32(head[i1]);
   // HF (neox only): each half has its own cos/sin; a vLLM cache row has one per pair.
@@ -101,7 +98,7 @@ __device__ __forceinline__ void rotate_pair(T* head, int p, int half, const CT* 
   head[i1] = C::of(x2 * c2 + x1 * s2);
 }
 
-template <class T, class CT, bool NEOX>
+template <class T, class CT>
 __global__ void __launch_bounds__(256) rope_kernel(const RopeArgs<T, CT> a) {
   pdl_wait();
   const int64_t k = blockIdx.x;
@@ -129,17 +126,17 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeArgs<T, CT> a) {
     const int p = r - h * half;
     const Act<T>& x = a.x[which];
     T* head = x.data + i * x.s0 + j * x.s1 + h * x.hs + a.rot_offset;
-    rotate_pair<T, CT, NEOX>(head, p, half, cs, sn, hf, sign);
+    rotate_pair<T, CT>(head, p, half, cs, sn, a.neox, hf, sign);
   }
   pdl_launch_dependents();
 }
 
-template <class T, class CT, bool NEOX>
+template <class T, class CT>
 __global__ void __launch_bounds__(256)
     qk_norm_rope_kernel(T* __restrict__ qkv, int64_t stride, int64_t rows, int heads_q,
                         int heads_k, int d, float eps, const float* __restrict__ wq,
                         const float* __restrict__ wk, const CT* __restrict__ cache,
-                        int64_t cache_stride, const int64_t* __restrict__ pos) {
+                        int64_t cache_stride, const int64_t* __restrict__ pos, bool neox) {
   using C = Cvt<T>;
   using CC = Cvt<CT>;
   pdl_wait();
@@ -162,8 +159,8 @@ __global__ void __launch_bounds__(256)
     const int half = d / 2;
     const CT* cs = cache + pos[r] * cache_stride;
     for (int p = lane; p < half; p += 32) {
-      const int i0 = NEOX ? p : 2 * p;
-      const int i1 = NEOX ? p + half : 2 * p + 1;
+      const int i0 = neox ? p : 2 * p;
+      const int i1 = neox ? p + half : 2 * p + 1;
       const float x1 = C::f32(x[i0]) * inv * w[i0];
       const float x2 = C::f32(x[i1]) * inv * w[i1];
       const float c = CC::f32(cs[p]);
@@ -175,25 +172,6 @@ __global__ void __launch_bounds__(256)
   pdl_launch_dependents();
 }
 
-#define IRC_ROPE_CUDA_TYPE(st, NAME, ...) \
-  switch (st) {                           \
-    case at::ScalarType::Half: {          \
-      using NAME = __half;                \
-      __VA_ARGS__;                        \
-      break;                              \
-    }                                     \
-    case at::ScalarType::BFloat16: {      \
-      using NAME = __nv_bfloat16;         \
-      __VA_ARGS__;                        \
-      break;                              \
-    }                                     \
-    default: {                            \
-      using NAME = float;                 \
-      __VA_ARGS__;                        \
-      break;                              \
-    }                                     \
-  }
-
 constexpr int kBlock = 256;
 
 // Threads per token block: the pairs of every head, rounded up to a warp, at most kBlock.
@@ -202,187 +180,62 @@ int block_for(int64_t pairs) {
   return static_cast<int>(t < 32 ? 32 : (t > kBlock ? kBlock : t));
 }
 
-void check_on_cuda(const char* op, const at::Tensor& x) {
-  TORCH_CHECK(x.device().is_cuda(), "ircore_vllm_c.", op, ": expected CUDA tensors, got ",
-              x.device());
-}
-
-// One launch of rope_kernel over `tokens` tokens (grid.x: up to 2^31 - 1).
 template <class T, class CT>
-void launch_rope(const RopeArgs<T, CT>& a, bool neox, int64_t tokens, int64_t pairs,
-                 cudaStream_t stream) {
-  TORCH_CHECK(tokens < (int64_t{1} << 31) - 1 && pairs < (int64_t{1} << 31) - 1,
-              "ircore_vllm_c: too many tokens or heads for one launch");
-  const dim3 grid(static_cast<unsigned>(tokens));
-  if (neox) {
-    rope_kernel<T, CT, true><<<grid, block_for(pairs), 0, stream>>>(a);
-  } else {
-    rope_kernel<T, CT, false><<<grid, block_for(pairs), 0, stream>>>(a);
+void rope_launch_t(const RopeLaunch& l, cudaStream_t stream) {
+  RopeArgs<T, CT> a{};
+  for (int i = 0; i < l.nx; ++i) {
+    a.x[i] = {static_cast<T*>(l.x[i].data), l.x[i].s0, l.x[i].s1, l.x[i].head_stride,
+              static_cast<int>(l.x[i].heads)};
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  a.nx = l.nx;
+  a.n1 = l.n1;
+  a.pos = l.positions;
+  a.off = l.offsets;
+  a.cache = static_cast<const CT*>(l.cache);
+  a.cache_stride = l.cache_stride;
+  a.cos = static_cast<const CT*>(l.cos);
+  a.sin = static_cast<const CT*>(l.sin);
+  a.c0 = l.c0;
+  a.c1 = l.c1;
+  a.rd = static_cast<int>(l.rotary_dim);
+  a.rot_offset = static_cast<int>(l.rot_offset);
+  a.neox = l.neox;
+  a.inverse = l.inverse;
+  rope_kernel<T, CT><<<dim3(static_cast<unsigned>(l.tokens)), block_for(l.pairs), 0, stream>>>(a);
 }
 
-struct Work {
-  at::Tensor t;
-  TokenHeads view;
-};
-
-Work token_heads_work(const at::Tensor& x, int64_t tokens, int64_t head_size) {
-  if (auto v = as_token_heads(x, tokens, head_size)) return {x, *v};
-  at::Tensor c = x.contiguous();
-  return {c, *as_token_heads(c, tokens, head_size)};
+template <class T, class CT>
+void qk_launch_t(const QkNormRopeLaunch& l, cudaStream_t stream) {
+  const int64_t blocks = (l.rows * (l.heads_q + l.heads_k) * 32 + kBlock - 1) / kBlock;
+  qk_norm_rope_kernel<T, CT><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(
+      static_cast<T*>(l.qkv), l.stride, l.rows, static_cast<int>(l.heads_q),
+      static_cast<int>(l.heads_k), static_cast<int>(l.head_dim), l.eps, l.wq, l.wk,
+      static_cast<const CT*>(l.cache), l.cache_stride, l.positions, l.neox);
 }
 
-void rope_cuda(const char* op, const at::Tensor& positions, at::Tensor& query, at::Tensor* key,
-               int64_t head_size, int64_t rotary_dim, const at::Tensor& cache, bool neox,
-               const std::optional<at::Tensor>& offsets, const std::string& format, bool inverse,
-               int64_t rope_dim_offset) {
-  check_on_cuda(op, query);
-  const at::Tensor no_key;
-  const bool with_offsets = check_rope_args(op, positions, query, key ? *key : no_key, head_size,
-                                            rotary_dim, cache, offsets, format, rope_dim_offset);
-  const int64_t tokens = positions.numel();
-  if (tokens == 0) return;
-  const c10::cuda::CUDAGuard guard(query.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(query.get_device()).stream();
-  const at::Tensor pos = positions.reshape(-1).contiguous();
-  const at::Tensor off = with_offsets ? offsets->reshape(-1).contiguous() : at::Tensor();
-  const at::Tensor c = cache.stride(1) == 1 ? cache : cache.contiguous();
-  at::Tensor* xs[2] = {&query, key};
-  Work work[2];
-  const int nx = key ? 2 : 1;
-  int64_t pairs = 0;
-  for (int i = 0; i < nx; ++i) {
-    work[i] = token_heads_work(*xs[i], tokens, head_size);
-    pairs += work[i].view.heads * (rotary_dim / 2);
+// T from the activations' dtype, CT float32 or T (the bindings refuse other pairs).
+#define IRC_ROPE_LAUNCH(FN, l, stream)                                                  \
+  switch (l.dtype) {                                                                      \
+    case RopeDType::kHalf:                                                                \
+      l.cache_fp32 ? FN<__half, float>(l, stream) : FN<__half, __half>(l, stream);        \
+      break;                                                                              \
+    case RopeDType::kBFloat16:                                                            \
+      l.cache_fp32 ? FN<__nv_bfloat16, float>(l, stream)                                 \
+                   : FN<__nv_bfloat16, __nv_bfloat16>(l, stream);                         \
+      break;                                                                              \
+    default:                                                                              \
+      FN<float, float>(l, stream);                                                        \
   }
-  IRC_ROPE_CUDA_TYPE(query.scalar_type(), T, IRC_ROPE_CUDA_TYPE(c.scalar_type(), CT, {
-    RopeArgs<T, CT> a{};
-    for (int i = 0; i < nx; ++i) {
-      a.x[i] = {static_cast<T*>(work[i].t.data_ptr()), work[i].view.token_stride, 0,
-                work[i].view.head_stride, static_cast<int>(work[i].view.heads)};
-    }
-    a.nx = nx;
-    a.n1 = 1;
-    a.pos = pos.data_ptr<int64_t>();
-    a.off = with_offsets ? off.data_ptr<int64_t>() : nullptr;
-    a.cache = static_cast<const CT*>(c.data_ptr());
-    a.cache_stride = c.stride(0);
-    a.rd = static_cast<int>(rotary_dim);
-    a.rot_offset = static_cast<int>(rope_dim_offset);
-    a.inverse = inverse;
-    launch_rope(a, neox, tokens, pairs, stream);
-  }))
-  for (int i = 0; i < nx; ++i) {
-    if (!work[i].t.is_same(*xs[i])) xs[i]->copy_(work[i].t);
-  }
+
+cudaError_t launch_rope(const RopeLaunch& l, cudaStream_t stream) {
+  IRC_ROPE_LAUNCH(rope_launch_t, l, stream)
+  return cudaGetLastError();
 }
 
-void rotary_embedding_cuda(const at::Tensor& positions, at::Tensor& query, at::Tensor& key,
-                           int64_t head_size, int64_t rotary_dim, const at::Tensor& cache,
-                           bool is_neox_style, const std::optional<at::Tensor>& offsets,
-                           const std::string& format, bool inverse, int64_t rope_dim_offset) {
-  rope_cuda("rotary_embedding", positions, query, &key, head_size, rotary_dim, cache,
-            is_neox_style, offsets, format, inverse, rope_dim_offset);
-}
-
-void rotary_embedding_query_only_cuda(const at::Tensor& positions, at::Tensor& query,
-                                      int64_t head_size, int64_t rotary_dim,
-                                      const at::Tensor& cache, bool is_neox_style,
-                                      const std::optional<at::Tensor>& offsets,
-                                      const std::string& format, bool inverse,
-                                      int64_t rope_dim_offset) {
-  rope_cuda("rotary_embedding_query_only", positions, query, nullptr, head_size, rotary_dim,
-            cache, is_neox_style, offsets, format, inverse, rope_dim_offset);
-}
-
-void rotary_pos_emb_cuda(at::Tensor& q, at::Tensor& k, const at::Tensor& cos,
-                         const at::Tensor& sin, int64_t unsqueeze_dim) {
-  check_on_cuda("rotary_pos_emb", q);
-  const int64_t u = check_pos_emb_args(q, k, cos, sin, unsqueeze_dim);
-  int64_t ax = 0, bx = 0;
-  token_axes(u, ax, bx);
-  const c10::cuda::CUDAGuard guard(q.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-  const at::Tensor cs = cos.contiguous();
-  const at::Tensor sn = sin.contiguous();
-  at::Tensor* xs[2] = {&q, &k};
-  at::Tensor work[2];
-  for (int i = 0; i < 2; ++i) work[i] = xs[i]->stride(3) == 1 ? *xs[i] : xs[i]->contiguous();
-  const bool shared = q.size(ax) == k.size(ax) && q.size(bx) == k.size(bx);
-  const int64_t d = q.size(3);
-  for (int first = 0; first < 2; first += shared ? 2 : 1) {
-    const at::Tensor& g = work[first];
-    const at::Tensor wide = cs.unsqueeze(u).expand(g.sizes());
-    const int nx = shared ? 2 : 1;
-    const int64_t tokens = g.size(ax) * g.size(bx);
-    int64_t pairs = 0;
-    for (int i = 0; i < nx; ++i) pairs += work[first + i].size(u) * (d / 2);
-    if (tokens == 0 || pairs == 0) continue;
-    IRC_ROPE_CUDA_TYPE(q.scalar_type(), T, IRC_ROPE_CUDA_TYPE(cs.scalar_type(), CT, {
-      RopeArgs<T, CT> a{};
-      for (int i = 0; i < nx; ++i) {
-        const at::Tensor& w = work[first + i];
-        a.x[i] = {static_cast<T*>(w.data_ptr()), w.stride(ax), w.stride(bx), w.stride(u),
-                  static_cast<int>(w.size(u))};
-      }
-      a.nx = nx;
-      a.n1 = g.size(bx);
-      a.cos = static_cast<const CT*>(cs.data_ptr());
-      a.sin = static_cast<const CT*>(sn.data_ptr());
-      a.c0 = wide.stride(ax);
-      a.c1 = wide.stride(bx);
-      a.rd = static_cast<int>(d);
-      launch_rope(a, true, tokens, pairs, stream);
-    }))
-  }
-  for (int i = 0; i < 2; ++i) {
-    if (!work[i].is_same(*xs[i])) xs[i]->copy_(work[i]);
-  }
-}
-
-void fused_qk_norm_rope_cuda(at::Tensor& qkv, int64_t heads_q, int64_t heads_k, int64_t heads_v,
-                             int64_t head_dim, double eps, const at::Tensor& q_weight,
-                             const at::Tensor& k_weight, const at::Tensor& cache, bool is_neox,
-                             const at::Tensor& position_ids) {
-  const char* op = "fused_qk_norm_rope";
-  check_on_cuda(op, qkv);
-  check_qk_norm_rope_args(qkv, heads_q, heads_k, heads_v, head_dim, q_weight, k_weight, cache,
-                          position_ids);
-  if (qkv.numel() == 0) return;
-  const c10::cuda::CUDAGuard guard(qkv.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(qkv.get_device()).stream();
-  at::Tensor work = qkv;
-  auto rows = as_writable_rows(work);
-  if (!rows) {
-    work = qkv.contiguous();
-    rows = as_rows(work);
-  }
-  const at::Tensor pos = position_ids.reshape(-1).contiguous();
-  const at::Tensor c = cache.stride(1) == 1 ? cache : cache.contiguous();
-  const at::Tensor wq = q_weight.to(at::ScalarType::Float).contiguous();
-  const at::Tensor wk = k_weight.to(at::ScalarType::Float).contiguous();
-  const int64_t items = rows->rows * (heads_q + heads_k);
-  const int64_t blocks = (items * 32 + kBlock - 1) / kBlock;
-  TORCH_CHECK(blocks < (int64_t{1} << 31) - 1, "ircore_vllm_c.fused_qk_norm_rope: too many rows");
-  IRC_ROPE_CUDA_TYPE(qkv.scalar_type(), T, IRC_ROPE_CUDA_TYPE(c.scalar_type(), CT, {
-    auto kernel = is_neox ? qk_norm_rope_kernel<T, CT, true> : qk_norm_rope_kernel<T, CT, false>;
-    kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(
-        static_cast<T*>(work.data_ptr()), rows->stride, rows->rows, static_cast<int>(heads_q),
-        static_cast<int>(heads_k), static_cast<int>(head_dim), static_cast<float>(eps),
-        wq.data_ptr<float>(), wk.data_ptr<float>(), static_cast<const CT*>(c.data_ptr()),
-        c.stride(0), pos.data_ptr<int64_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }))
-  if (!work.is_same(qkv)) qkv.copy_(work);
+cudaError_t launch_qk_norm_rope(const QkNormRopeLaunch& l, cudaStream_t stream) {
+  IRC_ROPE_LAUNCH(qk_launch_t, l, stream)
+  return cudaGetLastError();
 }
 
 }  // namespace cuda_rope
 }  // namespace ircore_vllm_c
-
-TORCH_LIBRARY_IMPL(ircore_vllm_c, CUDA, m) {
-  m.impl("rotary_embedding", &ircore_vllm_c::cuda_rope::rotary_embedding_cuda);
-  m.impl("rotary_embedding_query_only", &ircore_vllm_c::cuda_rope::rotary_embedding_query_only_cuda);
-  m.impl("rotary_pos_emb", &ircore_vllm_c::cuda_rope::rotary_pos_emb_cuda);
-  m.impl("fused_qk_norm_rope", &ircore_vllm_c::cuda_rope::fused_qk_norm_rope_cuda);
-}

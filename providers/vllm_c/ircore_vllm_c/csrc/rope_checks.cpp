@@ -53,6 +53,14 @@ void check_float_tensor(const char* op, const char* name, const at::Tensor& t) {
               " must be float32, float16 or bfloat16, got ", t.scalar_type());
 }
 
+// cos/sin (a cache or HF's cos/sin) in float32 or the activations' dtype: the kernels' pairs.
+void check_cos_sin_dtype(const char* op, const char* name, const at::Tensor& t,
+                         const at::Tensor& x) {
+  TORCH_CHECK(t.scalar_type() == at::ScalarType::Float || t.scalar_type() == x.scalar_type(),
+              "ircore_vllm_c.", op, ": ", name, " must be float32 or the activations' dtype (",
+              x.scalar_type(), "), got ", t.scalar_type());
+}
+
 void check_index_tensor(const char* op, const char* name, const at::Tensor& t, int64_t tokens,
                         const at::Tensor& like) {
   TORCH_CHECK(t.scalar_type() == at::ScalarType::Long, "ircore_vllm_c.", op, ": ", name,
@@ -112,7 +120,7 @@ bool check_rope_args(const char* op, const at::Tensor& positions, const at::Tens
                 num(head_size), "] or [*, heads, ", num(head_size), "] with * holding the ",
                 num(tokens), " tokens, got ", dims(x.sizes()));
   }
-  check_float_tensor(op, "cos_sin_cache", cache);
+  check_cos_sin_dtype(op, "cos_sin_cache", cache, query);
   TORCH_CHECK(cache.dim() == 2 && cache.size(1) == rotary_dim, "ircore_vllm_c.", op,
               ": cos_sin_cache must be [max_position, ", num(rotary_dim), "], got ",
               dims(cache.sizes()));
@@ -131,7 +139,7 @@ int64_t check_pos_emb_args(const at::Tensor& q, const at::Tensor& k, const at::T
                            const at::Tensor& sin, int64_t unsqueeze_dim) {
   const char* op = "rotary_pos_emb";
   check_float_tensor(op, "q", q);
-  check_float_tensor(op, "cos", cos);
+  check_cos_sin_dtype(op, "cos", cos, q);
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && sin.scalar_type() == cos.scalar_type(),
               "ircore_vllm_c.rotary_pos_emb: k must have q's dtype and sin cos's");
   TORCH_CHECK(k.device() == q.device() && cos.device() == q.device() && sin.device() == q.device(),
@@ -179,7 +187,7 @@ void check_qk_norm_rope_args(const at::Tensor& qkv, int64_t heads_q, int64_t hea
                 "ircore_vllm_c.", op, ": q_weight and k_weight must be [", num(head_dim),
                 "] on qkv's device, got ", dims(w->sizes()));
   }
-  check_float_tensor(op, "cos_sin_cache", cache);
+  check_cos_sin_dtype(op, "cos_sin_cache", cache, qkv);
   TORCH_CHECK(cache.dim() == 2 && cache.size(1) == head_dim && cache.device() == qkv.device(),
               "ircore_vllm_c.", op, ": cos_sin_cache must be [max_position, ", num(head_dim),
               "] on qkv's device, got ", dims(cache.sizes()));
