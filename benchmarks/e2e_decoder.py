@@ -18,6 +18,8 @@ Rows, each timed per forward in the same process (medians of interleaved rounds)
 - ``ircore prov fusion``  ``backend="ircore"``, providers first, fusions on
 
 Also: kernels per layer (kernel calls in the compiled code, or profiler events when eager),
+buffers copied unchanged per layer in the compiled code (``ircore.testing.copied_buffers``: clones
+Inductor kept, ``copy_``; eager rows: n/a),
 compile time of the first call, and the time spent in ircore's pass (``ircore.compile.report``).
 
     python benchmarks/e2e_decoder.py                     # CPU defaults (small, see --help)
@@ -42,6 +44,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ircore
+from ircore.testing import copied_buffers
 
 
 class RMSNorm(nn.Module):
@@ -194,6 +197,7 @@ def build(name: str, models: dict[str, nn.Module], x: torch.Tensor, a: argparse.
     if backend is None:
         fn = model
         info["kernels"] = eager_kernels(fn, x, a.device)
+        info["copies"] = None
         info["compile_s"] = 0.0
     else:
         fn = a.compiled.get(name)
@@ -210,6 +214,7 @@ def build(name: str, models: dict[str, nn.Module], x: torch.Tensor, a: argparse.
         sync(a.device)
         info["compile_s"] = time.perf_counter() - t0
         info["kernels"] = sum(compiled_kernels(c) for c in codes)
+        info["copies"] = sum(copied_buffers(c) for c in codes)
         report = ircore.compile.report()
         info["pass_s"] = report.seconds
         info["fusions"] = dict(report.fusions)
@@ -256,8 +261,8 @@ def markdown(rows: list[dict[str, Any]], a: argparse.Namespace) -> str:
         f"{a.dtype} on {a.device}; time per forward (median of {a.rounds} interleaved rounds)"
         + ("; one dynamic graph for T > 1 (compile and pass columns: the compile of the first such T)" if a.dynamic else ""),
         "",
-        "| T | variant | us / forward | vs inductor stock | kernels / layer | compile s | ircore pass s | fusions | max abs err |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| T | variant | us / forward | vs inductor stock | kernels / layer | copies / layer | compile s | ircore pass s | fusions | max abs err |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for tokens in a.tokens:
         group = [r for r in rows if r["tokens"] == tokens]
@@ -265,8 +270,9 @@ def markdown(rows: list[dict[str, Any]], a: argparse.Namespace) -> str:
         for r in group:
             ratio = f"{r['us'] / anchor:.3f}" if anchor else "n/a"
             fus = ", ".join(f"{k} {v}" for k, v in r.get("fusions", {}).items() if v) or "-"
+            copies = "n/a" if r["copies"] is None else f"{r['copies'] / a.layers:.1f}"
             out.append(
-                f"| {tokens} | {r['variant']} | {r['us']:.1f} | {ratio} | {r['kernels_per_layer']:.1f} | "
+                f"| {tokens} | {r['variant']} | {r['us']:.1f} | {ratio} | {r['kernels_per_layer']:.1f} | {copies} | "
                 f"{r['compile_s']:.1f} | {r.get('pass_s', 0):.2f} | {fus} | {r['max_abs_err']:.3g} |"
             )
     gains = []

@@ -79,7 +79,55 @@ NORM_OPS = ("rms_norm_gated", "rms_norm_gated_grouped", "layer_norm", "layer_nor
 # that provider registers for the op through ircore (n/a until it has one).
 ROPE_OPS = ("rotary_embedding", "rotary_pos_emb", "fused_qk_norm_rope")
 ROPE_HEAD_DIM, ROPE_KV_HEADS = 128, 8
-ALL_OPS = OPS + NORM_OPS + ROPE_OPS
+# FP8 quant ops and the fused norm/act + quant ops (issue 25), also asked with --ops; run them at
+# --hidden 4096 8192 14336. Anchors: the op's native eager and Inductor-compiled (which, for a
+# fused op, is Inductor's own fusion of the unfused chain). Provider columns join as kernels land
+# (add the op to APPLIES[provider] and to Impls._quant_fn). Inputs: x (and residual, weight) of
+# the dtype; static scales 0.02 per tensor; groups of 128; e4m3fn.
+QUANT_OPS = (
+    "static_quant_fp8",
+    "dynamic_quant_fp8",
+    "dynamic_quant_fp8_per_tensor",
+    "dynamic_group_quant_fp8",
+    "rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant",
+    "rms_norm_dynamic_quant_fp8",
+    "fused_add_rms_norm_dynamic_quant_fp8",
+    "rms_norm_group_quant_fp8",
+    "fused_add_rms_norm_group_quant_fp8",
+    "silu_and_mul_static_quant_fp8",
+    "silu_and_mul_group_quant_fp8",
+)
+FP8 = "float8_e4m3fn"
+GROUP = 128
+# bench op -> (ircore op, the tensors it takes, its arguments after them (fp8 dtype added at run time))
+QUANT_SPEC: dict[str, tuple[str, tuple[str, ...], tuple]] = {
+    "static_quant_fp8": ("static_quant_fp8", ("x", "scale"), ("fp8",)),
+    "dynamic_quant_fp8": ("dynamic_quant_fp8", ("x",), (True, "fp8")),
+    "dynamic_quant_fp8_per_tensor": ("dynamic_quant_fp8", ("x",), (False, "fp8")),
+    "dynamic_group_quant_fp8": ("dynamic_group_quant_fp8", ("x",), ([1, GROUP], False, False, "fp8")),
+    "rms_norm_static_fp8_quant": ("rms_norm_static_fp8_quant", ("x", "w", "eps", "scale"), ("fp8",)),
+    "fused_add_rms_norm_static_fp8_quant": (
+        "fused_add_rms_norm_static_fp8_quant",
+        ("x", "r", "w", "eps", "scale"),
+        ("fp8",),
+    ),
+    "rms_norm_dynamic_quant_fp8": ("rms_norm_dynamic_quant_fp8", ("x", "w", "eps"), (True, "fp8")),
+    "fused_add_rms_norm_dynamic_quant_fp8": (
+        "fused_add_rms_norm_dynamic_quant_fp8",
+        ("x", "r", "w", "eps"),
+        (True, "fp8"),
+    ),
+    "rms_norm_group_quant_fp8": ("rms_norm_group_quant_fp8", ("x", "w", "eps"), ([1, GROUP], False, False, "fp8")),
+    "fused_add_rms_norm_group_quant_fp8": (
+        "fused_add_rms_norm_group_quant_fp8",
+        ("x", "r", "w", "eps"),
+        ([1, GROUP], False, False, "fp8"),
+    ),
+    "silu_and_mul_static_quant_fp8": ("silu_and_mul_static_quant_fp8", ("x2", "scale"), ("fp8",)),
+    "silu_and_mul_group_quant_fp8": ("silu_and_mul_group_quant_fp8", ("x2",), ([1, GROUP], False, False, "fp8")),
+}
+ALL_OPS = OPS + NORM_OPS + ROPE_OPS + QUANT_OPS
 # bench op -> the ircore op, and its arguments after the tensors and epsilon, given H
 IRCORE_OP = {
     "rms_norm_gated": "rms_norm_gated",
@@ -112,10 +160,10 @@ APPLIES = {
     "compile": set(ALL_OPS),
     "liger": {"rms_norm", "fused_add_rms_norm", "layer_norm", "layer_norm_nobias"},
     "flashinfer": {"rms_norm", "fused_add_rms_norm"},
-    "vllm_c": set(ALL_OPS),
-    "triton": set(ALL_OPS),
-    "vllm_c_nopdl": set(ALL_OPS),
-    "triton_nopdl": set(ALL_OPS),
+    "vllm_c": set(OPS + NORM_OPS),
+    "triton": set(OPS + NORM_OPS),
+    "vllm_c_nopdl": set(OPS + NORM_OPS),
+    "triton_nopdl": set(OPS + NORM_OPS),
 }
 APPLIES["liger"].add("rotary_pos_emb")
 APPLIES["flashinfer"].add("rotary_embedding")
@@ -132,6 +180,7 @@ EAGER_LABEL = {
     "layer_norm": "F.layer_norm",
     "layer_norm_nobias": "F.layer_norm",
     **{op: "native (eager)" for op in ROPE_OPS},
+    **dict.fromkeys(QUANT_OPS, "native (eager)"),
 }
 LABEL = {
     "compile": "torch.compile",
@@ -182,6 +231,12 @@ def op_bytes(op: str, t: int, h: int, elt: int) -> int:
         qk = t * (h + ROPE_KV_HEADS * ROPE_HEAD_DIM)
         weights = 2 * ROPE_HEAD_DIM if op == "fused_qk_norm_rope" else 0
         return (2 * qk + t * ROPE_HEAD_DIM * (2 if op == "rotary_pos_emb" else 1) + weights) * elt + 8 * t
+    if op in QUANT_SPEC:  # tensors in (x of width h, or 2h for silu), one fp8 byte out per element, scales
+        _, tensors, extra = QUANT_SPEC[op]
+        read = (2 if "x2" in tensors or "r" in tensors else 1) * t * h + (h if "w" in tensors else 0)
+        write = t * h if "r" in tensors else 0  # the residual
+        scales = 4 * t * -(-h // GROUP) if [1, GROUP] in extra else (4 * t if True in extra else 0)
+        return (read + write) * elt + t * h + scales
     raise ValueError(op)
 
 
@@ -499,9 +554,11 @@ class Impls:
             for name in ("accumulated_recompile_limit", "accumulated_cache_size_limit"):
                 if hasattr(cfg, name):
                     setattr(cfg, name, 1 << 16)
+            from ircore import get_op
             from ircore.ops import fused_add_rms_norm, layer_norm, rms_norm, rms_norm_gated, silu_and_mul
 
             return {
+                **{name: get_op(name).native for name, _, _ in QUANT_SPEC.values()},
                 "rms_norm": rms_norm.native,
                 "fused_add_rms_norm": fused_add_rms_norm.native,
                 "silu_and_mul": silu_and_mul.native,
@@ -551,6 +608,8 @@ class Impls:
             return self._norm_fn(impl, op, h, mod)
         if op in ROPE_OPS:
             return self._rope_fn(impl, op)
+        if op in QUANT_SPEC:
+            return self._quant_fn(impl, op, mod)
         if impl == "eager":
             if op == "rms_norm":
                 return lambda x, w: (F.rms_norm(x, (h,), w, EPS),)
@@ -665,6 +724,28 @@ class Impls:
             return tupled(bind(*a, run))
 
         return provider_fn
+    def _quant_fn(self, impl: str, op: str, mod: Any):
+        """QUANT_OPS: a function of the op's tensors (QUANT_SPEC) returning its outputs as a tuple."""
+        import torch
+
+        name, tensors, extra = QUANT_SPEC[op]
+        args = tuple(getattr(torch, FP8) if a == "fp8" else a for a in extra)
+        if impl == "eager":
+            from ircore import get_op
+
+            f = get_op(name).native
+        elif impl == "compile":
+            f = self.compiled.get(name)
+            if f is None:
+                f = self.compiled[name] = torch.compile(mod[name], fullgraph=True, dynamic=False)
+        else:
+            raise RuntimeError(f"{impl} has no kernel for {name} yet")
+        def call(*ts):
+            it = iter(ts)  # the tensors in order, epsilon where QUANT_SPEC puts it
+            out = f(*(EPS if a == "eps" else next(it) for a in tensors), *args)
+            return out if isinstance(out, tuple) else (out,)
+
+        return call
 
     def _norm_fn(self, impl: str, op: str, h: int, mod: Any):
         """The NORM_OPS: gated (x, gate, w) -> (out,); layer_norm (x, w, b) or nobias (x, w)."""
@@ -734,6 +815,15 @@ def make_inputs(op: str, t: int, h: int, dtype) -> tuple:
         return rnd(t, h, shift=0.5), rnd(h, scale=0.1, shift=1.0)
     if op in ROPE_OPS:
         return rope_inputs(op, t, h, dtype, rnd, "cuda")
+    if op in QUANT_SPEC:
+        make = {
+            "x": lambda: rnd(t, h, scale=2.0),
+            "x2": lambda: rnd(t, 2 * h, scale=2.0),
+            "r": lambda: rnd(t, h),
+            "w": lambda: rnd(h, scale=0.1, shift=1.0),
+            "scale": lambda: torch.full((1,), 0.02, device="cuda"),
+        }
+        return tuple(make[a]() for a in QUANT_SPEC[op][1] if a != "eps")
     return (rnd(t, 2 * h, scale=2.0),)
 
 
@@ -779,6 +869,9 @@ def reference(op: str, inputs: tuple, h: int) -> tuple:
         hq = f[0].shape[-1] // d - 2 * ROPE_KV_HEADS
         kv = ROPE_KV_HEADS
         return (fused_qk_norm_rope.native(f[0], hq, kv, kv, d, EPS, f[1], f[2], f[3], True, f[4]),)
+    if op in QUANT_SPEC:  # the native, uncompiled (fp8 outputs compared as their values)
+        outs = Impls.__new__(Impls)._quant_fn("eager", op, None)(*inputs)
+        return tuple(o.float() for o in outs)
     if op in GATED_FORM:
         from ircore.ops import rms_norm_gated
 

@@ -89,7 +89,7 @@ DECLARED_ATTRIBUTES = (
     "reference", "cache_by_signature", "signature", "param_names", "defaults", "schema",
     "check_types", "tensor_indices", "inplace_indices", "signature_spec", "impls", "removed",
     "signature_cache", "fake", "torch_op", "torch_inplace_op", "any_layout_args", "check_annotations",
-    "check_declared", "quick_test", "_overlap_pairs", "_required",
+    "check_declared", "quick_test", "_overlap_pairs", "_required", "quantized_outputs",
 )  # fmt: skip
 
 

@@ -184,13 +184,15 @@ def check_native(
 CALLBACK_CALLS = {
     "sample_inputs": ("dtype", "device", "seed"),
     "make_inputs": ("shape", "dtype", "device"),
+    "quantized_outputs": ("args", "outputs"),
 }
 
 
 def check_callbacks(op_name: str, native: Callable[..., Any], callbacks: Mapping[str, Any]) -> None:
     """Each ``register_op`` callback can be called as ircore calls it: ``check_args``,
     ``reference`` and ``fake`` with the op's arguments, positionally; ``sample_inputs(dtype,
-    device, seed)``; ``make_inputs(shape, dtype, device)``. Refused now, not at its first use."""
+    device, seed)``; ``make_inputs(shape, dtype, device)``; ``quantized_outputs(args, outputs)``.
+    Refused now, not at its first use."""
     params = tuple(inspect.signature(native).parameters)
     for role, callback in callbacks.items():
         if callback is None:

@@ -32,6 +32,7 @@ __all__ = [
     "RESERVED_PROVIDER_NAMES",
     "Impl",
     "IrOp",
+    "Quantized",
     "Sample",
     "Tolerance",
     "all_ops",
@@ -73,6 +74,20 @@ DEFAULT_TOLERANCES = {
     torch.float16: Tolerance(atol=1e-5, rtol=1e-3),
     torch.bfloat16: Tolerance(atol=1e-5, rtol=1.6e-2),
 }
+
+
+class Quantized(NamedTuple):
+    """One fp8 output as the conformance kit compares it (see ``register_op(quantized_outputs=)``).
+
+    ``values``: the output's elements that count (padding rows left out), fp8 from an
+    implementation, fp64 and unrounded from the reference; ``scale`` broadcasts to ``values``:
+    the dequantised output is ``values * scale``; ``limit``: the largest magnitude ``values`` may
+    hold (the op's clamp, 448 for e4m3fn, 224 for vLLM's e4m3fnuz): one fp8 ulp beyond it fails.
+    """
+
+    values: torch.Tensor
+    scale: torch.Tensor
+    limit: float = float("inf")
 
 
 class Sample(NamedTuple):
@@ -153,6 +168,7 @@ class IrOp(Generic[P, R]):
         make_inputs: Callable[..., tuple[Any, ...]] | None,
         reference: Callable[..., Any] | None,
         cache_by_signature: bool,
+        quantized_outputs: Callable[[tuple[Any, ...], tuple[Any, ...]], dict[int, Quantized]] | None = None,
     ) -> None:
         self.name = name
         self.native = native
@@ -165,6 +181,9 @@ class IrOp(Generic[P, R]):
         #: arguments as the op does (keywords, defaults)
         self.reference = None if reference is None else self._completing(reference)
         self.cache_by_signature = cache_by_signature
+        #: ``(args, outputs) -> {output index: Quantized}`` for ops with fp8 outputs: how the kit
+        #: dequantises them (ircore.testing compares those in fp8 ulps, the others as usual)
+        self.quantized_outputs = quantized_outputs
         self.__doc__ = native.__doc__
         self.signature = inspect.signature(native)
         self.param_names = tuple(self.signature.parameters)
@@ -651,6 +670,7 @@ def register_op(
     fake: Callable[..., Any] | None = None,
     cache_by_signature: bool = False,
     any_layout_args: Sequence[str] = (),
+    quantized_outputs: Callable[[tuple[Any, ...], tuple[Any, ...]], dict[int, Quantized]] | None = None,
 ) -> Callable[[Callable[P, R]], IrOp[P, R]]: ...
 
 
@@ -668,6 +688,7 @@ def register_op(
     fake: Callable[..., Any] | None = None,
     cache_by_signature: bool = False,
     any_layout_args: Sequence[str] = (),
+    quantized_outputs: Callable[[tuple[Any, ...], tuple[Any, ...]], dict[int, Quantized]] | None = None,
 ) -> Any:
     """Declare an op from its native function; usable as ``@register_op`` or ``@register_op(...)``.
 
@@ -683,6 +704,9 @@ def register_op(
     declared type, tensors dense and strided (not sparse, nested or MKL-DNN: except the tensor
     parameters named in ``any_layout_args``, which ``check_args`` then judges), ints (also an
     int given for a float) within 64 bits.
+    ``quantized_outputs(args, outputs)`` (ops with fp8 outputs) says, for each fp8 output, which
+    of its elements count and the scale each was divided by (:class:`Quantized`): the conformance
+    kit compares those dequantised, allowing one fp8 ulp (see ``ircore.testing.compare_to_reference``).
     The returned :class:`IrOp` is typed like ``native`` for callers.
     """
 
@@ -690,7 +714,11 @@ def register_op(
         _ownership.refuse_op_declaration(str(name or getattr(fn, "__name__", "?")))
         op_name = _validation.check_native(name, fn, inplace_args, STATE.ops, any_layout_args)
         callbacks = {"check_args": check_args, "sample_inputs": sample_inputs, "make_inputs": make_inputs}
-        _validation.check_callbacks(op_name, fn, {**callbacks, "reference": reference, "fake": fake})
+        _validation.check_callbacks(
+            op_name,
+            fn,
+            {**callbacks, "reference": reference, "fake": fake, "quantized_outputs": quantized_outputs},
+        )
         # A class per op, whose __call__ (made below, from the op) has the native signature.
         cls: type[IrOp[P, R]] = type(f"IrOp[{op_name}]", (IrOp,), {})
         op = cls(
@@ -704,6 +732,7 @@ def register_op(
             reference=reference,
             cache_by_signature=bool(cache_by_signature),
             any_layout_args=tuple(any_layout_args),
+            quantized_outputs=quantized_outputs,
         )
         op.fake = fake
         op.torch_op, op.torch_inplace_op = _torch_ops.define(op)

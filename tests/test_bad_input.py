@@ -425,6 +425,12 @@ def _replacing(op, i: int, value):
     return make
 
 
+def _convertible(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a float32 copy where torch cannot make other layouts of its dtype (fp8): the
+    layout is refused before the dtype is looked at."""
+    return t.float() if t.element_size() == 1 and t.is_floating_point() else t
+
+
 def _generic_bad_cases(op):
     """``(label, make_args, part of the message)`` for what any op refuses by its annotations.
 
@@ -436,19 +442,19 @@ def _generic_bad_cases(op):
     tensors = [(i, n) for i, n in _params_of(op, torch.Tensor, torch.Tensor | None) if good[i] is not None]
     dense = "expected a dense (strided) tensor"
     for i, name in tensors:
-        yield f"{name} sparse", _replacing(op, i, lambda t: t.to_sparse()), (
+        yield f"{name} sparse", _replacing(op, i, lambda t: _convertible(t).to_sparse()), (
             f"argument {name!r} is a sparse tensor of layout torch.sparse_coo; {dense}: pass .to_dense()"
         )
     two_d = [(i, name) for i, name in tensors if good[i].dim() == 2]
     if two_d:
         i, name = two_d[0]
-        yield f"{name} sparse_csr", _replacing(op, i, lambda t: t.to_sparse_csr()), (
+        yield f"{name} sparse_csr", _replacing(op, i, lambda t: _convertible(t).to_sparse_csr()), (
             f"argument {name!r} is a sparse tensor of layout torch.sparse_csr; {dense}"
         )
-        yield f"{name} nested", _replacing(op, i, lambda t: torch.nested.nested_tensor(list(t))), (
+        yield f"{name} nested", _replacing(op, i, lambda t: torch.nested.nested_tensor(list(_convertible(t)))), (
             f"argument {name!r} is a nested tensor; {dense}"
         )
-        yield f"{name} mkldnn", _replacing(op, i, lambda t: t.to_mkldnn()), (
+        yield f"{name} mkldnn", _replacing(op, i, lambda t: _convertible(t).to_mkldnn()), (
             f"argument {name!r} is a tensor of layout torch._mkldnn; {dense}"
         )
     outside = "outside [-2**63, 2**63 - 1]"

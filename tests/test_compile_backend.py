@@ -8,7 +8,6 @@ passes did turn the FX graph cache off (a cache hit runs no pass).
 from __future__ import annotations
 
 import logging
-import re
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ from torch._inductor.utils import run_and_get_code
 
 import ircore
 from ircore.ops import fused_add_rms_norm, rms_norm
+from ircore.testing import copied_buffers
 
 from . import impls
 
@@ -50,12 +50,6 @@ def _inputs(dtype=torch.float32, batch=2, tokens=3):
     w = torch.randn(H, dtype=dtype) * 0.1 + 1
     W = (torch.randn(H, H) / H**0.5).to(dtype)
     return h, res, w, W
-
-
-def _copy_kernels(code: str) -> int:
-    """Kernels and calls in Inductor's generated code that only copy (clones, copy_)."""
-    kernels = set(re.findall(r"\b(cpp_fused\w*(?:clone|copy)\w*)\(", code))
-    return len(kernels) + len(re.findall(r"\.copy_\(|aten\.copy_|extern_kernels\.copy", code))
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -118,9 +112,9 @@ def test_inplace_provider_copies_only_graph_inputs():
     # calls the provider's function, which calls its own op, at run time)
     assert code.count("torch.ops.ircore_opaque.fused_add_rms_norm.default(") == 4
     assert "ircore_test.fused_add_rms_norm_" not in code
-    # The first layer writes into the graph inputs h and res: one copy of them (a single fused
-    # clone kernel). Later layers write into dead intermediates: no copies.
-    assert _copy_kernels(code) == 1, code
+    # The first layer writes into the graph inputs h and res: one copy of each (Inductor puts both
+    # in one clone kernel). Later layers write into dead intermediates: no copies.
+    assert copied_buffers(code) == 2, code
 
 
 @pytest.mark.slow
@@ -138,7 +132,7 @@ def test_maybe_inplace_writes_into_donated_inputs_without_copies():
     torch.testing.assert_close(out, expected[0] + 1)
     torch.testing.assert_close(r, expected[1])  # maybe_inplace's node writes the residual into r
     assert ircore.compile.report().left == 0
-    assert _copy_kernels(code) == 0, code
+    assert copied_buffers(code) == 0, code
 
 
 @pytest.mark.slow
@@ -309,7 +303,7 @@ def test_a_chain_of_maybe_inplace_calls_on_one_buffer_copies_nothing():
     report = ircore.compile.report()
     assert report.donations == 2
     assert dict(report.lowered["fused_add_rms_norm"]) == {"opaque": 2}
-    assert _copy_kernels(code) == 0, code
+    assert copied_buffers(code) == 0, code
 
 
 def _clone_cases(x, r, w, W, case):
@@ -325,11 +319,11 @@ def _clone_cases(x, r, w, W, case):
     return out, res
 
 
-@pytest.mark.parametrize(("case", "copies"), [("unread source", 0), ("source read later", 1), ("graph inputs", 1)])
+@pytest.mark.parametrize(("case", "copies"), [("unread source", 0), ("source read later", 1), ("graph inputs", 2)])
 @pytest.mark.slow
 def test_clones_cost_a_copy_only_where_the_source_is_read_later_or_the_callers(case, copies):
     """The clone before an in-place call: gone where nothing reads its source afterwards, kept
-    (as a copy kernel) where something does, or where the source is a graph input."""
+    (a copy) where something does, or where the source is a graph input (x and r: two copies)."""
     _opaque_inplace_first()
     torch.manual_seed(0)
     x, r, w, W = torch.randn(4, H), torch.randn(4, H), torch.randn(H), torch.randn(H, H)
@@ -341,7 +335,7 @@ def test_clones_cost_a_copy_only_where_the_source_is_read_later_or_the_callers(c
     for now, before in zip((x, r, w, W), originals):
         torch.testing.assert_close(now, before, atol=0, rtol=0)  # the caller's tensors are unchanged
     assert ircore.compile.report().lowered["fused_add_rms_norm"] == {"opaque": 1}
-    assert _copy_kernels(code) == copies, code
+    assert copied_buffers(code) == copies, code
 
 
 @pytest.mark.slow
@@ -357,3 +351,50 @@ def test_maybe_inplace_needing_grad_compiles_to_native_with_a_grad_fn():
     out[0].sum().backward()
     assert w.grad is not None
     assert impls.CALLS == []  # native, not the provider's kernel
+
+
+_CPP_KERNEL = """
+cpp_fused_fused_add_rms_norm_0 = async_compile.cpp_pybinding(['const float*', 'float*', 'float*'], r'''
+extern "C"  void  kernel(const float* in_ptr0, float* out_ptr0, float* out_ptr1)
+{
+    for(int64_t x0=static_cast<int64_t>(0L); x0<static_cast<int64_t>(192L); x0+=static_cast<int64_t>(8L))
+    {
+        auto tmp0 = at::vec::Vectorized<float>::loadu(in_ptr0 + static_cast<int64_t>(x0), static_cast<int64_t>(8));
+        tmp0.store(out_ptr0 + static_cast<int64_t>(x0));
+        auto tmp1 = tmp0 * tmp0;
+        tmp1.store(out_ptr1 + static_cast<int64_t>(x0));
+    }
+    for(int64_t x0=static_cast<int64_t>(192L); x0<static_cast<int64_t>(195L); x0+=static_cast<int64_t>(1L))
+    {
+        auto tmp0 = in_ptr0[static_cast<int64_t>(x0)];
+        out_ptr0[static_cast<int64_t>(x0)] = tmp0;
+    }
+}
+''')
+"""
+_TRITON_KERNEL = """
+triton_poi_fused_clone_1 = async_compile.triton('triton_poi_fused_clone_1', '''
+@triton.jit
+def triton_poi_fused_clone_1(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    xindex = xoffset + tl.arange(0, XBLOCK)[:]
+    x0 = xindex
+    tmp0 = tl.load(in_ptr0 + (x0), xmask)
+    tl.store(out_ptr0 + (x0), tmp0, xmask)
+''', device_str='cuda')
+"""
+
+
+def test_copied_buffers_counts_each_unchanged_copy_once_wherever_inductor_put_it():
+    # a copy inside the kernel named after the op (vector body and tail: one copy), not the
+    # computed store next to it
+    once = "\n        cpp_fused_fused_add_rms_norm_0(a, b, c)\n"
+    assert copied_buffers(_CPP_KERNEL + once) == 1
+    assert copied_buffers(_CPP_KERNEL) == 0  # defined, never called
+    computed = _CPP_KERNEL.replace("tmp0.store(out_ptr0", "tmp1.store(out_ptr0") + once
+    assert copied_buffers(computed) == 1  # the tail loop still copies
+    assert copied_buffers(computed.replace("] = tmp0;", "] = tmp0 * tmp0;")) == 0
+    assert copied_buffers(_TRITON_KERNEL + "\n        triton_poi_fused_clone_1.run(buf0, buf1, 6, stream=s)\n") == 1
+    calls = "\n        cpp_fused_fused_add_rms_norm_0(a, b, c)\n        buf3.copy_(arg0_1)\n"
+    assert copied_buffers(_CPP_KERNEL + _TRITON_KERNEL + calls) == 2  # the Triton kernel is not called
+    twice = "\n        cpp_fused_fused_add_rms_norm_0(a, b, c)\n        cpp_fused_fused_add_rms_norm_0(d, e, f)\n"
+    assert copied_buffers(_CPP_KERNEL + twice) == 2  # a kernel serving two layers copies twice

@@ -10,7 +10,10 @@ from ircore.errors import InvalidArgumentError
 from ircore.testing import assert_close_to_reference
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# The norms, the activation and the matmuls; the fp8 quant ops have their own (fp8-aware) module,
+# tests/test_quant_ops.py, with fewer but targeted samples.
 OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm")
+OPS += ("scaled_mm_fp8", "block_scaled_mm_fp8")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -307,7 +307,9 @@ def test_one_call_per_op_and_the_conformance_kit(venv):
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout.splitlines()[-1])
     ops = ("fused_add_rms_norm", "layer_norm", "rms_norm", "rms_norm_gated", "silu_and_mul")
-    assert doc["chosen"] == dict.fromkeys(ops, "vllm_c")
+    # vllm_c's ops run vllm_c; the ops it has no kernel for (the fp8 quant ops) run native
+    assert doc["chosen"] == {name: "vllm_c" if name in ops else "native" for name in doc["chosen"]}
+    assert set(ops) <= set(doc["chosen"])
     assert all(n > 20 for n in doc["checked"].values()) and len(doc["checked"]) == len(ops)
 
 

@@ -252,9 +252,9 @@ def test_conformance_kit_checks_inplace_providers_of_the_rope_ops():
     catches a kernel that loses the pass-through channels."""
     for name, fn in INPLACE.items():
         ircore.get_op(name).register_impl("kit_rope", fn, inplace=True)
-    report = check_provider("kit_rope", seeds=(0,))
+    report = check_provider("kit_rope", dtypes=(torch.bfloat16,), seeds=(0,))
     assert set(report.checked) == set(ROPE_OPS) and not report.declined
-    assert report.checked["rotary_embedding"] == 3 * len(_samples("rotary_embedding", torch.float32))
+    assert report.checked["rotary_embedding"] == len(_samples("rotary_embedding", torch.bfloat16))
 
     def drops_tail(*args):
         q, k = rotary_embedding.native(*args)
@@ -384,6 +384,10 @@ def test_every_bad_argument_gets_one_clear_error_before_any_implementation(op_na
     op.register_impl("greedy_rope", _like(op, lambda *a: ran.append(a) or op.native(*a)))
     ircore.set_priority({op_name: ["greedy_rope"]})
     kwargs = make()
+    good = {"rotary_embedding": _rot, "rotary_pos_emb": _hf, "fused_qk_norm_rope": _fused}.get(op_name)
+    if good is not None:  # a good call first: a choice cached for it must not let the bad one through
+        op(**good())
+        ran.clear()
     for route in ("eager", "maybe_inplace", "torch_op"):
         call = {"eager": op, "maybe_inplace": op.maybe_inplace, "torch_op": op.torch_op}[route]
         with pytest.raises(InvalidArgumentError) as info:
@@ -410,8 +414,8 @@ def test_positions_beyond_the_cache_on_fake_tensors_are_not_checked():
 # ---------------------------------------------------------------------- compile
 @pytest.mark.slow
 def test_compiled_graph_runs_the_rope_ops():
-    """backend="ircore" on one small graph (shared Inductor cache, conftest.py): the ops lower to
-    native, whose result is eager's bit for bit in fp32."""
+    """backend="ircore" on one small graph (Inductor's FX graph cache off, as the other tests that
+    read the lowering report): both ops lower to native; the result is eager's."""
     torch._dynamo.reset()
     ircore.compile.reset_report()
     pos, q, k = _qk()
@@ -427,7 +431,10 @@ def test_compiled_graph_runs_the_rope_ops():
         return q4 * 2, k4
 
     want = f(pos, q, k, cache, cos, sin)
-    got = torch.compile(f, backend="ircore", fullgraph=True)(pos, q, k, cache, cos, sin)
+    from torch._inductor import config as inductor_config
+
+    with inductor_config.patch(fx_graph_cache=False):  # a cache hit runs no lowering to report
+        got = torch.compile(f, backend="ircore", fullgraph=True)(pos, q, k, cache, cos, sin)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
     lowered = ircore.compile.report().last_lowering
     assert sorted(lowered) == ["rotary_embedding", "rotary_pos_emb"] and set(lowered.values()) == {"native"}

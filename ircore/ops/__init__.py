@@ -11,18 +11,49 @@ from ircore.ops._activation import silu_and_mul
 from ircore.ops._gated_norm import rms_norm_gated
 from ircore.ops._layer_norm import layer_norm
 from ircore.ops._norm import fused_add_rms_norm, rms_norm
+from ircore.ops._norm_quant import (
+    fused_add_rms_norm_dynamic_quant_fp8,
+    fused_add_rms_norm_group_quant_fp8,
+    fused_add_rms_norm_static_fp8_quant,
+    rms_norm_dynamic_quant_fp8,
+    rms_norm_group_quant_fp8,
+    rms_norm_static_fp8_quant,
+    silu_and_mul_group_quant_fp8,
+    silu_and_mul_static_quant_fp8,
+)
+from ircore.ops._quant import (
+    dynamic_group_quant_fp8,
+    dynamic_quant_fp8,
+    static_group_quant_fp8,
+    static_quant_fp8,
+)
 from ircore.ops._rope import fused_qk_norm_rope, rotary_embedding, rotary_embedding_query_only, rotary_pos_emb
+from ircore.ops._scaled_mm import block_scaled_mm_fp8, scaled_mm_fp8
 
 __all__ = [
+    "block_scaled_mm_fp8",
+    "dynamic_group_quant_fp8",
+    "dynamic_quant_fp8",
     "fused_add_rms_norm",
+    "fused_add_rms_norm_dynamic_quant_fp8",
+    "fused_add_rms_norm_group_quant_fp8",
+    "fused_add_rms_norm_static_fp8_quant",
     "fused_qk_norm_rope",
     "layer_norm",
     "rms_norm",
+    "rms_norm_dynamic_quant_fp8",
     "rms_norm_gated",
+    "rms_norm_group_quant_fp8",
+    "rms_norm_static_fp8_quant",
     "rotary_embedding",
     "rotary_embedding_query_only",
     "rotary_pos_emb",
+    "scaled_mm_fp8",
     "silu_and_mul",
+    "silu_and_mul_group_quant_fp8",
+    "silu_and_mul_static_quant_fp8",
+    "static_group_quant_fp8",
+    "static_quant_fp8",
 ]
 
 

@@ -64,11 +64,15 @@ def _positions_in_range(
         or torch.compiler.is_compiling()
     ):
         return
+    if offsets is None and positions.dim() == 1 and positions.numel() <= 64:  # decode: cheapest
+        values = positions.tolist()
+        if min(values) >= 0 and max(values) < rows:
+            return
     pos = positions.reshape(-1)
     if offsets is not None:
         pos = pos + offsets.reshape(-1)
     low, high = torch.aminmax(pos)
-    if low >= 0 and high < rows:
+    if low.item() >= 0 and high.item() < rows:  # (comparing 0-d tensors costs more)
         return
     bad = int(((pos < 0) | (pos >= rows)).nonzero()[0, 0])
     what = f"positions + offsets is {int(pos[bad])} at flat index {bad}" if offsets is not None else None
@@ -760,7 +764,8 @@ def _make_rotary_pos_emb_inputs(
     sample_inputs=_rotary_pos_emb_samples,
     make_inputs=_make_rotary_pos_emb_inputs,
     reference=_rotary_pos_emb_reference,
-    cache_by_signature=True,  # dtypes, devices, dims and sizes (and the int) only
+    # not cache_by_signature: the check compares q's, k's and cos's sizes (batch, sequence), which
+    # a call signature does not hold (only each tensor's dims and last size)
 )
 def rotary_pos_emb(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1

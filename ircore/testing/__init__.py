@@ -5,7 +5,9 @@ is the conformance kit: every implementation of a provider, on every sample inpu
 ``iter_cases``/``run_case`` expose the kit one case at a time (``ircore verify`` and the pytest
 plugin, ``pytest --ircore-provider NAME``, are built on them); ``simulated_platform(kind=...)``
 runs providers as if on another platform (stand-in tests); ``beyond_fp32_rows(hidden, ...)``
-gives inputs for the norms' fp32-overflow rule at any width, for a kernel's own tests;
+gives inputs for the norms' fp32-overflow rule at any width, for a kernel's own tests, and
+``fp8_edge_rows(hidden, ...)`` the fp8 quant ops' edge rows (zero rows and groups, past the fp8
+maximum, inf, subnormals);
 ``pdl_problems(ptx)`` finds kernels that would race under programmatic dependent launch, and
 ``assert_pdl_chain_matches(chain, inputs, set_pdl)`` checks dependent calls on the GPU;
 ``isolated()`` gives a test a scratch copy of ircore's state (ops, implementations, priorities,
@@ -16,7 +18,7 @@ ops the graph calls).
 """
 
 from ircore.testing._compare import Comparison, assert_close_to_reference, compare_to_reference
-from ircore.testing._compiled import compiled_code
+from ircore.testing._compiled import compiled_code, copied_buffers
 from ircore.testing._conformance import (
     Case,
     CaseResult,
@@ -25,7 +27,7 @@ from ircore.testing._conformance import (
     iter_cases,
     run_case,
 )
-from ircore.testing._inputs import beyond_fp32_rows
+from ircore.testing._inputs import beyond_fp32_rows, fp8_edge_rows
 from ircore.testing._isolated import isolated
 from ircore.testing._pdl import assert_pdl_chain_matches, pdl_problems
 from ircore.testing._platform import simulated_platform
@@ -42,6 +44,8 @@ __all__ = [
     "check_provider",
     "compare_to_reference",
     "compiled_code",
+    "copied_buffers",
+    "fp8_edge_rows",
     "isolated",
     "install_standins",
     "iter_cases",

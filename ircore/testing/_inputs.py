@@ -22,3 +22,22 @@ def beyond_fp32_rows(hidden: int, dtype: torch.dtype, device: str | torch.device
     x = magnitude * sign * scale
     x[4, hidden // 2] = float("inf")
     return x.to(dtype).to(device)
+
+
+def fp8_edge_rows(
+    hidden: int, dtype: torch.dtype, device: str | torch.device, *, group: int = 128
+) -> torch.Tensor:
+    """Six rows of width ``hidden`` for an fp8 quant kernel's own tests (any width, any group
+    size): ordinary values; all zeros (the scale floor, never NaN); the first ``group`` elements
+    zero (an all-zero group); values far past 448 (x1e3); ordinary with +inf and -inf (a static
+    scale clamps them to ±fp8_max); tiny values (1e-6 x, fp8 subnormals). Normal values x2,
+    the same for the same ``hidden``. Compare with the op's ``reference`` through
+    ``ircore.testing.compare_to_reference`` (dequantised, within one fp8 ulp)."""
+    gen = torch.Generator().manual_seed(hidden + 8)
+    x = torch.randn((6, hidden), generator=gen, dtype=torch.float64) * 2.0
+    x[1] = 0.0
+    x[2, : min(group, hidden)] = 0.0
+    x[3] *= 1e3
+    x[4, 0], x[4, hidden - 1] = float("inf"), float("-inf")
+    x[5] *= 1e-6
+    return x.to(dtype).to(device)

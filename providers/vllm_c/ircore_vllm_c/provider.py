@@ -41,9 +41,21 @@ INPLACE = (
 # impls.py), facts of the call signature, so ircore may ask once per signature.
 DEFAULT_RANK = 10
 
-IRCORE_IMPLEMENTATIONS = ircore.impl_table(
-    "ircore_vllm_c.impls", OPS, inplace=INPLACE, cache_by_signature=True, rank=DEFAULT_RANK
-)
+# The fp8 matmuls call torch._scaled_mm (cuBLASLt) on CUDA, behind predicates that decline every
+# call it computes wrong or was not measured on (scaled_mm.py); their predicates read values of
+# the call (block_size) beyond its signature, and the ops take a dtype: no signature cache.
+MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
+
+IRCORE_IMPLEMENTATIONS = {
+    **ircore.impl_table(
+        "ircore_vllm_c.impls",
+        OPS,
+        inplace=INPLACE,
+        cache_by_signature=True,
+        rank=DEFAULT_RANK,
+    ),
+    **ircore.impl_table("ircore_vllm_c.scaled_mm", MATMUL_OPS, rank=DEFAULT_RANK),
+}
 
 
 @ircore.hookimpl

@@ -9,7 +9,7 @@ from pathlib import Path
 import _ref
 import pytest
 import torch
-from ircore_vllm_c import impls, kernels
+from ircore_vllm_c import impls, kernels, scaled_mm
 
 ircore = pytest.importorskip("ircore", reason="the ircore core package is not importable")
 if not hasattr(ircore, "hookimpl"):
@@ -56,12 +56,16 @@ def test_table_registers_every_op_with_rank_10():
     registrar.register_table(provider.IRCORE_IMPLEMENTATIONS)
     got = {impl.op_name: impl for impl in registrar.impls}
     rope = ["rotary_embedding", "rotary_embedding_query_only", "rotary_pos_emb", "fused_qk_norm_rope"]
-    assert list(got) == ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm", *rope]
+    kernels = ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm", *rope]
+    matmuls = ["scaled_mm_fp8", "block_scaled_mm_fp8"]
+    assert list(got) == kernels + matmuls
     for name, impl in got.items():
-        assert impl.fn is getattr(impls, name)
-        assert impl.supports_args is getattr(impls, f"{name}_supports")
+        module = impls if name in kernels else scaled_mm
+        assert impl.fn is getattr(module, name)
+        assert impl.supports_args is getattr(module, f"{name}_supports")
         assert impl.inplace == (name in ("fused_add_rms_norm", *rope))
-        assert impl.cache_by_signature  # every predicate reads signature facts only
+        # the kernels' predicates read signature facts only; the matmuls' read block_size too
+        assert impl.cache_by_signature == (name in kernels)
     assert registrar.ranks == dict.fromkeys(got, 10)
 
 
@@ -207,7 +211,10 @@ def test_conformance_kit(device):
     report = testing.check_provider("vllm_c", device=device)
     if not report.checked:
         pytest.skip("ircore-provider-vllm-c is not installed (no entry point), or not active here")
-    assert all(n > 0 for n in report.checked.values()), str(report)
+    # the fp8 matmuls (torch._scaled_mm) run on CUDA only: on the CPU every case is declined
+    cuda_only = provider.MATMUL_OPS if device == "cpu" else ()
+    assert all(n > 0 for op, n in report.checked.items() if op not in cuda_only), str(report)
+    assert all(report.checked[op] == 0 for op in cuda_only), str(report)
 
 
 

@@ -1,0 +1,144 @@
+"""FP8 matmuls on the GPU: ircore's ``block_scaled_mm_fp8`` / ``scaled_mm_fp8`` per provider against
+``torch._scaled_mm`` called directly, at the Llama-3-8B projection shapes (issue 26).
+
+Per (op, projection, M): each provider's implementation where its predicate takes the call
+(``ircore.explain``), timed by CUDA-graph replay in the same process as the anchor
+(``torch._scaled_mm`` with the scales laid out as cuBLASLt needs, where it is valid); the ratio
+ours / anchor (< 1 is faster); the % of the weight-bandwidth limit (the fp8 weight read once at
+the measured copy bandwidth, the bound at small M); and each result's relative error against the
+fp32 dequantized native, which exposes a wrong answer (``_scaled_mm`` blockwise with
+``(K / 128) % 4 != 0`` is silently wrong: its row is marked, and no ircore provider may take it).
+
+    python3 benchmarks/matmul_fp8_gpu.py                      # every shape, M = 1..8192
+    python3 benchmarks/matmul_fp8_gpu.py --m 1,16,128 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _gpu_timing import copy_gbps, graph_us
+
+import ircore
+from ircore.ops import block_scaled_mm_fp8
+from ircore.ops._scaled_mm import quantize_blocks, quantize_groups
+
+# Llama-3-8B: (name, N, K) of each projection; plus K = 2816 (K/128 = 22), where cuBLASLt's
+# blockwise path is wrong, to show the predicate declining it.
+PROJECTIONS = [
+    ("qkv", 6144, 4096),
+    ("o", 4096, 4096),
+    ("gate_up", 28672, 4096),
+    ("down", 4096, 14336),
+    ("k2816", 4096, 2816),
+]
+M_VALUES = [1, 4, 16, 64, 128, 512, 1024, 2048, 4096, 8192]
+
+
+def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.float() - ref).norm() / ref.norm().clamp(min=1e-30)).item()
+
+
+def block_rows(m: int, name: str, n: int, k: int, gbps: float) -> list[dict[str, Any]]:
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(m, k, device="cuda", generator=g)
+    w = torch.randn(n, k, device="cuda", generator=g) * 0.05
+    a, sa = quantize_groups(x, 128)
+    b, sb = quantize_blocks(w, (128, 128))
+    args = (a, b, sa, sb, [128, 128], torch.bfloat16)
+    ref = block_scaled_mm_fp8.native(a, b, sa, sb, [128, 128], torch.float32)
+    limit_us = b.numel() / (gbps * 1e3 / 2)  # the weight read once (copy bandwidth counts read + write)
+    rows = []
+    anchor_us = None
+    if m % 4 == 0:
+        sa_t, sb_t, bt = sa.t().contiguous().t(), sb.t(), b.t()
+        try:
+            out = torch._scaled_mm(a, bt, sa_t, sb_t, out_dtype=torch.bfloat16)
+            anchor_us = graph_us(lambda: torch._scaled_mm(a, bt, sa_t, sb_t, out_dtype=torch.bfloat16), 20)
+            rows.append(
+                {
+                    "impl": "torch._scaled_mm",
+                    "us": anchor_us,
+                    "rel_err": _rel(out, ref),
+                    "wrong": (k // 128) % 4 != 0,
+                }
+            )
+        except RuntimeError as exc:
+            rows.append({"impl": "torch._scaled_mm", "error": str(exc).splitlines()[0]})
+    for provider in ("vllm_c", "triton", "native"):
+        try:
+            with ircore.priority(block_scaled_mm_fp8=[provider, "native"]):
+                chosen = ircore.explain("block_scaled_mm_fp8", *args).chosen
+                if chosen != provider:
+                    rows.append({"impl": provider, "declined": True})
+                    continue
+                out = block_scaled_mm_fp8(*args)
+                us = graph_us(lambda: block_scaled_mm_fp8(*args), 20)
+        except Exception as exc:  # a provider not installed here
+            rows.append({"impl": provider, "error": f"{type(exc).__name__}: {exc}"[:120]})
+            continue
+        rows.append(
+            {
+                "impl": provider,
+                "us": us,
+                "rel_err": _rel(out, ref),
+                "vs_anchor": us / anchor_us if anchor_us else None,
+                "pct_limit": 100 * limit_us / us,
+            }
+        )
+    return [{"op": "block_scaled_mm_fp8", "proj": name, "M": m, "N": n, "K": k, **r} for r in rows]
+
+
+def markdown(rows: list[dict[str, Any]], gbps: float) -> str:
+    out = [
+        f"copy bandwidth {gbps:.0f} GB/s; times: CUDA-graph replay, us per call",
+        "",
+        "| op | proj (N x K) | M | impl | us | vs _scaled_mm | % weight-bw limit | rel err |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "us" not in r:
+            what = "declined" if r.get("declined") else r.get("error", "")
+            out.append(
+                f"| {r['op']} | {r['proj']} ({r['N']}x{r['K']}) | {r['M']} | {r['impl']} | {what} | | | |"
+            )
+            continue
+        ratio = f"{r['vs_anchor']:.3f}" if r.get("vs_anchor") else ""
+        pct = f"{r['pct_limit']:.0f}%" if r.get("pct_limit") else ""
+        wrong = " **wrong**" if r.get("wrong") else ""
+        out.append(
+            f"| {r['op']} | {r['proj']} ({r['N']}x{r['K']}) | {r['M']} | {r['impl']} | {r['us']:.1f} | "
+            f"{ratio} | {pct} | {r['rel_err']:.2e}{wrong} |"
+        )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--m", default=",".join(map(str, M_VALUES)), help="comma list of M (tokens)")
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return 2
+    gbps = copy_gbps()
+    rows = []
+    for name, n, k in PROJECTIONS:
+        for m in map(int, a.m.split(",")):
+            print(f"  {name} M={m}", file=sys.stderr, flush=True)
+            rows += block_rows(m, name, n, k, gbps)
+    print(markdown(rows, gbps))
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
