@@ -8,6 +8,9 @@ Run:  .venv/bin/python benchmarks/kernels_cpu.py            (ours only)
       .venv-vllm/bin/python benchmarks/kernels_cpu.py       (ours and vLLM's, side by side)
       .venv/bin/python benchmarks/kernels_cpu.py --vllm     (re-runs itself in .venv-vllm)
 (the vLLM venv: bash benchmarks/setup_vllm_venv.sh)
+      .venv/bin/python benchmarks/kernels_cpu.py --ops rotary_embedding rotary_pos_emb \
+          fused_qk_norm_rope --compile      (the RoPE kernels against the ops' native, eager and
+                                            compiled: vLLM has no CPU RoPE kernel in _C)
 
 The gated activations (``--ops gelu_and_mul gelu_tanh_and_mul mul_and_silu fatrelu_and_mul
 swigluoai_and_mul``) are compared with the op's native (eager torch in fp32: what a CPU user gets
@@ -127,6 +130,52 @@ def _cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, with_vllm: boo
             vfn = getattr(torch.ops._C, vname)
             vparams = params if name == "fatrelu_and_mul" else ()
             cases["vllm"] = (lambda: vfn(out2, x2, *vparams), None)
+    elif op in ROPE_OPS:
+        cases.update(_rope_cases(op, tokens, hidden, dtype, gen))
+    return cases
+
+
+# The RoPE ops at Llama-3-8B's geometry when hidden is 4096 (head 128, hidden / 128 query heads,
+# a quarter as many key/value heads). Ours rotates in place (as vLLM's kernel); "torch" is the
+# op's native (functional: it allocates its outputs), the function a CPU user gets without
+# ircore (vLLM's CPU build has no RoPE op in _C); "compile" (with --compile) is that native under
+# torch.compile (Inductor's C++ backend). Rotating the same buffers again and again keeps their
+# magnitudes (a rotation), so no restore is needed.
+ROPE_OPS = ("rotary_embedding", "rotary_pos_emb", "fused_qk_norm_rope")
+COMPILE = {"on": False}
+
+
+def _rope_cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, gen: torch.Generator) -> dict:
+    import ircore
+    from ircore.ops import _rope
+
+    ours = torch.ops.ircore_vllm_c
+    d = 128 if hidden % 128 == 0 else hidden
+    hq = hidden // d
+    hk = max(1, hq // 4)
+    pos = torch.randint(0, 8192, (tokens,), generator=gen)
+    cache = _rope._rope_cache(8192, d, "cpu").to(dtype)
+    if op == "rotary_embedding":
+        q = torch.randn(tokens, hq * d, generator=gen).to(dtype)
+        k = torch.randn(tokens, hk * d, generator=gen).to(dtype)
+        args = (pos, q, k, d, d, cache, True, None, "standard", False, 0)
+        kernel, native = ours.rotary_embedding.default, ircore.ops.rotary_embedding.native
+    elif op == "rotary_pos_emb":  # HF's (B, H, S, D) views of (B, S, H, D)
+        q = torch.randn(1, tokens, hq, d, generator=gen).to(dtype).transpose(1, 2)
+        k = torch.randn(1, tokens, hk, d, generator=gen).to(dtype).transpose(1, 2)
+        cos, sin = _rope._hf_cos_sin(pos[None, :], d, dtype)
+        args = (q, k, cos, sin, 1)
+        kernel, native = ours.rotary_pos_emb.default, ircore.ops.rotary_pos_emb.native
+    else:
+        qkv = torch.randn(tokens, (hq + 2 * hk) * d, generator=gen).to(dtype)
+        wq = torch.randn(d, generator=gen).to(dtype) * 0.1 + 1
+        wk = torch.randn(d, generator=gen).to(dtype) * 0.1 + 1
+        args = (qkv, hq, hk, hk, d, EPS, wq, wk, cache, True, pos)
+        kernel, native = ours.fused_qk_norm_rope.default, ircore.ops.fused_qk_norm_rope.native
+    cases = {"ours": (lambda: kernel(*args), None), "torch": (lambda: native(*args), None)}
+    if COMPILE["on"]:
+        compiled = torch.compile(native, dynamic=False)
+        cases["compile"] = (lambda: compiled(*args), None)
     return cases
 
 
@@ -195,10 +244,12 @@ def bench_cpu(
                 row.update({f"{k}_us": v / 1e3 for k, v in med.items()})
                 if "vllm" in med:  # kernel to kernel: both write a preallocated output
                     row["speedup"] = med["vllm"] / med.get("ours_out", med["ours"])
-                if "torch" in med:  # both allocate their output
+                if "torch" in med:  # both allocate their output (RoPE: ours in place)
                     row["torch_speedup"] = med["torch"] / med["ours"]
                 if "inductor" in med:
                     row["inductor_speedup"] = med["inductor"] / med["ours"]
+                if "compile" in med:
+                    row["compile_speedup"] = med["compile"] / med["ours"]
                 rows.append(row)
     finally:
         torch.set_num_threads(prev_threads)
@@ -222,6 +273,8 @@ def format_rows(rows: list[dict]) -> str:
             line += f"  torch {r['torch_us']:9.2f} us, torch/ours {r['torch_speedup']:5.2f}"
         if "inductor_us" in r:  # the gated activations with --inductor: torch.compile'd native
             line += f"  inductor {r['inductor_us']:9.2f} us, inductor/ours {r['inductor_speedup']:5.2f}"
+        if "compile_us" in r:  # RoPE with --compile: the native under torch.compile
+            line += f"  compile {r['compile_us']:9.2f} us, compile/ours {r['compile_speedup']:5.2f}"
         lines.append(line)
     lines.append("ours_out: the out-variant op (no allocation); vllm/ours compares it (else ours) with vLLM")
     return "\n".join(lines)
@@ -237,10 +290,13 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=["rms_norm", "fused_add_rms_norm"],
         help="also silu_and_mul, rms_norm_gated, layer_norm (these two against torch's own: vLLM has no CPU kernel), "
-        f"and the gated activations {', '.join(GATED)} (against the op's native, eager, and with --inductor "
-        "compiled; vLLM's _C where it has the op); hidden is then the output width (x: 2 * hidden)",
+        f"the gated activations {', '.join(GATED)} (against the op's native, eager, and with --inductor "
+        "compiled; vLLM's _C where it has the op; hidden is then the output width, x: 2 * hidden), and the RoPE "
+        "ops rotary_embedding, rotary_pos_emb, fused_qk_norm_rope (against the op's native, with --compile "
+        "also compiled; --hidden is the query width, head size 128)",
     )
     p.add_argument("--inductor", action="store_true", help="gated activations: also torch.compile'd native")
+    p.add_argument("--compile", action="store_true", help="RoPE ops: also the native under torch.compile")
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--rounds", type=int, default=11)
     p.add_argument("--isa", default="auto", choices=["auto", "scalar", "avx2", "avx512"])
@@ -253,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{py} missing: run bash benchmarks/setup_vllm_venv.sh")
         rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--vllm"]
         return subprocess.call([str(py), str(Path(__file__).resolve()), *rest])
+    COMPILE["on"] = args.compile
     rows = bench_cpu(
         tokens=tuple(args.tokens),
         dtypes=tuple(args.dtypes),

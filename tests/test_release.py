@@ -306,12 +306,18 @@ def test_one_call_per_op_and_the_conformance_kit(venv):
     run = _run(venv, venv["python"], "-c", CALLS)
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout.splitlines()[-1])
-    ops = ("fused_add_rms_norm", "layer_norm", "rms_norm", "rms_norm_gated", "silu_and_mul")
-    ops += ("fatrelu_and_mul", "gelu_and_mul", "mul_and_silu", "swigluoai_and_mul")  # the gated activations
+    norms = ("fused_add_rms_norm", "layer_norm", "rms_norm", "rms_norm_gated", "silu_and_mul")
+    gated = ("fatrelu_and_mul", "gelu_and_mul", "mul_and_silu", "swigluoai_and_mul")
+    rope = ("fused_qk_norm_rope", "rotary_embedding", "rotary_embedding_query_only", "rotary_pos_emb")
+    ops = norms + gated + rope
     # vllm_c's ops run vllm_c; the ops it has no kernel for (the fp8 quant ops) run native
     assert doc["chosen"] == {name: "vllm_c" if name in ops else "native" for name in doc["chosen"]}
     assert set(ops) <= set(doc["chosen"])
-    assert all(n > 20 for n in doc["checked"].values()) and len(doc["checked"]) == len(ops)
+    # the kit checks exactly these (the fp8 matmuls' predicates decline every CPU case: 0 checked)
+    assert {name for name, n in doc["checked"].items() if n} == set(ops)
+    assert all(doc["checked"][name] > 20 for name in norms)
+    # the RoPE ops with fewer samples: rotary_pos_emb and fused_qk_norm_rope have 5 per dtype
+    assert all(doc["checked"][name] >= 15 for name in rope)
 
 
 @pytest.mark.slow

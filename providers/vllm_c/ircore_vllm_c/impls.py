@@ -25,6 +25,33 @@ last dimension is even). On top of that, what the kernels handle:
   >= 0), on a device whose kernels are loaded. mul_and_silu's choice is cached by call signature; the
   other three ops read argument values (a str, floats) and are not, so their one-line
   predicates run on every eager call.
+
+The RoPE ops (``rotary_embedding``, ``rotary_embedding_query_only``, ``rotary_pos_emb``,
+``fused_qk_norm_rope``) are in place: the kernels write the rotated query/key (q/k, qkv) into
+their inputs, registered as in-place implementations (ircore clones for functional calls).
+Their numerics differ from native's within the ops' tolerance: cos/sin are read in the cache's
+own dtype and widened to fp32, every product and sum is fp32 (with FMA), and each output is
+rounded once (native's standard format rounds cos/sin and every operation to the activations'
+dtype; fused_qk_norm_rope's native also rounds the normalised heads before the rotation). What
+they take:
+
+- rotary_embedding / rotary_embedding_query_only: float32/float16/bfloat16 activations with a
+  cache of float32 or the activations' dtype (vLLM's two; a bfloat16 cache with float16
+  activations, say, runs native); neox and gptj; partial rotary with rope_dim_offset; the
+  deepseek format with or without offsets; inverse; any head size and rotary_dim. Query/key whose
+  token dimensions collapse to one stride with unit-stride channels (``[T, H*D]``, ``[T, H, D]``,
+  views of one qkv buffer, any head stride) are rotated where they lie; other layouts on a
+  contiguous copy written back. T = 0 does nothing. CPU checks every position (plus offset)
+  against the cache's rows; CUDA does not (as vLLM's kernel: the core checks CPU calls only).
+- rotary_pos_emb (Hugging Face's form): q and k 4-D, cos and sin 3-D, unsqueeze_dim naming one
+  of q's first three dimensions (0, 1, 2 or -4, -3, -2: HF's ``(B, H, S, D)`` with 1 and
+  ``(B, S, H, D)`` with 2); key heads may differ from query heads.
+  Any strides (HF's transposed views are written in place, never copied) where the last
+  dimension is unit-stride; cos/sin are read in full (both halves, no assumption that they are
+  equal), broadcast over batch or sequence where they have size 1.
+- fused_qk_norm_rope: a cache of float32 or qkv's dtype, weights of any float dtype (widened to
+  fp32 once per call), both styles, any even head_dim, qkv of any layout
+  (rows with one stride in place, others on a copy written back).
 """
 
 import torch
@@ -42,12 +69,20 @@ __all__ = [
     "swigluoai_and_mul_supports",
     "fused_add_rms_norm",
     "fused_add_rms_norm_supports",
+    "fused_qk_norm_rope",
+    "fused_qk_norm_rope_supports",
     "layer_norm",
     "layer_norm_supports",
     "rms_norm",
     "rms_norm_gated",
     "rms_norm_gated_supports",
     "rms_norm_supports",
+    "rotary_embedding",
+    "rotary_embedding_query_only",
+    "rotary_embedding_query_only_supports",
+    "rotary_embedding_supports",
+    "rotary_pos_emb",
+    "rotary_pos_emb_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
 ]
@@ -75,6 +110,14 @@ mul_and_silu = torch.ops.ircore_vllm_c.mul_and_silu.default
 fatrelu_and_mul = torch.ops.ircore_vllm_c.fatrelu_and_mul.default
 #: GPT-OSS's clamped SwiGLU on interleaved (gate, up) pairs by the compiled kernel.
 swigluoai_and_mul = torch.ops.ircore_vllm_c.swigluoai_and_mul.default
+#: RoPE in place (fp32 math, one rounding): query and key rotated where they lie.
+rotary_embedding = torch.ops.ircore_vllm_c.rotary_embedding.default
+#: As rotary_embedding, query only.
+rotary_embedding_query_only = torch.ops.ircore_vllm_c.rotary_embedding_query_only.default
+#: Hugging Face's apply_rotary_pos_emb in place, on strided (B, H, S, D) views.
+rotary_pos_emb = torch.ops.ircore_vllm_c.rotary_pos_emb.default
+#: Per-head RMSNorm of q and k, then RoPE, in place on the packed qkv (fp32 between the two).
+fused_qk_norm_rope = torch.ops.ircore_vllm_c.fused_qk_norm_rope.default
 
 
 # The predicates are written out in one expression each: they run on every eager call.
@@ -147,6 +190,8 @@ rms_norm_batch_invariant = _on_cpu("rms_norm")
 fused_add_rms_norm_batch_invariant = _on_cpu("fused_add_rms_norm")
 rms_norm_gated_batch_invariant = _on_cpu("rms_norm_gated")
 layer_norm_batch_invariant = _on_cpu("layer_norm")
+#: one warp per (token, head) on CUDA, fixed by head_dim: not run on a GPU yet, so not claimed there
+fused_qk_norm_rope_batch_invariant = _on_cpu("fused_qk_norm_rope")
 
 
 def gelu_and_mul_supports(x: torch.Tensor, approximate: str = "none") -> bool:
@@ -167,3 +212,72 @@ def fatrelu_and_mul_supports(x: torch.Tensor, threshold: float = 0.0) -> bool:
 def swigluoai_and_mul_supports(x: torch.Tensor, alpha: float = 1.702, limit: float = 7.0) -> bool:
     """Any input the core accepts, on a device whose kernels are loaded."""
     return (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
+def rotary_embedding_supports(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox_style: bool,
+    offsets: torch.Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> bool:
+    """A cache of float32 or query's dtype, on a device whose kernels are loaded (see the module
+    docstring)."""
+    return (cos_sin_cache.dtype is query.dtype or cos_sin_cache.dtype is _F32) and (
+        (query.is_cpu and kernels.CPU_LOADED) or (query.is_cuda and kernels.CUDA_LOADED)
+    )
+
+
+def rotary_embedding_query_only_supports(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox_style: bool,
+    offsets: torch.Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> bool:
+    """As :func:`rotary_embedding_supports`."""
+    return (cos_sin_cache.dtype is query.dtype or cos_sin_cache.dtype is _F32) and (
+        (query.is_cpu and kernels.CPU_LOADED) or (query.is_cuda and kernels.CUDA_LOADED)
+    )
+
+
+def rotary_pos_emb_supports(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+) -> bool:
+    """4-D q and k, 3-D cos/sin, unsqueeze_dim naming one of q's first three dimensions (the
+    heads), on a device whose kernels are loaded (see the module docstring)."""
+    return bool(
+        q.dim() == 4
+        and k.dim() == 4
+        and cos.dim() == 3
+        and -4 <= unsqueeze_dim <= 2
+        and ((q.is_cpu and kernels.CPU_LOADED) or (q.is_cuda and kernels.CUDA_LOADED))
+    )
+
+
+def fused_qk_norm_rope_supports(
+    qkv: torch.Tensor,
+    num_heads_q: int,
+    num_heads_k: int,
+    num_heads_v: int,
+    head_dim: int,
+    eps: float,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool,
+    position_ids: torch.Tensor,
+) -> bool:
+    """A cache of float32 or qkv's dtype, on a device whose kernels are loaded."""
+    return (cos_sin_cache.dtype is qkv.dtype or cos_sin_cache.dtype is _F32) and (
+        (qkv.is_cpu and kernels.CPU_LOADED) or (qkv.is_cuda and kernels.CUDA_LOADED)
+    )

@@ -38,8 +38,25 @@ log = logging.getLogger("ircore.vllm_c")
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CSRC_DIR = PACKAGE_DIR / "csrc"
-CPU_SOURCES = ("cpu_ops.cpp", "cpu_kernels.cpp", "checks.cpp", "cpu_activation.cpp", "act_checks.cpp")
-CUDA_SOURCES = ("cuda_ops.cu", "checks.cpp", "cuda_activation.cu", "act_checks.cpp")
+CPU_SOURCES = (
+    "cpu_ops.cpp",
+    "cpu_kernels.cpp",
+    "checks.cpp",
+    "cpu_activation.cpp",
+    "act_checks.cpp",
+    "cpu_rope.cpp",
+    "cpu_rope_kernels.cpp",
+    "rope_checks.cpp",
+)
+CUDA_SOURCES = (
+    "cuda_ops.cu",
+    "checks.cpp",
+    "cuda_activation.cu",
+    "act_checks.cpp",
+    "cuda_rope.cu",
+    "cuda_rope_ops.cpp",
+    "rope_checks.cpp",
+)
 HEADERS = (
     "cpu_kernels.h",
     "cpu_kernels_isa.inc",
@@ -49,6 +66,10 @@ HEADERS = (
     "cpu_activation_isa.inc",
     "cpu_activation_dispatch.inc",
     "act_common.h",
+    "cpu_rope.h",
+    "cpu_rope_isa.inc",
+    "rope_common.h",
+    "cuda_rope.h",
 )
 CPU_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wno-unused-parameter")
 CPU_LDFLAGS = ("-fopenmp",)

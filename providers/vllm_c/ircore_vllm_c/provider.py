@@ -26,10 +26,22 @@ OPS = (
     "mul_and_silu",
     "fatrelu_and_mul",
     "swigluoai_and_mul",
+    "rotary_embedding",
+    "rotary_embedding_query_only",
+    "rotary_pos_emb",
+    "fused_qk_norm_rope",
+)
+# In place: the kernels write their outputs into these ops' in-place arguments.
+INPLACE = (
+    "fused_add_rms_norm",
+    "rotary_embedding",
+    "rotary_embedding_query_only",
+    "rotary_pos_emb",
+    "fused_qk_norm_rope",
 )
 # Hand-written kernels ahead of generic ones (triton: 20) on CPU and CUDA, the only platforms
-# where this provider is available. fused_add_rms_norm works in place (the core clones if needed).
-# cache_by_signature: the predicates read only devices, dtypes and last-dimension layout (see
+# where this provider is available. The INPLACE ops work in place (the core clones if needed).
+# cache_by_signature: the predicates read only devices, dtypes, dims, shapes and ints (see
 # impls.py), facts of the call signature, so ircore may ask once per signature.
 DEFAULT_RANK = 10
 
@@ -39,18 +51,19 @@ DEFAULT_RANK = 10
 # claim no batch invariance (cuBLAS picks its split by M).
 MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
 
-# Batch invariance: silu_and_mul is elementwise; the norms claim their CPU kernels only (impls.py
-# says why not CUDA).
+# Batch invariance: the activations are elementwise and the rotations per token, on every device;
+# the norms (and the fused per-head norm + RoPE) claim their CPU kernels only (impls.py says why).
+_CPU_CLAIMED = ("rms_norm", "fused_add_rms_norm", "rms_norm_gated", "layer_norm", "fused_qk_norm_rope")
 BATCH_INVARIANT = {
-    "silu_and_mul": True,
-    **{op: f"ircore_vllm_c.impls:{op}_batch_invariant" for op in OPS if op != "silu_and_mul"},
+    **dict.fromkeys((op for op in OPS if op not in _CPU_CLAIMED), True),
+    **{op: f"ircore_vllm_c.impls:{op}_batch_invariant" for op in _CPU_CLAIMED},
 }
 
 IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table(
         "ircore_vllm_c.impls",
         OPS,
-        inplace=("fused_add_rms_norm",),
+        inplace=INPLACE,
         cache_by_signature=True,
         rank=DEFAULT_RANK,
         batch_invariant=BATCH_INVARIANT,

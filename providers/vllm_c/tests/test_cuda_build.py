@@ -24,3 +24,5 @@ def test_cuda_source_compiles_for_sm90(tmp_path):
     ptx = (tmp_path / "cuda_ops.ptx").read_text()
     assert ptx.count(".entry") > 100  # every kernel variant, checked below
     assert pdl_problems(ptx) == {}
+    rope = (tmp_path / "cuda_rope.ptx").read_text()  # 2 kernels x 5 (dtype, cache dtype) pairs
+    assert rope.count(".entry") == 10 and pdl_problems(rope) == {}

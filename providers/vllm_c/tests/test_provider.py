@@ -55,15 +55,16 @@ def test_table_registers_every_op_with_rank_10():
     registrar = Registrar("vllm_c")
     registrar.register_table(provider.IRCORE_IMPLEMENTATIONS)
     got = {impl.op_name: impl for impl in registrar.impls}
+    rope = ["rotary_embedding", "rotary_embedding_query_only", "rotary_pos_emb", "fused_qk_norm_rope"]
     kernels = ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm"]
-    kernels += ["gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul"]
+    kernels += ["gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul", *rope]
     matmuls = ["scaled_mm_fp8", "block_scaled_mm_fp8"]
     assert list(got) == kernels + matmuls
     for name, impl in got.items():
         module = impls if name in kernels else scaled_mm
         assert impl.fn is getattr(module, name)
         assert impl.supports_args is getattr(module, f"{name}_supports")
-        assert impl.inplace == (name == "fused_add_rms_norm")
+        assert impl.inplace == (name in ("fused_add_rms_norm", *rope))
         # the kernels' predicates read signature facts only; the matmuls' read block_size too
         assert impl.cache_by_signature == (name in kernels)
     assert registrar.ranks == dict.fromkeys(got, 10)

@@ -20,6 +20,8 @@ Isa best_isa();
 // Whether `isa` can run here.
 bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);
+// The ISA the kernels run with now: _set_cpu_isa's choice, else best_isa() (cpu_ops.cpp).
+Isa selected_isa();
 
 // All strides and sizes are in elements. Rows [begin, end) are processed.
 // weight may be null (no scaling). variance_size in [1, hidden]. `stream`: write the output
