@@ -180,18 +180,16 @@ def layer_norm_supports(
 # rms_norm/fused_add_rms_norm pick vectors per thread and threads per row by the row count
 # (csrc/cuda_ops.cu, pick_norm_config: one_wave/mid), and the 16-byte vector path of
 # layer_norm/rms_norm_gated is chosen by pointer alignment; silu_and_mul is elementwise.
-def _on_cpu(op: str):
+def _on_cpu(op: str, arg: str = "x"):
     import ircore.kit as kit
 
-    return kit.supports(op, kit.device("x", "cpu"))
+    return kit.supports(op, kit.device(arg, "cpu"))
 
 
 rms_norm_batch_invariant = _on_cpu("rms_norm")
 fused_add_rms_norm_batch_invariant = _on_cpu("fused_add_rms_norm")
 rms_norm_gated_batch_invariant = _on_cpu("rms_norm_gated")
 layer_norm_batch_invariant = _on_cpu("layer_norm")
-#: one warp per (token, head) on CUDA, fixed by head_dim: not run on a GPU yet, so not claimed there
-fused_qk_norm_rope_batch_invariant = _on_cpu("fused_qk_norm_rope")
 
 
 def gelu_and_mul_supports(x: torch.Tensor, approximate: str = "none") -> bool:
