@@ -14,6 +14,16 @@ the kernels' sources (``csrc/layernorm.cpp``, ``activation.cpp``):
   and the residual contiguous.
 - ``silu_and_mul`` reads contiguous rows with vector loads sized from the hidden size alone: the
   input must be contiguous and 16-byte aligned (an unaligned input is copied first).
+- ``rotary_embedding`` (in place; also ``rotary_embedding_query_only`` with ``key=None``) has
+  the 6-argument schema ``(positions, query, key, head_size, cos_sin_cache, is_neox)``: no
+  ``rope_dim_offset``, ``inverse``, ``offsets`` or deepseek format, so the predicates take the
+  standard format with ``rope_dim_offset == 0`` and ``inverse`` off (``rotary_dim`` is the cache's
+  width). The kernel (``csrc/pos_encoding_kernels.cpp``) wants positions 1-D or 2-D with the
+  activations' leading sizes equal to positions' shape, reads positions flat, puts token ``t`` at
+  ``t * stride(positions.dim() - 1)`` (so a ``[B, S, ...]`` activation needs ``stride(0) ==
+  S * stride(1)``), heads at ``query.stride(-2)`` for ``[..., heads, head_size]`` queries and at
+  ``head_size`` otherwise -- for the key as well, so both must agree -- with unit channel stride;
+  the cache is read as contiguous rows of the query's dtype.
 - Releases before the optional weight (``Tensor weight``) get a cached tensor of ones for
   ``weight=None``. Empty inputs never reach a kernel.
 
@@ -33,6 +43,10 @@ __all__ = [
     "fused_add_rms_norm_supports",
     "rms_norm",
     "rms_norm_supports",
+    "rotary_embedding",
+    "rotary_embedding_query_only",
+    "rotary_embedding_query_only_supports",
+    "rotary_embedding_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
 ]
@@ -44,6 +58,7 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _rms_norm = torch.ops._C.rms_norm.default
 _fused_add_rms_norm = torch.ops._C.fused_add_rms_norm.default
 _silu_and_mul = torch.ops._C.silu_and_mul.default
+_rotary_embedding = torch.ops._C.rotary_embedding.default
 
 
 def _optional_weight(op: torch._ops.OpOverload) -> bool:
@@ -90,6 +105,43 @@ def silu_and_mul(x: Tensor) -> Tensor:
     return out
 
 
+def rotary_embedding(
+    positions: Tensor,
+    query: Tensor,
+    key: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """In place: ``torch.ops._C.rotary_embedding`` rotates query and key; returns them."""
+    if positions.numel():
+        _rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox_style)
+    return query, key
+
+
+def rotary_embedding_query_only(
+    positions: Tensor,
+    query: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> Tensor:
+    """In place: ``torch.ops._C.rotary_embedding`` with ``key=None``; returns query."""
+    if positions.numel():
+        _rotary_embedding(positions, query, None, head_size, cos_sin_cache, is_neox_style)
+    return query
+
+
 # The predicates run after the core's own argument check (float x with a non-empty last dim,
 # weight 1-D of size hidden on x's device, residual like x, even last dim for silu_and_mul), so
 # they test only what the kernels add.
@@ -132,3 +184,97 @@ def fused_add_rms_norm_supports(
 def silu_and_mul_supports(x: Tensor) -> bool:
     """On the platform's device, contiguous."""
     return x.device.type == _DEVICE and x.dtype in _FLOATS and x.is_contiguous()
+
+
+def _heads(x: Tensor, pdim: int, head_size: int) -> int:
+    """Heads of x if the kernel addresses it right: leading sizes are positions' (checked by the
+    caller), then ``[heads * head_size]`` or ``[heads, head_size]``, unit channel stride; else 0."""
+    if x.stride(-1) != 1:
+        return 0
+    if x.dim() == pdim + 1:
+        return x.shape[-1] // head_size
+    return x.shape[-2] if x.dim() == pdim + 2 and x.shape[-1] == head_size else 0
+
+
+def _rope_layout(positions: Tensor, x: Tensor, head_size: int, head_stride: int) -> int:
+    """Heads of x (0 if the kernel would misread it): tokens where positions put them, heads
+    where ``head_stride`` puts them."""
+    pdim = positions.dim()
+    own_head_stride = x.stride(-2) if x.dim() == pdim + 2 else head_size
+    if (
+        tuple(x.shape[:pdim]) != tuple(positions.shape)
+        or own_head_stride != head_stride
+        or (pdim == 2 and x.shape[0] > 1 and x.stride(0) != x.shape[1] * x.stride(1))
+    ):
+        return 0
+    return _heads(x, pdim, head_size)
+
+
+def _rope_supported(
+    positions: Tensor,
+    query: Tensor,
+    key: Tensor | None,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    offsets: Tensor | None,
+    cos_sin_format: str,
+    inverse: bool,
+    rope_dim_offset: int,
+) -> bool:
+    if not (
+        cos_sin_format == "standard"
+        and offsets is None
+        and not inverse
+        and rope_dim_offset == 0
+        and query.device.type == _DEVICE
+        and query.dtype in _FLOATS
+        and cos_sin_cache.dtype is query.dtype
+        and cos_sin_cache.is_contiguous()
+        and positions.dim() in (1, 2)
+        and positions.is_contiguous()
+    ):
+        return False
+    pdim = positions.dim()
+    head_stride = query.stride(-2) if query.dim() == pdim + 2 else head_size
+    heads = _rope_layout(positions, query, head_size, head_stride)
+    kv_heads = heads if key is None else _rope_layout(positions, key, head_size, head_stride)
+    return heads > 0 and kv_heads > 0 and heads % kv_heads == 0
+
+
+def rotary_embedding_supports(
+    positions: Tensor,
+    query: Tensor,
+    key: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None,
+    cos_sin_format: str,
+    inverse: bool,
+    rope_dim_offset: int,
+) -> bool:
+    """Standard format, no rope_dim_offset or inverse (the 6-argument schema has neither); the
+    cache of query's dtype, contiguous; positions 1-D/2-D contiguous with query and key laid
+    out as the kernel addresses them (see the module docstring); heads a multiple of key heads."""
+    return _rope_supported(
+        positions, query, key, head_size, cos_sin_cache, offsets, cos_sin_format, inverse, rope_dim_offset
+    )
+
+
+def rotary_embedding_query_only_supports(
+    positions: Tensor,
+    query: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None,
+    cos_sin_format: str,
+    inverse: bool,
+    rope_dim_offset: int,
+) -> bool:
+    """As :func:`rotary_embedding_supports`, without a key."""
+    return _rope_supported(
+        positions, query, None, head_size, cos_sin_cache, offsets, cos_sin_format, inverse, rope_dim_offset
+    )

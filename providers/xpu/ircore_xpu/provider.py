@@ -28,17 +28,32 @@ CALL_FORMS = {
     "rms_norm": ("result", "input", "weight", "epsilon"),
     "fused_add_rms_norm": ("input", "residual", "weight", "epsilon"),
     "silu_and_mul": ("result", "input"),
+    "rotary_embedding": ("positions", "query", "key", "head_size", "cos_sin_cache", "is_neox"),
 }
 
-OPS = tuple(CALL_FORMS)
+NORM_OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
+#: Both rotary ops call ``torch.ops._C.rotary_embedding`` (in place; key=None for query-only).
+ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only")
+OPS = NORM_OPS + ROPE_OPS
 #: Ahead of triton (20) on Intel GPUs: hand-written SYCL kernels. Not measured by ircore.
 DEFAULT_RANK = 10
 
 # cache_by_signature: the predicates read devices, dtypes, dims, contiguity and unit last
 # stride, facts of the call signature (see impls.py). fused_add_rms_norm works in place.
-IRCORE_IMPLEMENTATIONS = ircore.impl_table(
-    "ircore_xpu.impls", OPS, inplace=("fused_add_rms_norm",), cache_by_signature=True, rank=DEFAULT_RANK
-)
+# The rotary predicates read strides other than the last and sizes other than the last (where
+# positions put the tokens, where heads are): not signature facts, so no cache_by_signature.
+IRCORE_IMPLEMENTATIONS = {
+    **ircore.impl_table(
+        "ircore_xpu.impls",
+        NORM_OPS,
+        inplace=("fused_add_rms_norm",),
+        cache_by_signature=True,
+        rank=DEFAULT_RANK,
+    ),
+    **ircore.impl_table(
+        "ircore_xpu.impls", ROPE_OPS, inplace=ROPE_OPS, cache_by_signature=False, rank=DEFAULT_RANK
+    ),
+}
 
 _NAMESPACE_CLASH = (
     "torch.ops._C already belongs to another library, most likely vLLM's own extension (vllm._C), "

@@ -23,6 +23,8 @@ from tests.layouts import (
     norm_block,
     qk_heads,
     randn,
+    rope_args,
+    rope_cache,
     weight,
 )
 
@@ -175,18 +177,127 @@ def test_empty_input_never_reaches_a_kernel(kernels):
     out, res = ircore.ops.fused_add_rms_norm(randn(0, 64), randn(0, 64), None, 1e-6)
     assert out.shape == res.shape == (0, 64)
     assert ircore.ops.silu_and_mul(randn(0, 64)).shape == (0, 32)
+    q, k = ircore.ops.rotary_embedding(*rope_args(randn(0, 128), randn(0, 64), 64))
+    assert q.shape == (0, 128) and k.shape == (0, 64)
     assert dict(kernels.CALLS) == calls
+
+
+# ------------------------------------------------------------------ rotary_embedding (in place)
+T, D = 5, 64
+ROPE = {
+    "[T, H*D] neox, GQA": (lambda: rope_args(randn(T, 4 * D), randn(T, 2 * D), D), True),
+    "[T, H, D] gptj": (lambda: rope_args(randn(T, 4, D), randn(T, 1, D), D, neox=False), True),
+    "[B, S, H*D], positions [B, S]": (
+        lambda: rope_args(randn(2, 3, 2 * D), randn(2, 3, D), D, positions=torch.randint(0, 80, (2, 3))),
+        True,
+    ),
+    "q, k views of one qkv buffer": (lambda: _qkv_views(), True),
+    "rotary_dim 32 of 64 (tail passes through)": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, rotary_dim=32), True),
+    "fp32": (lambda: rope_args(randn(T, 2 * D, dtype=FP32), randn(T, D, dtype=FP32), D), True),
+    "fp32 cache, bf16 activations": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, cache_dtype=FP32), False),
+    "rope_dim_offset 16": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, rotary_dim=32, rope_dim_offset=16), False),
+    "inverse": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, inverse=True), False),
+    "deepseek format with offsets": (
+        lambda: rope_args(randn(T, 2 * D), randn(T, D), D, cos_sin_format="deepseek", offsets=torch.arange(1, T + 1)),
+        False,
+    ),
+    "[B, S, H*D], positions flat": (lambda: rope_args(randn(2, 3, 2 * D), randn(2, 3, D), D, positions=torch.randint(0, 80, (6,))), False),
+    "[T, 1, H*D] (heads not where stride(-2) says)": (lambda: rope_args(randn(T, 1, 2 * D), randn(T, 1, D), D), False),
+    "[B, S] slice, stride(0) != S * stride(1)": (
+        lambda: rope_args(randn(2, 6, 2 * D)[:, :3], randn(2, 6, D)[:, :3], D, positions=torch.randint(0, 80, (2, 3))),
+        False,
+    ),
+    "key heads padded (stride(-2) != head_size)": (lambda: rope_args(randn(T, 2 * D), randn(T, 2, 2 * D)[..., :D], D), False),
+    "non-contiguous cache": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, cache=rope_cache(97, 2 * D)[:, :D]), False),
+    "non-contiguous positions": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, positions=torch.randint(0, 80, (2 * T,))[::2]), False),
+}
+
+
+def _qkv_views():
+    qkv = randn(T, 4 * D)
+    return rope_args(qkv[:, : 2 * D], qkv[:, 2 * D : 3 * D], D)
+
+
+#: Cases about the key alone, which the query-only op does not have.
+KEY_ONLY = {"key heads padded (stride(-2) != head_size)"}
+
+
+def _query_only(args: tuple) -> tuple:
+    return (args[0], args[1], *args[3:])
+
+
+@pytest.mark.parametrize("label", ROPE)
+def test_rotary_embedding_layouts(kernels, label):
+    make, accepted = ROPE[label]
+    args = make()
+    before = kernels.CALLS["rotary_embedding"]
+    assert_dispatched("rotary_embedding", args, "xpu", accepted, label)  # in place: on clones
+    query_only = accepted or label in KEY_ONLY
+    assert_dispatched("rotary_embedding_query_only", _query_only(args), "xpu", query_only, label)
+    assert kernels.CALLS["rotary_embedding"] == before + accepted + query_only
+
+
+@pytest.mark.parametrize("label", [label for label, case in ROPE.items() if not case[1]])
+def test_adapter_would_misread_what_its_rope_predicate_declines(kernels, label):
+    """Why each is declined: the 6-argument kernel on it errors or gives wrong numbers."""
+    from ircore_xpu import impls
+
+    args = ROPE[label][0]()
+    assert not impls.rotary_embedding_supports(*args)
+    before = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    try:
+        got = impls.rotary_embedding(*args)
+    except RuntimeError:
+        return  # the kernel's own checks (token counts, cache dtype, out-of-bounds rows)
+    with pytest.raises(AssertionError):
+        assert_close_to_reference(ircore.ops.rotary_embedding, got, before)
+
+
+def test_rope_predicates_answer_alike_on_fake_tensors(kernels):
+    from ircore_xpu import impls
+
+    cases = {label: make() for label, (make, _) in ROPE.items()}
+    with FakeTensorMode() as mode:
+        for label, args in cases.items():
+            fake = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args)
+            got = impls.rotary_embedding_supports(*fake), impls.rotary_embedding_query_only_supports(*_query_only(fake))
+            accepted = ROPE[label][1]
+            assert got == (accepted, accepted or label in KEY_ONLY), label
+
+
+def test_rotary_in_place_contract(kernels):
+    """maybe_inplace: the kernel rotates query and key where they are."""
+    args = rope_args(randn(T, 4 * D), randn(T, 2 * D), D)
+    before = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    q, k = ircore.ops.rotary_embedding.maybe_inplace(*args)
+    assert q.data_ptr() == args[1].data_ptr() and k.data_ptr() == args[2].data_ptr()
+    assert_close_to_reference(ircore.ops.rotary_embedding, (q, k), before)
 
 
 # ------------------------------------------------------------------ the conformance kit
 def test_conformance_kit(kernels):
     """Every sample the predicates accept, all dtypes: right numbers, inputs untouched, in place."""
     calls = dict(kernels.CALLS)
-    report = check_provider("xpu", dtypes=(FP32, FP16, BF16))
-    assert set(report.checked) == {"rms_norm", "fused_add_rms_norm", "silu_and_mul"}
+    norms = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
+    report = check_provider("xpu", dtypes=(FP32, FP16, BF16), ops=norms)
+    assert set(report.checked) == set(norms)
     assert all(n > 0 for n in report.checked.values()), report
-    for name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul"):
+    for name in norms:
         assert kernels.CALLS[name] > calls.get(name, 0)
+
+
+def test_conformance_kit_rotary(kernels):
+    """The rotary ops (one seed: the layouts above cover the rest): what the 6-argument schema
+    lacks is declined, everything else checked against the fp64 reference."""
+    calls = kernels.CALLS["rotary_embedding"]
+    ops = ("rotary_embedding", "rotary_embedding_query_only")
+    report = check_provider("xpu", dtypes=(FP32, FP16, BF16), seeds=(0,), ops=ops)
+    assert set(report.checked) == set(ops) and all(n > 0 for n in report.checked.values()), report
+    assert kernels.CALLS["rotary_embedding"] > calls
+    for name in ops:
+        declined = " ".join(report.declined[name])
+        for label in ("rope_dim_offset 16", "inverse neox", "deepseek", "fp32 cache"):
+            assert label in declined, (name, label)
 
 
 # ------------------------------------------------------------------ compiled graphs

@@ -7,6 +7,8 @@ process, which is why it cannot coexist with vLLM's own ``vllm._C``) and defines
     rms_norm(Tensor! result, Tensor input, Tensor? weight, float epsilon) -> ()
     fused_add_rms_norm(Tensor! input, Tensor! residual, Tensor? weight, float epsilon) -> ()
     silu_and_mul(Tensor! result, Tensor input) -> ()
+    rotary_embedding(Tensor positions, Tensor! query, Tensor!? key, int head_size,
+                     Tensor cos_sin_cache, bool is_neox) -> ()
 
 Its kernels are registered for XPU (as the real ones) and for the CPU, where they compute, and
 they address memory as the real SYCL kernels do (csrc/layernorm.cpp, activation.cpp):
@@ -15,7 +17,15 @@ they address memory as the real SYCL kernels do (csrc/layernorm.cpp, activation.
   contiguous), ``result`` must be contiguous; weight of the input's dtype, 1-D, contiguous;
 - fused_add_rms_norm: no checks; input rows at ``row * input.stride(-2)`` with a unit last
   stride, residual rows at ``row * hidden``, the weight read as the input's dtype;
-- silu_and_mul: contiguous rows of ``2d`` in, ``d`` out, 16-byte aligned vector loads.
+- silu_and_mul: contiguous rows of ``2d`` in, ``d`` out, 16-byte aligned vector loads;
+- rotary_embedding (csrc/pos_encoding_kernels.cpp, in place): the TORCH_CHECKs of the real one
+  (positions 1-D or 2-D, query/key leading sizes equal to positions', hidden a multiple of
+  head_size, heads a multiple of key heads); token ``t`` at ``t * stride(positions.dim() - 1)``
+  (positions read flat), heads at ``query.stride(-2)`` if query is ``[..., heads, head_size]``
+  else at ``head_size`` (for key too), unit channel stride, the first ``rot_dim =
+  cos_sin_cache.size(1)`` channels rotated; cache rows at ``pos * rot_dim`` read as the query's
+  scalar type (``data_ptr<scalar_t>`` refuses another dtype); every product and sum rounded to
+  that type; a position outside the cache reads out of bounds (an error here).
 
 ``IRCORE_STANDIN_XPU_VARIANT``: ``required-weight`` (releases before the optional weight),
 ``no-xpu-kernel`` (rms_norm registered for the CPU only), ``changed`` (a hypothetical release
@@ -39,7 +49,12 @@ SCHEMAS = {
     "rms_norm": f"{_RMS}, {_WEIGHT}, float epsilon) -> ()",
     "fused_add_rms_norm": f"fused_add_rms_norm(Tensor! input, Tensor! residual, {_WEIGHT}, float epsilon) -> ()",
     "silu_and_mul": "silu_and_mul(Tensor! result, Tensor input) -> ()",
+    "rotary_embedding": (
+        "rotary_embedding(Tensor positions, Tensor! query, Tensor!? key, int head_size, "
+        "Tensor cos_sin_cache, bool is_neox) -> ()"
+    ),
 }
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _as_input_dtype(weight, x, hidden):
@@ -91,12 +106,64 @@ def silu_and_mul(result, input):
     result.as_strided((tokens, d), (d, 1)).copy_(y.to(result.dtype))
 
 
+def _rotate_in_place(x, tokens, heads, token_stride, head_stride, rows, pos, is_neox):
+    """Rotate the first rot_dim channels of each head of x, addressed as the SYCL kernel does."""
+    rot_dim = rows.shape[1]
+    half = rot_dim // 2
+    view = x.as_strided((tokens, heads, rot_dim), (token_stride, head_stride, 1))
+    if pos.numel() and (int(pos.min()) < 0 or int(pos.max()) >= rows.shape[0]):
+        raise RuntimeError("stand-in _C::rotary_embedding: a position reads out of bounds of the cache")
+    cos_sin = rows[pos]
+    cos, sin = cos_sin[:, None, :half], cos_sin[:, None, half:]
+    if is_neox:
+        a, b = view[..., :half], view[..., half:]
+    else:
+        a, b = view[..., 0::2], view[..., 1::2]
+    new_a, new_b = a * cos - b * sin, b * cos + a * sin  # in the scalar type, one rounding per op
+    a.copy_(new_a)
+    b.copy_(new_b)
+
+
+def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
+    CALLS["rotary_embedding"] += 1
+    if query.dtype not in _FLOATS:
+        raise RuntimeError(f"stand-in _C::rotary_embedding: not implemented for '{query.dtype}'")
+    pdim = positions.dim()
+    if pdim not in (1, 2):
+        raise RuntimeError("stand-in _C::rotary_embedding: positions must have shape [num_tokens] or [batch_size, seq_len]")
+    for t in (query,) if key is None else (query, key):
+        if tuple(t.shape[:pdim]) != tuple(positions.shape):
+            raise RuntimeError("stand-in _C::rotary_embedding: query, key and positions must have the same number of tokens")
+    tokens = positions.numel()
+    q_hidden = query.numel() // tokens
+    k_hidden = key.numel() // tokens if key is not None else 0
+    if q_hidden % head_size or k_hidden % head_size:
+        raise RuntimeError("stand-in _C::rotary_embedding: hidden size is not a multiple of head_size")
+    heads = q_hidden // head_size
+    kv_heads = k_hidden // head_size if key is not None else heads
+    if heads % kv_heads:
+        raise RuntimeError("stand-in _C::rotary_embedding: num_heads % num_kv_heads != 0")
+    if cos_sin_cache.dtype != query.dtype:
+        raise RuntimeError(
+            f"stand-in _C::rotary_embedding: expected scalar type {query.dtype} but found {cos_sin_cache.dtype}"
+        )
+    rot_dim = cos_sin_cache.size(1)
+    seq_dim = pdim - 1
+    head_stride = query.stride(-2) if query.dim() == pdim + 2 else head_size
+    rows = cos_sin_cache.as_strided((cos_sin_cache.size(0), rot_dim), (rot_dim, 1))
+    pos = positions.as_strided((tokens,), (1,))
+    _rotate_in_place(query, tokens, heads, query.stride(seq_dim), head_stride, rows, pos, is_neox)
+    if key is not None:
+        _rotate_in_place(key, tokens, kv_heads, key.stride(seq_dim), head_stride, rows, pos, is_neox)
+
+
 def _changed_rms_norm(input, result, weight, epsilon):
     rms_norm(result, input, weight, epsilon)
 
 
 _KERNELS = {"rms_norm": _changed_rms_norm if VARIANT == "changed" else rms_norm,
-            "fused_add_rms_norm": fused_add_rms_norm, "silu_and_mul": silu_and_mul}
+            "fused_add_rms_norm": fused_add_rms_norm, "silu_and_mul": silu_and_mul,
+            "rotary_embedding": rotary_embedding}
 _LIB = torch.library.Library("_C", "DEF")  # raises if another library owns _C (vLLM's _C)
 for _name, _schema in SCHEMAS.items():
     _LIB.define(_schema)
