@@ -287,11 +287,11 @@ def test_conformance_kit(kernels):
 
 
 def test_conformance_kit_rotary(kernels):
-    """The rotary ops (one seed: the layouts above cover the rest): what the 6-argument schema
+    """The rotary ops (fp32 and bf16, one seed: the layouts above cover the rest): what the 6-argument schema
     lacks is declined, everything else checked against the fp64 reference."""
     calls = kernels.CALLS["rotary_embedding"]
     ops = ("rotary_embedding", "rotary_embedding_query_only")
-    report = check_provider("xpu", dtypes=(FP32, FP16, BF16), seeds=(0,), ops=ops)
+    report = check_provider("xpu", dtypes=(FP32, BF16), seeds=(0,), ops=ops)
     assert set(report.checked) == set(ops) and all(n > 0 for n in report.checked.values()), report
     assert kernels.CALLS["rotary_embedding"] > calls
     for name in ops:
