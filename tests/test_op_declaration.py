@@ -151,7 +151,7 @@ def test_failed_declaration_leaves_nothing():
 
 
 def test_get_op_unknown_lists_known():
-    with pytest.raises(KeyError, match=r"known ops: \['fused_add_rms_norm', .*'rms_norm', .*'silu_and_mul'"):
+    with pytest.raises(KeyError, match=r"known ops: \['fatrelu_and_mul', 'fused_add_rms_norm', .*'rms_norm', .*'silu_and_mul'"):
         ircore.get_op("group_norm")
 
 

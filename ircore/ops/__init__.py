@@ -7,22 +7,26 @@ that installed distributions declare (op libraries, the ``ircore.ops`` entry poi
 
 from typing import Any
 
-from ircore.ops._activation import silu_and_mul
+from ircore.ops._activation import fatrelu_and_mul, gelu_and_mul, mul_and_silu, silu_and_mul, swigluoai_and_mul
 from ircore.ops._gated_norm import rms_norm_gated
 from ircore.ops._layer_norm import layer_norm
 from ircore.ops._norm import fused_add_rms_norm, rms_norm
 from ircore.ops._rope import fused_qk_norm_rope, rotary_embedding, rotary_embedding_query_only, rotary_pos_emb
 
 __all__ = [
+    "fatrelu_and_mul",
     "fused_add_rms_norm",
     "fused_qk_norm_rope",
+    "gelu_and_mul",
     "layer_norm",
+    "mul_and_silu",
     "rms_norm",
     "rms_norm_gated",
     "rotary_embedding",
     "rotary_embedding_query_only",
     "rotary_pos_emb",
     "silu_and_mul",
+    "swigluoai_and_mul",
 ]
 
 

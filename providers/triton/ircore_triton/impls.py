@@ -12,10 +12,19 @@ import os
 
 from torch import Tensor
 
+from . import act_kernels as _ak
 from . import kernels as _k
 from . import norm_kernels as _nk
 
 __all__ = [
+    "fatrelu_and_mul",
+    "fatrelu_and_mul_supports",
+    "gelu_and_mul",
+    "gelu_and_mul_supports",
+    "mul_and_silu",
+    "mul_and_silu_supports",
+    "swigluoai_and_mul",
+    "swigluoai_and_mul_supports",
     "fused_add_rms_norm",
     "fused_add_rms_norm_functional",
     "fused_add_rms_norm_supports",
@@ -148,3 +157,45 @@ def layer_norm_supports(x: Tensor, weight: Tensor | None, bias: Tensor | None, e
     """GPU tensor, unit last-dim stride, a row of at most ``MAX_ROW_BLOCK`` elements (the core
     has checked that weight and bias have x's dtype)."""
     return x.shape[-1] <= _nk.MAX_ROW_BLOCK and _device_ok(x) and _rows_ok(x)
+
+
+# The gated activations (act_kernels.py): as silu_and_mul, a Triton device and a unit last-dim
+# stride (any row stride); the core has checked the even last dim and the parameters' values.
+def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
+    """``gelu(x[..., :d], approximate) * x[..., d:]`` in fp32 by the Triton kernel."""
+    return _ak.gelu_and_mul(x, approximate)
+
+
+def gelu_and_mul_supports(x: Tensor, approximate: str = "none") -> bool:
+    """GPU tensor (cuda/xpu), unit last-dim stride."""
+    return _device_ok(x) and (x.is_contiguous() or x.stride(-1) == 1)
+
+
+def mul_and_silu(x: Tensor) -> Tensor:
+    """``x[..., :d] * silu(x[..., d:])`` in fp32 by the Triton kernel."""
+    return _ak.mul_and_silu(x)
+
+
+def mul_and_silu_supports(x: Tensor) -> bool:
+    """GPU tensor (cuda/xpu), unit last-dim stride."""
+    return _device_ok(x) and (x.is_contiguous() or x.stride(-1) == 1)
+
+
+def fatrelu_and_mul(x: Tensor, threshold: float = 0.0) -> Tensor:
+    """``F.threshold(x[..., :d], threshold, 0) * x[..., d:]`` in fp32 by the Triton kernel."""
+    return _ak.fatrelu_and_mul(x, threshold)
+
+
+def fatrelu_and_mul_supports(x: Tensor, threshold: float = 0.0) -> bool:
+    """GPU tensor (cuda/xpu), unit last-dim stride."""
+    return _device_ok(x) and (x.is_contiguous() or x.stride(-1) == 1)
+
+
+def swigluoai_and_mul(x: Tensor, alpha: float = 1.702, limit: float = 7.0) -> Tensor:
+    """GPT-OSS's clamped SwiGLU (interleaved gate/up) in fp32 by the Triton kernel."""
+    return _ak.swigluoai_and_mul(x, alpha, limit)
+
+
+def swigluoai_and_mul_supports(x: Tensor, alpha: float = 1.702, limit: float = 7.0) -> bool:
+    """GPU tensor (cuda/xpu), unit last-dim stride."""
+    return _device_ok(x) and (x.is_contiguous() or x.stride(-1) == 1)

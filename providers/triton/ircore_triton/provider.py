@@ -18,7 +18,17 @@ if TYPE_CHECKING:
 
 _GPU_KINDS = ("cuda", "rocm", "xpu")
 _MIN_TRITON = (3, 4)  # the range declared in the "triton" extra; tested on 3.6
-OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm")
+OPS = (
+    "rms_norm",
+    "fused_add_rms_norm",
+    "silu_and_mul",
+    "rms_norm_gated",
+    "layer_norm",
+    "gelu_and_mul",
+    "mul_and_silu",
+    "fatrelu_and_mul",
+    "swigluoai_and_mul",
+)
 
 # Rank 20 everywhere: behind vllm_c (rank 10) on NVIDIA GPUs and CPUs, first elsewhere.
 # H200, 2026-12-02 run 3 (benchmarks/README.md, "Earlier runs": section 3; bf16+fp16, 24 shapes

@@ -19,7 +19,12 @@ last dimension is even). On top of that, what the kernels handle:
 - silu_and_mul: an even last dimension;
 - rms_norm_gated: a weight of x's dtype or float32, any group_size the core accepts (a divisor
   of hidden), gate of any layout (as x);
-- layer_norm: weight and bias of x's dtype (the core's own rule), either or both None.
+- layer_norm: weight and bias of x's dtype (the core's own rule), either or both None;
+- gelu_and_mul, mul_and_silu, fatrelu_and_mul, swigluoai_and_mul: any input the core accepts
+  (an even last dimension; approximate "none" or "tanh"; threshold and alpha not NaN, limit
+  >= 0), on a device whose kernels are loaded. mul_and_silu's choice is cached by call signature; the
+  other three ops read argument values (a str, floats) and are not, so their one-line
+  predicates run on every eager call.
 """
 
 import torch
@@ -27,6 +32,14 @@ import torch
 from . import kernels
 
 __all__ = [
+    "fatrelu_and_mul",
+    "fatrelu_and_mul_supports",
+    "gelu_and_mul",
+    "gelu_and_mul_supports",
+    "mul_and_silu",
+    "mul_and_silu_supports",
+    "swigluoai_and_mul",
+    "swigluoai_and_mul_supports",
     "fused_add_rms_norm",
     "fused_add_rms_norm_supports",
     "layer_norm",
@@ -54,6 +67,14 @@ silu_and_mul = torch.ops.ircore_vllm_c.silu_and_mul.default
 rms_norm_gated = torch.ops.ircore_vllm_c.rms_norm_gated.default
 #: LayerNorm (mean, then the variance of x - mean) by the compiled kernel.
 layer_norm = torch.ops.ircore_vllm_c.layer_norm.default
+#: ``gelu(x[..., :d], approximate) * x[..., d:]`` by the compiled kernel (fp32 math, one rounding).
+gelu_and_mul = torch.ops.ircore_vllm_c.gelu_and_mul.default
+#: ``x[..., :d] * silu(x[..., d:])`` by the compiled kernel.
+mul_and_silu = torch.ops.ircore_vllm_c.mul_and_silu.default
+#: ``threshold(x[..., :d]) * x[..., d:]`` by the compiled kernel.
+fatrelu_and_mul = torch.ops.ircore_vllm_c.fatrelu_and_mul.default
+#: GPT-OSS's clamped SwiGLU on interleaved (gate, up) pairs by the compiled kernel.
+swigluoai_and_mul = torch.ops.ircore_vllm_c.swigluoai_and_mul.default
 
 
 # The predicates are written out in one expression each: they run on every eager call.
@@ -105,5 +126,25 @@ def rms_norm_gated_supports(
 def layer_norm_supports(
     x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, epsilon: float
 ) -> bool:
+    """Any input the core accepts, on a device whose kernels are loaded."""
+    return (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
+
+
+def gelu_and_mul_supports(x: torch.Tensor, approximate: str = "none") -> bool:
+    """Any input the core accepts, on a device whose kernels are loaded."""
+    return (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
+
+
+def mul_and_silu_supports(x: torch.Tensor) -> bool:
+    """Any input the core accepts, on a device whose kernels are loaded."""
+    return (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
+
+
+def fatrelu_and_mul_supports(x: torch.Tensor, threshold: float = 0.0) -> bool:
+    """Any input the core accepts, on a device whose kernels are loaded."""
+    return (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
+
+
+def swigluoai_and_mul_supports(x: torch.Tensor, alpha: float = 1.702, limit: float = 7.0) -> bool:
     """Any input the core accepts, on a device whose kernels are loaded."""
     return (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)

@@ -38,9 +38,18 @@ log = logging.getLogger("ircore.vllm_c")
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CSRC_DIR = PACKAGE_DIR / "csrc"
-CPU_SOURCES = ("cpu_ops.cpp", "cpu_kernels.cpp", "checks.cpp")
-CUDA_SOURCES = ("cuda_ops.cu", "checks.cpp")
-HEADERS = ("cpu_kernels.h", "cpu_kernels_isa.inc", "cpu_avx512.inc", "ops_common.h")
+CPU_SOURCES = ("cpu_ops.cpp", "cpu_kernels.cpp", "checks.cpp", "cpu_activation.cpp", "act_checks.cpp")
+CUDA_SOURCES = ("cuda_ops.cu", "checks.cpp", "cuda_activation.cu", "act_checks.cpp")
+HEADERS = (
+    "cpu_kernels.h",
+    "cpu_kernels_isa.inc",
+    "cpu_avx512.inc",
+    "ops_common.h",
+    "cpu_activation.h",
+    "cpu_activation_isa.inc",
+    "cpu_activation_dispatch.inc",
+    "act_common.h",
+)
 CPU_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wno-unused-parameter")
 CPU_LDFLAGS = ("-fopenmp",)
 CUDA_CFLAGS = ("-O3", "-DNDEBUG")

@@ -16,7 +16,17 @@ if TYPE_CHECKING:
     from ircore.platform import Platform
 
 _KINDS = ("cpu", "cuda")
-OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm")
+OPS = (
+    "rms_norm",
+    "fused_add_rms_norm",
+    "silu_and_mul",
+    "rms_norm_gated",
+    "layer_norm",
+    "gelu_and_mul",
+    "mul_and_silu",
+    "fatrelu_and_mul",
+    "swigluoai_and_mul",
+)
 # Hand-written kernels ahead of generic ones (triton: 20) on CPU and CUDA, the only platforms
 # where this provider is available. fused_add_rms_norm works in place (the core clones if needed).
 # cache_by_signature: the predicates read only devices, dtypes and last-dimension layout (see

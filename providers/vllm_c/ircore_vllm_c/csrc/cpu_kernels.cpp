@@ -1,6 +1,7 @@
 // CPU row kernels: one copy per ISA (scalar, AVX2+FMA+F16C, AVX-512 F/BW/VL/DQ), chosen at run
 // time. No torch header is included here on purpose (see cpu_kernels.h).
 #include "cpu_kernels.h"
+#include "cpu_activation.h"  // the gated activations: cpu_activation_*.inc
 
 #include <cmath>
 #include <cstring>
@@ -140,6 +141,7 @@ struct L<bf16> {
 };
 
 #include "cpu_kernels_isa.inc"
+#include "cpu_activation_isa.inc"
 
 #undef ISA_FN
 #undef ISA_INLINE
@@ -284,6 +286,7 @@ struct L<f16> {
 };
 
 #include "cpu_kernels_isa.inc"
+#include "cpu_activation_isa.inc"
 
 #undef ISA_FN
 #undef ISA_INLINE
@@ -471,6 +474,8 @@ void layer_norm_rows(Isa isa, DType dt, void* out, int64_t out_stride, const voi
                                                 static_cast<const T*>(bias), hidden, eps, begin,
                                                 end)))
 }
+
+#include "cpu_activation_dispatch.inc"
 
 }  // namespace cpu
 }  // namespace ircore_vllm_c

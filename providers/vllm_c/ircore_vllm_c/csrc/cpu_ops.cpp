@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "cpu_activation.h"
 #include "cpu_kernels.h"
 #include "ops_common.h"
 
@@ -290,6 +291,8 @@ int64_t set_cpu_stream_bytes(int64_t bytes) {
 }
 
 }  // namespace
+
+cpu::Isa cpu::selected_isa() { return current_isa(); }  // for the gated activations' file
 }  // namespace ircore_vllm_c
 
 TORCH_LIBRARY(ircore_vllm_c, m) {
