@@ -7,7 +7,13 @@ that installed distributions declare (op libraries, the ``ircore.ops`` entry poi
 
 from typing import Any
 
-from ircore.ops._activation import fatrelu_and_mul, gelu_and_mul, mul_and_silu, silu_and_mul, swigluoai_and_mul
+from ircore.ops._activation import (
+    fatrelu_and_mul,
+    gelu_and_mul,
+    mul_and_silu,
+    silu_and_mul,
+    swigluoai_and_mul,
+)
 from ircore.ops._gated_norm import rms_norm_gated
 from ircore.ops._layer_norm import layer_norm
 from ircore.ops._norm import fused_add_rms_norm, rms_norm

@@ -24,6 +24,13 @@ the kernels' sources (``csrc/layernorm.cpp``, ``activation.cpp``):
   S * stride(1)``), heads at ``query.stride(-2)`` for ``[..., heads, head_size]`` queries and at
   ``head_size`` otherwise -- for the key as well, so both must agree -- with unit channel stride;
   the cache is read as contiguous rows of the query's dtype.
+- The gated activations (``csrc/activation.cpp``): ``mul_and_silu``, ``gelu_and_mul`` (erf;
+  ``gelu_tanh_and_mul`` for ``approximate="tanh"``), ``fatrelu_and_mul`` (``threshold`` passed as
+  the kernel's float) read contiguous rows with vector loads of up to 16 bytes, like
+  ``silu_and_mul`` (an unaligned input is copied first); ``swigluoai_and_mul`` reads interleaved
+  pairs with scalar loads. They round ``act(a)`` to the input's dtype before the product (two
+  roundings where native rounds once: within the ops' tolerances). Releases without one of these
+  ops still serve the others: its predicate then declines every call.
 - Releases before the optional weight (``Tensor weight``) get a cached tensor of ones for
   ``weight=None``. Empty inputs never reach a kernel.
 
@@ -39,8 +46,14 @@ import ircore
 from ircore.kit import unit_weight
 
 __all__ = [
+    "fatrelu_and_mul",
+    "fatrelu_and_mul_supports",
     "fused_add_rms_norm",
     "fused_add_rms_norm_supports",
+    "gelu_and_mul",
+    "gelu_and_mul_supports",
+    "mul_and_silu",
+    "mul_and_silu_supports",
     "rms_norm",
     "rms_norm_supports",
     "rotary_embedding",
@@ -49,6 +62,8 @@ __all__ = [
     "rotary_embedding_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
+    "swigluoai_and_mul",
+    "swigluoai_and_mul_supports",
 ]
 
 # The platform's tensors (``xpu``; ``cpu`` under a simulated platform in tests, where a stand-in
@@ -59,6 +74,23 @@ _rms_norm = torch.ops._C.rms_norm.default
 _fused_add_rms_norm = torch.ops._C.fused_add_rms_norm.default
 _silu_and_mul = torch.ops._C.silu_and_mul.default
 _rotary_embedding = torch.ops._C.rotary_embedding.default
+
+
+def _optional(name: str) -> torch._ops.OpOverload | None:
+    """``torch.ops._C.<name>`` if this release has it with an XPU kernel (the platform check
+    verified its call form), else None."""
+    if not hasattr(torch.ops._C, name):
+        return None
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(f"_C::{name}", "XPU"):
+        return None
+    return getattr(torch.ops._C, name).default
+
+
+#: The gated activations' kernels, None where this release lacks one.
+ACTIVATIONS = {
+    name: _optional(name)
+    for name in ("mul_and_silu", "gelu_and_mul", "gelu_tanh_and_mul", "fatrelu_and_mul", "swigluoai_and_mul")
+}
 
 
 def _optional_weight(op: torch._ops.OpOverload) -> bool:
@@ -102,6 +134,51 @@ def silu_and_mul(x: Tensor) -> Tensor:
     out = torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=x.dtype, device=x.device)
     if x.numel():
         _silu_and_mul(out, x if x.data_ptr() % 16 == 0 else x.clone())
+    return out
+
+
+def _aligned(x: Tensor) -> Tensor:
+    return x if x.data_ptr() % 16 == 0 else x.clone()
+
+
+def _half_out(x: Tensor) -> Tensor:
+    return torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=x.dtype, device=x.device)
+
+
+def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
+    """``torch.ops._C.gelu_and_mul`` (erf) or ``gelu_tanh_and_mul`` (tanh) into a new tensor."""
+    out = _half_out(x)
+    kernel = ACTIVATIONS["gelu_and_mul" if approximate == "none" else "gelu_tanh_and_mul"]
+    if x.numel() and kernel is not None:
+        kernel(out, _aligned(x))
+    return out
+
+
+def mul_and_silu(x: Tensor) -> Tensor:
+    """``torch.ops._C.mul_and_silu(out, x)``."""
+    out = _half_out(x)
+    kernel = ACTIVATIONS["mul_and_silu"]
+    if x.numel() and kernel is not None:
+        kernel(out, _aligned(x))
+    return out
+
+
+def fatrelu_and_mul(x: Tensor, threshold: float = 0.0) -> Tensor:
+    """``torch.ops._C.fatrelu_and_mul(out, x, threshold)`` (its schema marks the input written;
+    the kernel only reads it)."""
+    out = _half_out(x)
+    kernel = ACTIVATIONS["fatrelu_and_mul"]
+    if x.numel() and kernel is not None:
+        kernel(out, _aligned(x), threshold)
+    return out
+
+
+def swigluoai_and_mul(x: Tensor, alpha: float = 1.702, limit: float = 7.0) -> Tensor:
+    """``torch.ops._C.swigluoai_and_mul(out, x, alpha, limit)`` on interleaved gate/up pairs."""
+    out = _half_out(x)
+    kernel = ACTIVATIONS["swigluoai_and_mul"]
+    if x.numel() and kernel is not None:
+        kernel(out, x, alpha, limit)
     return out
 
 
@@ -278,3 +355,32 @@ def rotary_embedding_query_only_supports(
     return _rope_supported(
         positions, query, None, head_size, cos_sin_cache, offsets, cos_sin_format, inverse, rope_dim_offset
     )
+
+
+def _activation_supported(name: str, x: Tensor) -> bool:
+    return (
+        ACTIVATIONS[name] is not None
+        and x.device.type == _DEVICE
+        and x.dtype in _FLOATS
+        and x.is_contiguous()
+    )
+
+
+def gelu_and_mul_supports(x: Tensor, approximate: str) -> bool:
+    """This release has the kernel for ``approximate``; on the platform's device, contiguous."""
+    return _activation_supported("gelu_and_mul" if approximate == "none" else "gelu_tanh_and_mul", x)
+
+
+def mul_and_silu_supports(x: Tensor) -> bool:
+    """This release has the kernel; on the platform's device, contiguous."""
+    return _activation_supported("mul_and_silu", x)
+
+
+def fatrelu_and_mul_supports(x: Tensor, threshold: float) -> bool:
+    """This release has the kernel; on the platform's device, contiguous."""
+    return _activation_supported("fatrelu_and_mul", x)
+
+
+def swigluoai_and_mul_supports(x: Tensor, alpha: float, limit: float) -> bool:
+    """This release has the kernel; on the platform's device, contiguous."""
+    return _activation_supported("swigluoai_and_mul", x)

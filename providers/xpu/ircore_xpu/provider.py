@@ -31,10 +31,21 @@ CALL_FORMS = {
     "rotary_embedding": ("positions", "query", "key", "head_size", "cos_sin_cache", "is_neox"),
 }
 
+#: The gated activations' kernels, checked where the release has them (each op's predicate
+#: declines every call where it does not; see impls.py).
+OPTIONAL_CALL_FORMS = {
+    "mul_and_silu": ("out", "input"),
+    "gelu_and_mul": ("out", "input"),
+    "gelu_tanh_and_mul": ("out", "input"),
+    "fatrelu_and_mul": ("out", "input", "threshold"),
+    "swigluoai_and_mul": ("out", "input", "alpha", "limit"),
+}
+
 NORM_OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
+ACT_OPS = ("gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul")
 #: Both rotary ops call ``torch.ops._C.rotary_embedding`` (in place; key=None for query-only).
 ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only")
-OPS = NORM_OPS + ROPE_OPS
+OPS = NORM_OPS + ACT_OPS + ROPE_OPS
 #: Ahead of triton (20) on Intel GPUs: hand-written SYCL kernels. Not measured by ircore.
 DEFAULT_RANK = 10
 
@@ -45,11 +56,13 @@ DEFAULT_RANK = 10
 IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table(
         "ircore_xpu.impls",
-        NORM_OPS,
+        (*NORM_OPS, "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul"),
         inplace=("fused_add_rms_norm",),
         cache_by_signature=True,
         rank=DEFAULT_RANK,
     ),
+    # gelu_and_mul's predicate reads ``approximate``, a str the signature cache cannot key on
+    **ircore.impl_table("ircore_xpu.impls", ("gelu_and_mul",), cache_by_signature=False, rank=DEFAULT_RANK),
     **ircore.impl_table(
         "ircore_xpu.impls", ROPE_OPS, inplace=ROPE_OPS, cache_by_signature=False, rank=DEFAULT_RANK
     ),
@@ -88,6 +101,11 @@ def ircore_check_platform(platform: Platform) -> str | None:
                 "ops (vLLM's own _C?), not vllm-xpu-kernels'"
             )
         problem = call_form_problem(f"torch.ops._C.{name}", op, expected)
+        if problem:
+            return f"{problem} ({SUPPORTED})"
+    for name, expected in OPTIONAL_CALL_FORMS.items():
+        op = torch_op("_C", name)
+        problem = op is not None and call_form_problem(f"torch.ops._C.{name}", op, expected)
         if problem:
             return f"{problem} ({SUPPORTED})"
     return None

@@ -182,6 +182,62 @@ def test_empty_input_never_reaches_a_kernel(kernels):
     assert dict(kernels.CALLS) == calls
 
 
+# ------------------------------------------------------------------ gated activations
+ACT = {  # op: (extra args, the stand-in kernel it reaches)
+    "gelu_and_mul": (("none",), "gelu_and_mul"),
+    "gelu_and_mul tanh": (("tanh",), "gelu_tanh_and_mul"),
+    "mul_and_silu": ((), "mul_and_silu"),
+    "fatrelu_and_mul": ((0.25,), "fatrelu_and_mul"),
+    "swigluoai_and_mul": ((1.702, 7.0), "swigluoai_and_mul"),
+}
+ACT_LAYOUTS = {
+    "2-D": (lambda: randn(4, 256), True),
+    "3-D contiguous": (lambda: randn(2, 3, 128), True),
+    "fp16, d=3 (scalar loads)": (lambda: randn(3, 6, dtype=FP16), True),
+    "fp32": (lambda: randn(3, 64, dtype=FP32), True),
+    "d=2048 (vector loads), misaligned start (copied first)": (lambda: misaligned(2, 4096), True),
+    "row-strided": (lambda: randn(4, 512)[:, :256], False),
+}
+
+
+@pytest.mark.parametrize("layout", ACT_LAYOUTS)
+@pytest.mark.parametrize("case", ACT)
+def test_gated_activation_layouts(kernels, case, layout):
+    extra, kernel = ACT[case]
+    make, accepted = ACT_LAYOUTS[layout]
+    before = kernels.CALLS[kernel]
+    assert_dispatched(case.split()[0], (make(), *extra), "xpu", accepted, f"{case}, {layout}")
+    assert kernels.CALLS[kernel] == before + accepted
+
+
+@pytest.mark.parametrize("case", ACT)
+def test_adapter_would_misread_a_row_strided_gated_input(kernels, case):
+    from ircore_xpu import impls
+
+    extra, _ = ACT[case]
+    op = case.split()[0]
+    x = randn(4, 512)[:, :256]
+    with pytest.raises(AssertionError):
+        assert_close_to_reference(ircore.get_op(op), getattr(impls, op)(x, *extra), (x, *extra))
+
+
+def test_release_without_an_activation_declines_it(kernels, monkeypatch):
+    """A release lacking a kernel (older vllm-xpu-kernels) still serves the other ops."""
+    from ircore_xpu import impls
+
+    monkeypatch.setitem(impls.ACTIVATIONS, "gelu_tanh_and_mul", None)
+    x = randn(4, 256)
+    assert ircore.explain("gelu_and_mul", x, "tanh").chosen != "xpu"
+    assert ircore.explain("gelu_and_mul", x, "none").chosen == "xpu"
+
+
+def test_standin_refuses_a_misaligned_gated_input(kernels):
+    """Why the adapter copies an unaligned input: the vector loads need an aligned start."""
+    with pytest.raises(RuntimeError, match="misaligned"):
+        kernels.gelu_and_mul(torch.empty(2, 2048, dtype=BF16), misaligned(2, 4096))
+    kernels.gelu_and_mul(torch.empty(3, 128, dtype=BF16), misaligned(3, 256))  # d <= 1024: scalar loads
+
+
 # ------------------------------------------------------------------ rotary_embedding (in place)
 T, D = 5, 64
 ROPE = {
@@ -284,6 +340,16 @@ def test_conformance_kit(kernels):
     assert all(n > 0 for n in report.checked.values()), report
     for name in norms:
         assert kernels.CALLS[name] > calls.get(name, 0)
+
+
+def test_conformance_kit_gated_activations(kernels):
+    """The gated activations (one seed: the layouts above cover the rest), every dtype."""
+    ops = ("gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul")
+    calls = dict(kernels.CALLS)
+    report = check_provider("xpu", dtypes=(FP32, FP16, BF16), seeds=(0,), ops=ops)
+    assert set(report.checked) == set(ops) and all(n > 0 for n in report.checked.values()), report
+    for kernel in ("gelu_and_mul", "gelu_tanh_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul"):
+        assert kernels.CALLS[kernel] > calls.get(kernel, 0), kernel
 
 
 def test_conformance_kit_rotary(kernels):

@@ -9,6 +9,11 @@ process, which is why it cannot coexist with vLLM's own ``vllm._C``) and defines
     silu_and_mul(Tensor! result, Tensor input) -> ()
     rotary_embedding(Tensor positions, Tensor! query, Tensor!? key, int head_size,
                      Tensor cos_sin_cache, bool is_neox) -> ()
+    mul_and_silu(Tensor! out, Tensor input) -> ()
+    gelu_and_mul(Tensor! out, Tensor input) -> ()
+    gelu_tanh_and_mul(Tensor! out, Tensor input) -> ()
+    fatrelu_and_mul(Tensor! out, Tensor! input, float threshold) -> ()
+    swigluoai_and_mul(Tensor! out, Tensor input, float alpha=1.702, float limit=7.0) -> ()
 
 Its kernels are registered for XPU (as the real ones) and for the CPU, where they compute, and
 they address memory as the real SYCL kernels do (csrc/layernorm.cpp, activation.cpp):
@@ -18,6 +23,13 @@ they address memory as the real SYCL kernels do (csrc/layernorm.cpp, activation.
 - fused_add_rms_norm: no checks; input rows at ``row * input.stride(-2)`` with a unit last
   stride, residual rows at ``row * hidden``, the weight read as the input's dtype;
 - silu_and_mul: contiguous rows of ``2d`` in, ``d`` out, 16-byte aligned vector loads;
+- the gated activations (csrc/activation.cpp): contiguous rows of ``2d`` in (halves ``[a | b]``;
+  swigluoai_and_mul: interleaved ``gate, up`` pairs), ``d`` out; mul_and_silu, gelu[_tanh]_and_mul
+  and fatrelu_and_mul load vectors of up to 16 bytes, aligned to their width (the kernel halves
+  the width while half of it would still cover ``d`` with ``min(d, 1024)`` work-items, so only
+  ``d > 1024`` gets vectors; scalar when ``d`` is not a multiple of the width) and compute ``act(a)`` in fp32 rounded to the input's type, then the
+  product in that type (two roundings); fatrelu compares in fp32 with the threshold cast to
+  float; swigluoai_and_mul computes in fp32, rounded once;
 - rotary_embedding (csrc/pos_encoding_kernels.cpp, in place): the TORCH_CHECKs of the real one
   (positions 1-D or 2-D, query/key leading sizes equal to positions', hidden a multiple of
   head_size, heads a multiple of key heads); token ``t`` at ``t * stride(positions.dim() - 1)``
@@ -49,6 +61,11 @@ SCHEMAS = {
     "rms_norm": f"{_RMS}, {_WEIGHT}, float epsilon) -> ()",
     "fused_add_rms_norm": f"fused_add_rms_norm(Tensor! input, Tensor! residual, {_WEIGHT}, float epsilon) -> ()",
     "silu_and_mul": "silu_and_mul(Tensor! result, Tensor input) -> ()",
+    "mul_and_silu": "mul_and_silu(Tensor! out, Tensor input) -> ()",
+    "gelu_and_mul": "gelu_and_mul(Tensor! out, Tensor input) -> ()",
+    "gelu_tanh_and_mul": "gelu_tanh_and_mul(Tensor! out, Tensor input) -> ()",
+    "fatrelu_and_mul": "fatrelu_and_mul(Tensor! out, Tensor! input, float threshold) -> ()",
+    "swigluoai_and_mul": "swigluoai_and_mul(Tensor! out, Tensor input, float alpha=1.702, float limit=7.0) -> ()",
     "rotary_embedding": (
         "rotary_embedding(Tensor positions, Tensor! query, Tensor!? key, int head_size, "
         "Tensor cos_sin_cache, bool is_neox) -> ()"
@@ -104,6 +121,60 @@ def silu_and_mul(result, input):
     xf = input.as_strided((tokens, 2 * d), (2 * d, 1)).float()
     y = torch.nn.functional.silu(xf[:, :d]) * xf[:, d:]
     result.as_strided((tokens, d), (d, 1)).copy_(y.to(result.dtype))
+
+
+def _act_rows(name, out, input, vector=True):
+    """The (a, b) halves of each contiguous ``2d`` row, and the ``[tokens, d]`` rows of out."""
+    CALLS[name] += 1
+    if input.dtype not in _FLOATS:
+        raise RuntimeError(f"stand-in _C::{name}: not implemented for '{input.dtype}'")
+    d = input.shape[-1] // 2
+    width = 16 // input.element_size()
+    while width > 1 and (width >> 1) * min(d, 1024) >= d:
+        width >>= 1
+    if d % width:
+        width = 1
+    align = width * input.element_size()  # aligned_vec<scalar_t, width>
+    if vector and width > 1 and (input.data_ptr() % align or out.data_ptr() % align):
+        raise RuntimeError(f"stand-in _C::{name}: misaligned {width}-wide vector access")
+    tokens = input.numel() // (2 * d)
+    rows = input.as_strided((tokens, 2 * d), (2 * d, 1))
+    return rows, out.as_strided((tokens, d), (d, 1)), d
+
+
+def _act_then_mul(name, out, input, act, act_first=True):
+    rows, dst, d = _act_rows(name, out, input)
+    a, b = rows[:, :d], rows[:, d:]
+    if act_first:
+        dst.copy_(act(a.float()).to(input.dtype) * b)  # act rounded to the type, product in it
+    else:
+        dst.copy_(a * act(b.float()).to(input.dtype))
+
+
+def mul_and_silu(out, input):
+    _act_then_mul("mul_and_silu", out, input, torch.nn.functional.silu, act_first=False)
+
+
+def gelu_and_mul(out, input):
+    _act_then_mul("gelu_and_mul", out, input, torch.nn.functional.gelu)
+
+
+def gelu_tanh_and_mul(out, input):
+    _act_then_mul("gelu_tanh_and_mul", out, input, lambda a: torch.nn.functional.gelu(a, approximate="tanh"))
+
+
+def fatrelu_and_mul(out, input, threshold):
+    thr = torch.tensor(threshold, dtype=torch.float64).float()  # the kernel's float parameter
+    _act_then_mul("fatrelu_and_mul", out, input, lambda a: torch.where(a > thr, a, 0.0))
+
+
+def swigluoai_and_mul(out, input, alpha=1.702, limit=7.0):
+    rows, dst, _ = _act_rows("swigluoai_and_mul", out, input, vector=False)
+    lim = float(torch.tensor(limit, dtype=torch.float64).float())
+    gate = rows[:, 0::2].float().clamp(max=lim)
+    up = rows[:, 1::2].float().clamp(min=-lim, max=lim)
+    alpha32 = torch.tensor(alpha, dtype=torch.float64).float()
+    dst.copy_(((up + 1.0) * (gate * torch.sigmoid(gate * alpha32))).to(input.dtype))
 
 
 def _rotate_in_place(x, tokens, heads, token_stride, head_stride, rows, pos, is_neox):
@@ -163,7 +234,9 @@ def _changed_rms_norm(input, result, weight, epsilon):
 
 _KERNELS = {"rms_norm": _changed_rms_norm if VARIANT == "changed" else rms_norm,
             "fused_add_rms_norm": fused_add_rms_norm, "silu_and_mul": silu_and_mul,
-            "rotary_embedding": rotary_embedding}
+            "rotary_embedding": rotary_embedding, "mul_and_silu": mul_and_silu, "gelu_and_mul": gelu_and_mul,
+            "gelu_tanh_and_mul": gelu_tanh_and_mul, "fatrelu_and_mul": fatrelu_and_mul,
+            "swigluoai_and_mul": swigluoai_and_mul}
 _LIB = torch.library.Library("_C", "DEF")  # raises if another library owns _C (vLLM's _C)
 for _name, _schema in SCHEMAS.items():
     _LIB.define(_schema)
