@@ -9,6 +9,10 @@ Run:  .venv/bin/python benchmarks/kernels_cpu.py            (ours only)
       .venv/bin/python benchmarks/kernels_cpu.py --vllm     (re-runs itself in .venv-vllm)
 (the vLLM venv: bash benchmarks/setup_vllm_venv.sh)
 
+The gated activations (``--ops gelu_and_mul gelu_tanh_and_mul mul_and_silu fatrelu_and_mul
+swigluoai_and_mul``) are compared with the op's native (eager torch in fp32: what a CPU user gets
+without ircore) and, with ``--inductor``, the native compiled by Inductor.
+
 Method: per case, rounds of back-to-back calls (calls per round calibrated to ~20 ms), median of
 the per-round means, candidates interleaved round by round; inference_mode on; in-place
 buffers restored between rounds (outside the timed region). Ours is the functional op
@@ -56,7 +60,7 @@ def _load_vllm() -> bool:
     return hasattr(torch.ops._C, "rms_norm")
 
 
-def _cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, with_vllm: bool):
+def _cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, with_vllm: bool, inductor: bool = False):
     """{name: (call, restore)} for one op and size."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(tokens, hidden, dtype=dtype, generator=gen)
@@ -105,7 +109,35 @@ def _cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, with_vllm: boo
         b = torch.randn(hidden, dtype=dtype, generator=gen)
         cases["ours"] = (lambda: ours.layer_norm.default(x, w, b, EPS), None)
         cases["torch"] = (lambda: torch.nn.functional.layer_norm(x, (hidden,), w, b, EPS), None)
+    elif op in GATED:  # the gated activations: x of (tokens, 2 * hidden)
+        import ircore
+
+        name, params = GATED[op]
+        x2 = torch.randn(tokens, 2 * hidden, dtype=dtype, generator=gen) * 3
+        out2 = torch.empty(tokens, hidden, dtype=dtype)
+        kernel = getattr(ours, name).default
+        native = ircore.get_op(name).native
+        cases["ours"] = (lambda: kernel(x2, *params), None)
+        cases["torch"] = (lambda: native(x2, *params), None)  # the op's native, eager
+        if inductor:
+            compiled = torch.compile(native, dynamic=False)
+            cases["inductor"] = (lambda: compiled(x2, *params), None)
+        vname = {"gelu_tanh_and_mul": "gelu_tanh_and_mul"}.get(op, name)
+        if with_vllm and hasattr(torch.ops._C, vname) and name != "swigluoai_and_mul":
+            vfn = getattr(torch.ops._C, vname)
+            vparams = params if name == "fatrelu_and_mul" else ()
+            cases["vllm"] = (lambda: vfn(out2, x2, *vparams), None)
     return cases
+
+
+# --ops names of the gated activations -> (op, parameters)
+GATED = {
+    "gelu_and_mul": ("gelu_and_mul", ("none",)),
+    "gelu_tanh_and_mul": ("gelu_and_mul", ("tanh",)),
+    "mul_and_silu": ("mul_and_silu", ()),
+    "fatrelu_and_mul": ("fatrelu_and_mul", (0.1,)),
+    "swigluoai_and_mul": ("swigluoai_and_mul", (1.702, 7.0)),
+}
 
 
 def _round_ns(fn: Callable[[], object], calls: int) -> float:
@@ -145,6 +177,7 @@ def bench_cpu(
     max_calls: int = 5000,
     isa: str = "auto",
     vllm: bool = True,
+    inductor: bool = False,
 ) -> list[dict]:
     """Time our CPU ops (and vLLM's when importable); returns one row per case."""
     _load_ours()
@@ -156,7 +189,7 @@ def bench_cpu(
         with torch.inference_mode():
             for nt, op, dname, t in itertools.product(threads, ops, dtypes, tokens):
                 torch.set_num_threads(nt)
-                cases = _cases(op, t, hidden, DTYPES[dname], with_vllm)
+                cases = _cases(op, t, hidden, DTYPES[dname], with_vllm, inductor)
                 med = _time_interleaved(cases, rounds, target_ms, max_calls)
                 row = {"op": op, "dtype": dname, "tokens": t, "hidden": hidden, "threads": nt}
                 row.update({f"{k}_us": v / 1e3 for k, v in med.items()})
@@ -164,6 +197,8 @@ def bench_cpu(
                     row["speedup"] = med["vllm"] / med.get("ours_out", med["ours"])
                 if "torch" in med:  # both allocate their output
                     row["torch_speedup"] = med["torch"] / med["ours"]
+                if "inductor" in med:
+                    row["inductor_speedup"] = med["inductor"] / med["ours"]
                 rows.append(row)
     finally:
         torch.set_num_threads(prev_threads)
@@ -185,6 +220,8 @@ def format_rows(rows: list[dict]) -> str:
             line += f" {r['vllm_us']:9.2f} {r['speedup']:9.2f}"
         if "torch_us" in r:  # rms_norm_gated, layer_norm: torch's own as the anchor
             line += f"  torch {r['torch_us']:9.2f} us, torch/ours {r['torch_speedup']:5.2f}"
+        if "inductor_us" in r:  # the gated activations with --inductor: torch.compile'd native
+            line += f"  inductor {r['inductor_us']:9.2f} us, inductor/ours {r['inductor_speedup']:5.2f}"
         lines.append(line)
     lines.append("ours_out: the out-variant op (no allocation); vllm/ours compares it (else ours) with vLLM")
     return "\n".join(lines)
@@ -199,8 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         "--ops",
         nargs="+",
         default=["rms_norm", "fused_add_rms_norm"],
-        help="also silu_and_mul, rms_norm_gated, layer_norm (these two against torch's own: vLLM has no CPU kernel)",
+        help="also silu_and_mul, rms_norm_gated, layer_norm (these two against torch's own: vLLM has no CPU kernel), "
+        f"and the gated activations {', '.join(GATED)} (against the op's native, eager, and with --inductor "
+        "compiled; vLLM's _C where it has the op); hidden is then the output width (x: 2 * hidden)",
     )
+    p.add_argument("--inductor", action="store_true", help="gated activations: also torch.compile'd native")
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--rounds", type=int, default=11)
     p.add_argument("--isa", default="auto", choices=["auto", "scalar", "avx2", "avx512"])
@@ -221,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         hidden=args.hidden,
         rounds=args.rounds,
         isa=args.isa,
+        inductor=args.inductor,
     )
     print(json.dumps(rows, indent=1) if args.json else format_rows(rows))
     return 0

@@ -1,6 +1,8 @@
 """Side-by-side GPU benchmark of ircore's kernels and the anchors, in one process.
 
-For each op (rms_norm, fused_add_rms_norm, silu_and_mul), dtype (bf16, fp16), tokens T and hidden
+For each op (rms_norm, fused_add_rms_norm, silu_and_mul; with --ops also the gated norms, layer
+norms and the gated activations gelu_and_mul, gelu_tanh_and_mul, mul_and_silu, fatrelu_and_mul,
+swigluoai_and_mul), dtype (bf16, fp16), tokens T and hidden
 H, every implementation ("column") is first checked against an fp32 reference
 (``||out - ref|| / ||ref|| < 1e-2``; a column that fails is reported and not timed), then timed
 two ways, as in shared/notes/gpu-anchors.md:
@@ -68,7 +70,20 @@ OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
 # groups); both with transformers' roundings (round_normalized), as a model would call them.
 # LayerNorm with weight and bias, and with weight only.
 NORM_OPS = ("rms_norm_gated", "rms_norm_gated_grouped", "layer_norm", "layer_norm_nobias")
-ALL_OPS = OPS + NORM_OPS
+# The gated activations (also asked for with --ops): bench op -> (ircore op, its parameters). x is
+# (T, 2H), the output (T, H). Anchors: vLLM's forward_native in eager torch (x's dtype, as vLLM
+# runs it), the ircore op's native under torch.compile, and Liger's GEGLU (LigerGELUMulFunction,
+# the tanh GELU) for gelu_tanh_and_mul. vLLM's own _C kernels are not in this harness (no vLLM on
+# the GPU image): benchmarks/vllm_anchor.py would be the place.
+ACT_FORM = {
+    "gelu_and_mul": ("gelu_and_mul", ("none",)),
+    "gelu_tanh_and_mul": ("gelu_and_mul", ("tanh",)),
+    "mul_and_silu": ("mul_and_silu", ()),
+    "fatrelu_and_mul": ("fatrelu_and_mul", (0.1,)),
+    "swigluoai_and_mul": ("swigluoai_and_mul", (1.702, 7.0)),
+}
+ACT_OPS = tuple(ACT_FORM)
+ALL_OPS = OPS + NORM_OPS + ACT_OPS
 # bench op -> the ircore op, and its arguments after the tensors and epsilon, given H
 IRCORE_OP = {
     "rms_norm_gated": "rms_norm_gated",
@@ -99,11 +114,11 @@ DEFAULT_BUDGET_S = 320.0
 APPLIES = {
     "eager": set(ALL_OPS),
     "compile": set(ALL_OPS),
-    "liger": {"rms_norm", "fused_add_rms_norm", "layer_norm", "layer_norm_nobias"},
+    "liger": {"rms_norm", "fused_add_rms_norm", "layer_norm", "layer_norm_nobias", "gelu_tanh_and_mul"},
     "flashinfer": {"rms_norm", "fused_add_rms_norm"},
     "vllm_c": set(ALL_OPS),
     "triton": set(ALL_OPS),
-    "vllm_c_nopdl": set(ALL_OPS),
+    "vllm_c_nopdl": set(OPS + NORM_OPS),  # the gated activations' CUDA kernels have no PDL yet
     "triton_nopdl": set(ALL_OPS),
 }
 # Measuring order: columns needing a background build go last, so their builds overlap the rest.
@@ -118,6 +133,7 @@ EAGER_LABEL = {
     "rms_norm_gated_grouped": "native (eager)",
     "layer_norm": "F.layer_norm",
     "layer_norm_nobias": "F.layer_norm",
+    **{op: "vLLM native (eager)" for op in ACT_OPS},
 }
 LABEL = {
     "compile": "torch.compile",
@@ -152,7 +168,7 @@ def op_bytes(op: str, t: int, h: int, elt: int) -> int:
         return (2 * t * h + h) * elt
     if op == "fused_add_rms_norm":
         return (4 * t * h + h) * elt
-    if op == "silu_and_mul":
+    if op == "silu_and_mul" or op in ACT_FORM:  # x (T, 2H) in, (T, H) out
         return 3 * t * h * elt
     if op in GATED_FORM:  # x, gate, weight in; out
         return (3 * t * h + h) * elt
@@ -527,6 +543,8 @@ class Impls:
         mod = self.load(impl)
         if op in NORM_OPS:
             return self._norm_fn(impl, op, h, mod)
+        if op in ACT_FORM:
+            return self._act_fn(impl, op, h, mod)
         if impl == "eager":
             if op == "rms_norm":
                 return lambda x, w: (F.rms_norm(x, (h,), w, EPS),)
@@ -582,6 +600,41 @@ class Impls:
             return lambda x: (mod.silu_and_mul(x),)
         raise ValueError(impl)
 
+
+    def _act_fn(self, impl: str, op: str, h: int, mod: Any):
+        """The gated activations: x (T, 2H) -> (out,)."""
+        import torch
+        import torch.nn.functional as F
+
+        import ircore
+
+        name, params = ACT_FORM[op]
+        if impl == "eager":  # vLLM's forward_native, in x's dtype
+            if name == "gelu_and_mul":
+                return lambda x: (F.gelu(x[:, :h], approximate=params[0]) * x[:, h:],)
+            if name == "mul_and_silu":
+                return lambda x: (x[:, :h] * F.silu(x[:, h:]),)
+            if name == "fatrelu_and_mul":
+                return lambda x: (F.threshold(x[:, :h], params[0], 0.0) * x[:, h:],)
+            alpha, limit = params
+
+            def swiglu(x):
+                g = x[:, ::2].clamp(max=limit)
+                u = x[:, 1::2].clamp(min=-limit, max=limit)
+                return ((u + 1) * (g * torch.sigmoid(g * alpha)),)
+
+            return swiglu
+        if impl == "compile":
+            c = self.compiled.get(op)
+            if c is None:
+                c = self.compiled[op] = torch.compile(ircore.get_op(name).native, fullgraph=True, dynamic=False)
+            return lambda x: (c(x, *params),)
+        if impl == "liger":  # GEGLU with the tanh GELU, on the two halves (views)
+            from liger_kernel.ops.geglu import LigerGELUMulFunction
+
+            return lambda x: (LigerGELUMulFunction.apply(x[:, :h], x[:, h:]),)
+        kernel = getattr(mod, name).default if impl == "vllm_c" else getattr(mod, name)
+        return lambda x: (kernel(x, *params),)
 
     def _norm_fn(self, impl: str, op: str, h: int, mod: Any):
         """The NORM_OPS: gated (x, gate, w) -> (out,); layer_norm (x, w, b) or nobias (x, w)."""
@@ -678,6 +731,11 @@ def reference(op: str, inputs: tuple, h: int) -> tuple:
         return norm(s, w.float()), s
     (x,) = inputs
     xf = x.float()
+    if op in ACT_FORM:
+        import ircore
+
+        name, params = ACT_FORM[op]
+        return (ircore.get_op(name).native(xf, *params),)
     return (F.silu(xf[:, :h]) * xf[:, h:],)
 
 

@@ -29,7 +29,10 @@ def test_native_matches_fp64_reference(op_name):
             assert len(samples) >= 7
             for sample in samples:
                 out = op.native(*sample.args)
-                assert out.dtype == dtype and out.shape == (*sample.args[0].shape[:-1], sample.args[0].shape[-1] // 2)
+                assert out.dtype == dtype and out.shape == (
+                    *sample.args[0].shape[:-1],
+                    sample.args[0].shape[-1] // 2,
+                )
                 assert_close_to_reference(op, out, sample.args, label=f"{dtype} {sample.label}")
 
 
@@ -66,7 +69,9 @@ def test_native_is_vllms_forward_native_in_fp32(op_name, params):
     each step to x's dtype, ircore's op once; both are within the op's tolerance of the fp32 result."""
     op = ircore.get_op(op_name)
     x = torch.randn(5, 2 * 203, generator=torch.Generator().manual_seed(3)) * 5  # beyond the clamps
-    torch.testing.assert_close(op.native(x, *params), _vllm_forward_native(op_name, x, *params), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        op.native(x, *params), _vllm_forward_native(op_name, x, *params), rtol=1e-6, atol=1e-6
+    )
     for dtype in (torch.float16, torch.bfloat16):
         xl = x.to(dtype)
         tol = op.tolerance(dtype)
@@ -89,7 +94,10 @@ def test_halves_order_and_interleaving():
     """Which element is the gate: the first half (gelu, fatrelu), the second (mul_and_silu), the
     even positions (swigluoai)."""
     x = torch.tensor([[2.0, -1.0, 3.0, 0.5]])
-    torch.testing.assert_close(ircore.ops.mul_and_silu(x), torch.tensor([[2.0 * F.silu(torch.tensor(3.0)), -1.0 * F.silu(torch.tensor(0.5))]]))
+    torch.testing.assert_close(
+        ircore.ops.mul_and_silu(x),
+        torch.tensor([[2.0 * F.silu(torch.tensor(3.0)), -1.0 * F.silu(torch.tensor(0.5))]]),
+    )
     torch.testing.assert_close(ircore.ops.fatrelu_and_mul(x), torch.tensor([[6.0, 0.0]]))
     g, u = torch.tensor([2.0, 3.0]), torch.tensor([-1.0, 0.5])  # x[::2], x[1::2]
     torch.testing.assert_close(ircore.ops.swigluoai_and_mul(x)[0], (u + 1) * g * torch.sigmoid(1.702 * g))
@@ -127,17 +135,33 @@ def test_16_bit_results_are_rounded_once():
 
 
 BAD = [
-    ("gelu_and_mul", (torch.randn(2, 8), "exact"), "argument 'approximate' is 'exact'; expected one of 'none' (erf GELU) or 'tanh'"),
+    (
+        "gelu_and_mul",
+        (torch.randn(2, 8), "exact"),
+        "argument 'approximate' is 'exact'; expected one of 'none' (erf GELU) or 'tanh'",
+    ),
     ("gelu_and_mul", (torch.randn(2, 8), "Tanh"), "argument 'approximate' is 'Tanh'"),
     ("gelu_and_mul", (torch.randn(2, 8), None), "argument 'approximate' must be a str"),
-    ("gelu_and_mul", (torch.randn(2, 7),), "argument 'x' has last dimension 7 (shape (2, 7)); it must be even"),
+    (
+        "gelu_and_mul",
+        (torch.randn(2, 7),),
+        "argument 'x' has last dimension 7 (shape (2, 7)); it must be even",
+    ),
     ("mul_and_silu", (torch.randn(2, 0),), "argument 'x' has last dimension 0"),
     ("mul_and_silu", (torch.ones(2, 8, dtype=torch.float64),), "argument 'x' has dtype torch.float64"),
-    ("fatrelu_and_mul", (torch.randn(2, 8), math.nan), "argument 'threshold' is nan; expected a number, not NaN"),
+    (
+        "fatrelu_and_mul",
+        (torch.randn(2, 8), math.nan),
+        "argument 'threshold' is nan; expected a number, not NaN",
+    ),
     ("fatrelu_and_mul", (torch.randn(3),), "argument 'x' has last dimension 3"),
     ("swigluoai_and_mul", (torch.randn(2, 8), 1.0, -1.0), "argument 'limit' is -1.0; expected a number >= 0"),
     ("swigluoai_and_mul", (torch.randn(2, 8), 1.0, math.nan), "argument 'limit' is nan"),
-    ("swigluoai_and_mul", (torch.randn(2, 8), math.inf, 7.0), "argument 'alpha' is inf; expected a finite number"),
+    (
+        "swigluoai_and_mul",
+        (torch.randn(2, 8), math.inf, 7.0),
+        "argument 'alpha' is inf; expected a finite number",
+    ),
     ("swigluoai_and_mul", (torch.randn(2, 8), 1e39, 7.0), "argument 'alpha' is 1e+39"),
     ("swigluoai_and_mul", (torch.randn(2, 5),), "interleaved pairs (gate, up)"),
     ("swigluoai_and_mul", (torch.tensor(1.0),), "argument 'x' is a 0-d tensor"),
@@ -150,7 +174,9 @@ def test_bad_input_raises_one_clear_error(op_name, args, message):
     for call in (op, op.explain):
         with pytest.raises(InvalidArgumentError) as info:
             call(*args)
-        assert str(info.value).startswith(f"ircore.ops.{op_name}: ") and message in str(info.value), str(info.value)
+        assert str(info.value).startswith(f"ircore.ops.{op_name}: ") and message in str(info.value), str(
+            info.value
+        )
 
 
 def test_the_str_op_is_checked_on_every_call_and_keyword_defaults_work():
@@ -163,4 +189,6 @@ def test_the_str_op_is_checked_on_every_call_and_keyword_defaults_work():
     torch.testing.assert_close(op(x), op.native(x, "none"))
     with pytest.raises(InvalidArgumentError, match="'approximate' is 'sigmoid'"):
         op(x, approximate="sigmoid")
-    torch.testing.assert_close(ircore.ops.swigluoai_and_mul(x, limit=3.0), ircore.ops.swigluoai_and_mul.native(x, 1.702, 3.0))
+    torch.testing.assert_close(
+        ircore.ops.swigluoai_and_mul(x, limit=3.0), ircore.ops.swigluoai_and_mul.native(x, 1.702, 3.0)
+    )

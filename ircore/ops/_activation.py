@@ -92,7 +92,8 @@ def _check_halves(op: str, x: torch.Tensor, what: str = "the two halves [gate, u
         _checks.bad_argument(
             op,
             "x",
-            f"has last dimension {x.shape[-1]} (shape {tuple(x.shape)}); it must be even and non-zero: {what}",
+            f"has last dimension {x.shape[-1]} (shape {tuple(x.shape)}); it must be even and "
+            f"non-zero: {what}",
         )
 
 
@@ -104,7 +105,12 @@ def _check_real(op: str, arg: str, value: float, *, nonnegative: bool = False) -
 
 def _check_gelu_and_mul(x: torch.Tensor, approximate: str = "none") -> None:
     try:  # the common valid call first: this runs on every eager call (no signature cache: a str)
-        if (approximate == "none" or approximate == "tanh") and x.dtype in _FLOAT and (d := x.shape[-1]) and not d % 2:
+        if (
+            (approximate == "none" or approximate == "tanh")
+            and x.dtype in _FLOAT
+            and (d := x.shape[-1])
+            and not d % 2
+        ):
             return
     except (AttributeError, IndexError):
         pass
@@ -142,7 +148,13 @@ def _check_fatrelu_and_mul(x: torch.Tensor, threshold: float = 0.0) -> None:
 
 def _check_swigluoai_and_mul(x: torch.Tensor, alpha: float = 1.702, limit: float = 7.0) -> None:
     try:
-        if -_FP32_MAX <= alpha <= _FP32_MAX and limit >= 0 and x.dtype in _FLOAT and (d := x.shape[-1]) and not d % 2:
+        if (
+            -_FP32_MAX <= alpha <= _FP32_MAX
+            and limit >= 0
+            and x.dtype in _FLOAT
+            and (d := x.shape[-1])
+            and not d % 2
+        ):
             return
     except (AttributeError, IndexError, TypeError):
         pass
@@ -150,7 +162,9 @@ def _check_swigluoai_and_mul(x: torch.Tensor, alpha: float = 1.702, limit: float
     _check_halves("swigluoai_and_mul", x, "interleaved pairs (gate, up): x[..., ::2] and x[..., 1::2]")
     if not -_FP32_MAX <= alpha <= _FP32_MAX:  # inf * a zero gate would be NaN
         _checks.bad_argument(
-            "swigluoai_and_mul", "alpha", f"is {alpha!r}; expected a finite number within float32's range, e.g. 1.702"
+            "swigluoai_and_mul",
+            "alpha",
+            f"is {alpha!r}; expected a finite number within float32's range, e.g. 1.702",
         )
     _check_real("swigluoai_and_mul", "limit", limit, nonnegative=True)
 
@@ -191,7 +205,9 @@ _GATED_SHAPES = ((1, 16), (4, 256), (7, 2 * 37), (5, 2 * 1001), (2, 3, 128), (0,
 def _gated_samples(seed: int, device: str, dtype: torch.dtype, params: tuple[tuple, ...], scale: float = 2.0):
     gen = _samples.generator(seed, device)
     for shape in _GATED_SHAPES:
-        yield Sample((_samples.randn(shape, dtype, device, gen, scale=scale), *params[0]), "x".join(map(str, shape)))
+        yield Sample(
+            (_samples.randn(shape, dtype, device, gen, scale=scale), *params[0]), "x".join(map(str, shape))
+        )
     x = _samples.randn((6, 2 * 96), dtype, device, gen, scale=scale)
     for extra in params[1:]:
         yield Sample((x, *extra), f"6x192 {extra}")
@@ -213,7 +229,9 @@ def _fatrelu_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Iterator
 
 def _swigluoai_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Iterator[Sample]:
     # scale 4: a good share of gates above 7 and ups beyond +-7 (the clamps); limit 2: most clamp
-    return _gated_samples(seed + 24, device, dtype, ((1.702, 7.0), (1.0, 2.0), (1.702, float("inf"))), scale=4.0)
+    return _gated_samples(
+        seed + 24, device, dtype, ((1.702, 7.0), (1.0, 2.0), (1.702, float("inf"))), scale=4.0
+    )
 
 
 def _make_gated_inputs(*params: object, scale: float = 2.0):

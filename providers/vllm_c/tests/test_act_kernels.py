@@ -67,41 +67,6 @@ def test_extremes_and_nan_match_native(target, name, params):  # noqa: F811
     x = torch.cat([vals.repeat(len(v)), vals.repeat_interleave(len(v))]).reshape(1, -1)  # every pair
     x = torch.cat([x, x.roll(5, -1)]).to(target)  # the pairs in other lanes too
     out = getattr(ops, name)(x, *params)
-    assert out.shape == (*x.shape[:-1], x.shape[-1] // 2) and out.dtype == dtype and out.is_contiguous(), label
-    tol = op.tolerance(dtype)
-    ref = op.reference(x.cpu(), *params).to(out.device)
-    torch.testing.assert_close(out.double(), ref, atol=tol.atol, rtol=tol.rtol, msg=lambda m: f"{name}{params} {label}: {m}")
-    torch.testing.assert_close(out, op.native(x, *params), atol=tol.atol, rtol=tol.rtol, equal_nan=True)
-
-
-@pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
-@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=IDS)
-def test_kernel_matches_reference(target, name, params, dtype):  # noqa: F811
-    """Half-widths 1 (no vector), 7, 8 (16-bit AVX2 vector exactly), 33, 1000 and 4097 (tails of
-    every vector width), over 1, 3 and 257 rows (several threads' tasks)."""
-    for tokens, d in ((1, 1), (3, 7), (257, 8), (3, 33), (3, 1000), (1, 4097)):
-        x = _randn((tokens, 2 * d), dtype, target, tokens + d, scale=4.0)
-        _check(name, params, x, dtype, f"{tokens}x{2 * d}")
-
-
-@pytest.mark.parametrize("dtype", _ref.DTYPES, ids=str)
-@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=IDS)
-def test_layouts_3d_and_empty(target, name, params, dtype):  # noqa: F811
-    for label, x in _layouts(5, 2 * 130, dtype, target, 9):
-        _check(name, params, x * 3, dtype, label)
-    _check(name, params, _randn((2, 3, 2 * 64), dtype, target, 4, scale=3.0), dtype, "2x3x128")
-    assert getattr(ops, name)(torch.empty((0, 16), dtype=dtype, device=target), *params).shape == (0, 8)
-
-
-@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=IDS)
-def test_extremes_and_nan_match_native(target, name, params):  # noqa: F811
-    """Large magnitudes (exp saturating both ways), +-inf, NaN and zeros, every (a, b) pair of them,
-    in several lane positions: the kernel gives native's result, NaN where native has NaN."""
-    v = [-100.0, -20.0, -7.5, -1e-3, 0.0, 1e-3, 7.0, 7.5, 20.0, 100.0, math.inf, -math.inf, math.nan]
-    vals = torch.tensor(v * 5)[:64]
-    x = torch.stack([vals, vals.roll(7), vals.roll(-3)]).repeat(1, 2)  # 3 x 128: NaN in many lanes
-    x = x.to(target)
-    out = getattr(ops, name)(x, *params)
     expected = ircore.get_op(name).native(x, *params)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5, equal_nan=True)
 
