@@ -360,7 +360,8 @@ def test_compiled_graph_calls_the_ops_ircore_built(aiter):
         assert f"torch.ops.ircore_aiter.{name}.default(" in code, name
     assert "torch.ops.aiter." not in code  # AITER runs inside that kernel, not traced into the graph
     assert set(ircore.compile.report().last_lowering.values()) == {"aiter"}
-    assert all(aiter.CALLS[name] == calls.get(name, 0) + 1 for name in aiter.CALLS)  # once each, at run time
+    used = {"rms_norm", "rmsnorm2d_fwd_with_add", "silu_and_mul"}  # once each, at run time; no other kernel
+    assert all(aiter.CALLS[name] == calls.get(name, 0) + (name in used) for name in aiter.CALLS)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g.float(), e.float(), atol=1.6e-2, rtol=1.6e-2)
 

@@ -53,7 +53,7 @@ DEFAULT_RANK = 10
 # stride, facts of the call signature (see impls.py). fused_add_rms_norm works in place.
 # The rotary predicates read strides other than the last and sizes other than the last (where
 # positions put the tokens, where heads are): not signature facts, so no cache_by_signature.
-IRCORE_IMPLEMENTATIONS = {
+_ROWS = {
     **ircore.impl_table(
         "ircore_xpu.impls",
         (*NORM_OPS, "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul"),
@@ -67,6 +67,7 @@ IRCORE_IMPLEMENTATIONS = {
         "ircore_xpu.impls", ROPE_OPS, inplace=ROPE_OPS, cache_by_signature=False, rank=DEFAULT_RANK
     ),
 }
+IRCORE_IMPLEMENTATIONS = {op: _ROWS[op] for op in OPS}  # in OPS's order (ircore list names them so)
 
 _NAMESPACE_CLASH = (
     "torch.ops._C already belongs to another library, most likely vLLM's own extension (vllm._C), "

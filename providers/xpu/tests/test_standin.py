@@ -343,10 +343,10 @@ def test_conformance_kit(kernels):
 
 
 def test_conformance_kit_gated_activations(kernels):
-    """The gated activations (one seed: the layouts above cover the rest), every dtype."""
+    """The gated activations (fp32 and bf16, one seed: the layouts above cover fp16 and the rest)."""
     ops = ("gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul")
     calls = dict(kernels.CALLS)
-    report = check_provider("xpu", dtypes=(FP32, FP16, BF16), seeds=(0,), ops=ops)
+    report = check_provider("xpu", dtypes=(FP32, BF16), seeds=(0,), ops=ops)
     assert set(report.checked) == set(ops) and all(n > 0 for n in report.checked.values()), report
     for kernel in ("gelu_and_mul", "gelu_tanh_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul"):
         assert kernels.CALLS[kernel] > calls.get(kernel, 0), kernel
@@ -380,7 +380,8 @@ def test_compiled_graph_calls_the_ops_ircore_built(kernels):
         assert f"torch.ops.ircore_xpu.{name}.default(" in code, name
     assert "torch.ops._C." not in code  # the vendor op runs inside that kernel, not traced into the graph
     assert set(ircore.compile.report().last_lowering.values()) == {"xpu"}
-    assert all(kernels.CALLS[name] == calls.get(name, 0) + 1 for name in kernels.CALLS)  # once each, at run time
+    used = {"rms_norm", "fused_add_rms_norm", "silu_and_mul"}  # once each, at run time; no other kernel
+    assert all(kernels.CALLS[name] == calls.get(name, 0) + (name in used) for name in kernels.CALLS)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g.float(), e.float(), atol=1.6e-2, rtol=1.6e-2)
 
