@@ -331,11 +331,12 @@ def test_conformance_kit(aiter):
 
 
 def test_conformance_kit_rotary(aiter):
-    """The rotary ops (fp32 and bf16, one seed: the layouts below cover the rest): partial rotary, inverse and
-    the deepseek format declined, everything else checked against the fp64 reference."""
+    """The rotary ops (bf16, one seed: the layouts below cover fp32 and the rest): partial
+    rotary, inverse and the deepseek format declined, everything else checked against the fp64
+    reference."""
     calls = dict(aiter.CALLS)
     ops = ("rotary_embedding", "rotary_embedding_query_only")
-    report = check_provider("aiter", dtypes=(FP32, BF16), seeds=(0,), ops=ops)
+    report = check_provider("aiter", dtypes=(BF16,), seeds=(0,), ops=ops)
     assert set(report.checked) == set(ops) and all(n > 0 for n in report.checked.values()), report
     for name in ops:
         declined = " ".join(report.declined[name])

@@ -31,6 +31,12 @@ the kernels' sources (``csrc/layernorm.cpp``, ``activation.cpp``):
   pairs with scalar loads. They round ``act(a)`` to the input's dtype before the product (two
   roundings where native rounds once: within the ops' tolerances). Releases without one of these
   ops still serve the others: its predicate then declines every call.
+- ``fused_qk_norm_rope`` (``csrc/fused_qknorm_rope.cpp``, in place, the op's own schema):
+  qkv and position_ids contiguous (any number of token dimensions: passed as their
+  ``[tokens, width]`` and ``[tokens]`` views), fp16/bf16 qkv with weights of its dtype, contiguous;
+  the cache contiguous in fp32/fp16/bf16; head_dim 64, 128, 256 or 512. RMSNorm and RoPE in fp32,
+  rounded once (native rounds after the norm and after each RoPE operation: within the op's
+  tolerance). Optional per release, like the activations.
 - Releases before the optional weight (``Tensor weight``) get a cached tensor of ones for
   ``weight=None``. Empty inputs never reach a kernel.
 
@@ -50,6 +56,8 @@ __all__ = [
     "fatrelu_and_mul_supports",
     "fused_add_rms_norm",
     "fused_add_rms_norm_supports",
+    "fused_qk_norm_rope",
+    "fused_qk_norm_rope_supports",
     "gelu_and_mul",
     "gelu_and_mul_supports",
     "mul_and_silu",
@@ -86,10 +94,18 @@ def _optional(name: str) -> torch._ops.OpOverload | None:
     return getattr(torch.ops._C, name).default
 
 
-#: The gated activations' kernels, None where this release lacks one.
+#: The optional kernels (the gated activations', fused_qk_norm_rope's), None where this release
+#: lacks one.
 ACTIVATIONS = {
     name: _optional(name)
-    for name in ("mul_and_silu", "gelu_and_mul", "gelu_tanh_and_mul", "fatrelu_and_mul", "swigluoai_and_mul")
+    for name in (
+        "mul_and_silu",
+        "gelu_and_mul",
+        "gelu_tanh_and_mul",
+        "fatrelu_and_mul",
+        "swigluoai_and_mul",
+        "fused_qk_norm_rope",
+    )
 }
 
 
@@ -180,6 +196,29 @@ def swigluoai_and_mul(x: Tensor, alpha: float = 1.702, limit: float = 7.0) -> Te
     if x.numel() and kernel is not None:
         kernel(out, x, alpha, limit)
     return out
+
+
+def fused_qk_norm_rope(
+    qkv: Tensor,
+    num_heads_q: int,
+    num_heads_k: int,
+    num_heads_v: int,
+    head_dim: int,
+    eps: float,
+    q_weight: Tensor,
+    k_weight: Tensor,
+    cos_sin_cache: Tensor,
+    is_neox: bool,
+    position_ids: Tensor,
+) -> Tensor:
+    """In place: ``torch.ops._C.fused_qk_norm_rope`` on the ``[tokens, width]`` view of qkv."""
+    kernel = ACTIVATIONS["fused_qk_norm_rope"]
+    if position_ids.numel() and kernel is not None:
+        kernel(
+            qkv.view(-1, qkv.shape[-1]), num_heads_q, num_heads_k, num_heads_v, head_dim, eps,
+            q_weight, k_weight, cos_sin_cache, is_neox, position_ids.view(-1),
+        )  # fmt: skip
+    return qkv
 
 
 def rotary_embedding(
@@ -384,3 +423,33 @@ def fatrelu_and_mul_supports(x: Tensor, threshold: float) -> bool:
 def swigluoai_and_mul_supports(x: Tensor, alpha: float, limit: float) -> bool:
     """This release has the kernel; on the platform's device, contiguous."""
     return _activation_supported("swigluoai_and_mul", x)
+
+
+def fused_qk_norm_rope_supports(
+    qkv: Tensor,
+    num_heads_q: int,
+    num_heads_k: int,
+    num_heads_v: int,
+    head_dim: int,
+    eps: float,
+    q_weight: Tensor,
+    k_weight: Tensor,
+    cos_sin_cache: Tensor,
+    is_neox: bool,
+    position_ids: Tensor,
+) -> bool:
+    """This release has the kernel; fp16/bf16 qkv on the platform's device, contiguous, with
+    contiguous position_ids, weights of its dtype and a contiguous cache; head_dim 64-512."""
+    return (
+        ACTIVATIONS["fused_qk_norm_rope"] is not None
+        and qkv.device.type == _DEVICE
+        and qkv.dtype in (torch.float16, torch.bfloat16)
+        and head_dim in (64, 128, 256, 512)
+        and qkv.is_contiguous()
+        and position_ids.is_contiguous()
+        and q_weight.dtype is qkv.dtype
+        and k_weight.dtype is qkv.dtype
+        and q_weight.is_contiguous()
+        and k_weight.is_contiguous()
+        and cos_sin_cache.is_contiguous()
+    )

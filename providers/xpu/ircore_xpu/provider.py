@@ -31,20 +31,25 @@ CALL_FORMS = {
     "rotary_embedding": ("positions", "query", "key", "head_size", "cos_sin_cache", "is_neox"),
 }
 
-#: The gated activations' kernels, checked where the release has them (each op's predicate
-#: declines every call where it does not; see impls.py).
+#: The gated activations' kernels and fused_qk_norm_rope, checked where the release has them
+#: (each op's predicate declines every call where it does not; see impls.py).
 OPTIONAL_CALL_FORMS = {
     "mul_and_silu": ("out", "input"),
     "gelu_and_mul": ("out", "input"),
     "gelu_tanh_and_mul": ("out", "input"),
     "fatrelu_and_mul": ("out", "input", "threshold"),
     "swigluoai_and_mul": ("out", "input", "alpha", "limit"),
+    "fused_qk_norm_rope": (
+        "qkv", "num_heads_q", "num_heads_k", "num_heads_v", "head_dim", "eps", "q_weight", "k_weight",
+        "cos_sin_cache", "is_neox", "position_ids",
+    ),
 }
 
 NORM_OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
 ACT_OPS = ("gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul")
-#: Both rotary ops call ``torch.ops._C.rotary_embedding`` (in place; key=None for query-only).
-ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only")
+#: Both rotary ops call ``torch.ops._C.rotary_embedding`` (in place; key=None for query-only);
+#: fused_qk_norm_rope ``torch.ops._C.fused_qk_norm_rope`` (in place, optional per release).
+ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only", "fused_qk_norm_rope")
 OPS = NORM_OPS + ACT_OPS + ROPE_OPS
 #: Ahead of triton (20) on Intel GPUs: hand-written SYCL kernels. Not measured by ircore.
 DEFAULT_RANK = 10

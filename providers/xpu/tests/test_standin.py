@@ -330,6 +330,45 @@ def test_rotary_in_place_contract(kernels):
     assert_close_to_reference(ircore.ops.rotary_embedding, (q, k), before)
 
 
+# ------------------------------------------------------------------ fused_qk_norm_rope (in place)
+def _fused_args(tokens=(4,), d=64, dtype=BF16, cache_dtype=None, neox=True, weight_dtype=None, qkv=None, pos=None):
+    hq, hk, hv = 4, 2, 2
+    qkv = randn(*tokens, (hq + hk + hv) * d, dtype=dtype) if qkv is None else qkv
+    wq, wk = weight(d, weight_dtype or dtype), weight(d, weight_dtype or dtype)
+    pos = torch.randint(0, 90, tokens) if pos is None else pos
+    return (qkv, hq, hk, hv, d, 1e-6, wq, wk, rope_cache(97, d, cache_dtype or dtype), neox, pos)
+
+
+FUSED_QK = {
+    "[T, W] neox": (lambda: _fused_args(), True),
+    "[B, S, W] gptj, fp32 cache": (lambda: _fused_args(tokens=(2, 3), neox=False, cache_dtype=FP32), True),
+    "head_dim 128, fp16": (lambda: _fused_args(d=128, dtype=FP16), True),
+    "fp32 qkv": (lambda: _fused_args(dtype=FP32), False),
+    "head_dim 32": (lambda: _fused_args(d=32), False),
+    "fp32 weights, bf16 qkv": (lambda: _fused_args(weight_dtype=FP32), False),
+    "qkv a row-strided view": (lambda: _fused_args(qkv=randn(4, 16 * 64)[:, : 8 * 64]), False),
+    "non-contiguous position_ids": (lambda: _fused_args(pos=torch.randint(0, 90, (8,))[::2]), False),
+}
+
+
+@pytest.mark.parametrize("label", FUSED_QK)
+def test_fused_qk_norm_rope_layouts(kernels, label):
+    make, accepted = FUSED_QK[label]
+    before = kernels.CALLS["fused_qk_norm_rope"]
+    assert_dispatched("fused_qk_norm_rope", make(), "xpu", accepted, label)  # in place: on clones
+    assert kernels.CALLS["fused_qk_norm_rope"] == before + accepted
+
+
+@pytest.mark.parametrize("label", [label for label, case in FUSED_QK.items() if not case[1]])
+def test_fused_qk_kernel_refuses_what_its_predicate_declines(kernels, label):
+    from ircore_xpu import impls
+
+    args = FUSED_QK[label][0]()
+    assert not impls.fused_qk_norm_rope_supports(*args)
+    with pytest.raises(RuntimeError):
+        impls.fused_qk_norm_rope(*args)
+
+
 # ------------------------------------------------------------------ the conformance kit
 def test_conformance_kit(kernels):
     """Every sample the predicates accept, all dtypes: right numbers, inputs untouched, in place."""
@@ -343,21 +382,28 @@ def test_conformance_kit(kernels):
 
 
 def test_conformance_kit_gated_activations(kernels):
-    """The gated activations (fp32 and bf16, one seed: the layouts above cover fp16 and the rest)."""
+    """The gated activations (bf16, one seed: the layouts above cover fp32, fp16 and the rest)."""
     ops = ("gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul")
     calls = dict(kernels.CALLS)
-    report = check_provider("xpu", dtypes=(FP32, BF16), seeds=(0,), ops=ops)
+    report = check_provider("xpu", dtypes=(BF16,), seeds=(0,), ops=ops)
     assert set(report.checked) == set(ops) and all(n > 0 for n in report.checked.values()), report
     for kernel in ("gelu_and_mul", "gelu_tanh_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul"):
         assert kernels.CALLS[kernel] > calls.get(kernel, 0), kernel
 
 
+def test_conformance_kit_fused_qk_norm_rope(kernels):
+    """bf16, one seed (fp16 and the layouts above cover the rest); the in-place kernel each time."""
+    calls = kernels.CALLS["fused_qk_norm_rope"]
+    report = check_provider("xpu", dtypes=(BF16,), seeds=(0,), ops=("fused_qk_norm_rope",))
+    assert report.checked["fused_qk_norm_rope"] > 0 and kernels.CALLS["fused_qk_norm_rope"] > calls, report
+
+
 def test_conformance_kit_rotary(kernels):
-    """The rotary ops (fp32 and bf16, one seed: the layouts above cover the rest): what the 6-argument schema
-    lacks is declined, everything else checked against the fp64 reference."""
+    """The rotary ops (bf16, one seed: the layouts above cover fp32 and the rest): what the
+    6-argument schema lacks is declined, everything else checked against the fp64 reference."""
     calls = kernels.CALLS["rotary_embedding"]
     ops = ("rotary_embedding", "rotary_embedding_query_only")
-    report = check_provider("xpu", dtypes=(FP32, BF16), seeds=(0,), ops=ops)
+    report = check_provider("xpu", dtypes=(BF16,), seeds=(0,), ops=ops)
     assert set(report.checked) == set(ops) and all(n > 0 for n in report.checked.values()), report
     assert kernels.CALLS["rotary_embedding"] > calls
     for name in ops:

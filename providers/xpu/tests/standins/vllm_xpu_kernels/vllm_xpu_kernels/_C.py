@@ -14,6 +14,9 @@ process, which is why it cannot coexist with vLLM's own ``vllm._C``) and defines
     gelu_tanh_and_mul(Tensor! out, Tensor input) -> ()
     fatrelu_and_mul(Tensor! out, Tensor! input, float threshold) -> ()
     swigluoai_and_mul(Tensor! out, Tensor input, float alpha=1.702, float limit=7.0) -> ()
+    fused_qk_norm_rope(Tensor! qkv, int num_heads_q, int num_heads_k, int num_heads_v,
+                       int head_dim, float eps, Tensor q_weight, Tensor k_weight,
+                       Tensor cos_sin_cache, bool is_neox, Tensor position_ids) -> ()
 
 Its kernels are registered for XPU (as the real ones) and for the CPU, where they compute, and
 they address memory as the real SYCL kernels do (csrc/layernorm.cpp, activation.cpp):
@@ -30,6 +33,12 @@ they address memory as the real SYCL kernels do (csrc/layernorm.cpp, activation.
   ``d > 1024`` gets vectors; scalar when ``d`` is not a multiple of the width) and compute ``act(a)`` in fp32 rounded to the input's type, then the
   product in that type (two roundings); fatrelu compares in fp32 with the threshold cast to
   float; swigluoai_and_mul computes in fp32, rounded once;
+- fused_qk_norm_rope (csrc/fused_qknorm_rope.cpp, in place): its TORCH_CHECKs (qkv 2-D and
+  contiguous, position_ids 1-D contiguous int64, weights 1-D of head_dim, contiguous, of qkv's
+  dtype, the cache 2-D contiguous), fp16/bf16 qkv only, head_dim 64/128/256/512 only; the
+  q and k heads at ``token * heads * head_dim``; RMSNorm and RoPE in fp32 (the cache read in its
+  own dtype at ``pos * rotary_dim``), rounded once; a position outside the cache reads out of
+  bounds (an error here);
 - rotary_embedding (csrc/pos_encoding_kernels.cpp, in place): the TORCH_CHECKs of the real one
   (positions 1-D or 2-D, query/key leading sizes equal to positions', hidden a multiple of
   head_size, heads a multiple of key heads); token ``t`` at ``t * stride(positions.dim() - 1)``
@@ -66,6 +75,10 @@ SCHEMAS = {
     "gelu_tanh_and_mul": "gelu_tanh_and_mul(Tensor! out, Tensor input) -> ()",
     "fatrelu_and_mul": "fatrelu_and_mul(Tensor! out, Tensor! input, float threshold) -> ()",
     "swigluoai_and_mul": "swigluoai_and_mul(Tensor! out, Tensor input, float alpha=1.702, float limit=7.0) -> ()",
+    "fused_qk_norm_rope": (
+        "fused_qk_norm_rope(Tensor! qkv, int num_heads_q, int num_heads_k, int num_heads_v, int head_dim, "
+        "float eps, Tensor q_weight, Tensor k_weight, Tensor cos_sin_cache, bool is_neox, Tensor position_ids) -> ()"
+    ),
     "rotary_embedding": (
         "rotary_embedding(Tensor positions, Tensor! query, Tensor!? key, int head_size, "
         "Tensor cos_sin_cache, bool is_neox) -> ()"
@@ -177,6 +190,46 @@ def swigluoai_and_mul(out, input, alpha=1.702, limit=7.0):
     dst.copy_(((up + 1.0) * (gate * torch.sigmoid(gate * alpha32))).to(input.dtype))
 
 
+def fused_qk_norm_rope(qkv, num_heads_q, num_heads_k, num_heads_v, head_dim, eps, q_weight, k_weight,
+                       cos_sin_cache, is_neox, position_ids):
+    CALLS["fused_qk_norm_rope"] += 1
+    name = "stand-in _C::fused_qk_norm_rope"
+    for label, t in (("qkv", qkv), ("position_ids", position_ids), ("q_weight", q_weight),
+                     ("k_weight", k_weight), ("cos_sin_cache", cos_sin_cache)):
+        if not t.is_contiguous():
+            raise RuntimeError(f"{name}: {label} must be contiguous")
+    if position_ids.dtype != torch.int64 or qkv.dim() != 2 or position_ids.dim() != 1:
+        raise RuntimeError(f"{name}: qkv must be 2-D, position_ids 1-D int64")
+    if q_weight.dim() != 1 or k_weight.dim() != 1 or q_weight.size(0) != head_dim or k_weight.size(0) != head_dim:
+        raise RuntimeError(f"{name}: weights must be 1-D of head_dim")
+    rot = cos_sin_cache.size(1)
+    if cos_sin_cache.dim() != 2 or rot % 2 or rot > head_dim:
+        raise RuntimeError(f"{name}: cos/sin cache must be 2-D [max_position, rotary_dim <= head_dim], even")
+    if qkv.dtype != q_weight.dtype or qkv.dtype != k_weight.dtype:
+        raise RuntimeError(f"{name}: qkv, q_weight and k_weight must have the same dtype")
+    tokens, heads = qkv.size(0), num_heads_q + num_heads_k + num_heads_v
+    if position_ids.size(0) != tokens or qkv.size(1) != heads * head_dim:
+        raise RuntimeError(f"{name}: token count or width does not match")
+    if qkv.dtype not in (torch.float16, torch.bfloat16) or cos_sin_cache.dtype not in _FLOATS:
+        raise RuntimeError(f"{name}: not implemented for '{qkv.dtype}' with a '{cos_sin_cache.dtype}' cache")
+    if head_dim not in (64, 128, 256, 512):
+        raise RuntimeError(f"{name}: Unsupported head dimension for fused_qk_norm_rope: {head_dim}")
+    if tokens and (int(position_ids.min()) < 0 or int(position_ids.max()) >= cos_sin_cache.size(0)):
+        raise RuntimeError(f"{name}: a position reads out of bounds of the cache")
+    qk = qkv.view(tokens, heads, head_dim)[:, : num_heads_q + num_heads_k]
+    x = qk.float()
+    w = torch.cat((q_weight.float().expand(num_heads_q, head_dim), k_weight.float().expand(num_heads_k, head_dim)))
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + float(torch.tensor(eps).float())) * w
+    rows = cos_sin_cache.float()[position_ids]
+    cos, sin = rows[:, None, : rot // 2], rows[:, None, rot // 2 :]
+    part = x[..., :rot]
+    a, b = (part[..., : rot // 2], part[..., rot // 2 :]) if is_neox else (part[..., 0::2], part[..., 1::2])
+    na, nb = a * cos - b * sin, b * cos + a * sin
+    rotated = torch.cat((na, nb), -1) if is_neox else torch.stack((na, nb), -1).flatten(-2)
+    x = torch.cat((rotated, x[..., rot:]), -1)
+    qk.copy_(x.to(qkv.dtype))  # one rounding
+
+
 def _rotate_in_place(x, tokens, heads, token_stride, head_stride, rows, pos, is_neox):
     """Rotate the first rot_dim channels of each head of x, addressed as the SYCL kernel does."""
     rot_dim = rows.shape[1]
@@ -236,7 +289,7 @@ _KERNELS = {"rms_norm": _changed_rms_norm if VARIANT == "changed" else rms_norm,
             "fused_add_rms_norm": fused_add_rms_norm, "silu_and_mul": silu_and_mul,
             "rotary_embedding": rotary_embedding, "mul_and_silu": mul_and_silu, "gelu_and_mul": gelu_and_mul,
             "gelu_tanh_and_mul": gelu_tanh_and_mul, "fatrelu_and_mul": fatrelu_and_mul,
-            "swigluoai_and_mul": swigluoai_and_mul}
+            "swigluoai_and_mul": swigluoai_and_mul, "fused_qk_norm_rope": fused_qk_norm_rope}
 _LIB = torch.library.Library("_C", "DEF")  # raises if another library owns _C (vLLM's _C)
 for _name, _schema in SCHEMAS.items():
     _LIB.define(_schema)
