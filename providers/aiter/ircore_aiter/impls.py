@@ -150,8 +150,9 @@ def _sbhd(x: Tensor, head_size: int, tokens: int) -> Tensor:
 
 
 def _positions(positions: Tensor, x4: Tensor) -> Tensor:
-    pos = positions.reshape(x4.shape[0], x4.shape[1])
-    return pos if pos.stride(1) == 1 else pos.contiguous()
+    """Positions as the contiguous ``[s, b]`` the kernel reads (``sid * b + bid``): a copy of T
+    int64s where they are not already (``stride(1) == 1`` alone is not enough)."""
+    return positions.reshape(x4.shape[0], x4.shape[1]).contiguous()
 
 
 def rotary_embedding(

@@ -221,6 +221,10 @@ ROPE = {
         lambda: rope_args(randn(T, 2 * D), randn(T, D), D, positions=torch.randint(0, 80, (2 * T,))[::2]),
         True,
     ),
+    "positions [B, S] a slice (rows strided, unit last stride)": (
+        lambda: rope_args(randn(2, 3, 2 * D), randn(2, 3, D), D, positions=torch.randint(0, 80, (2, 6))[:, :3]),
+        True,
+    ),
     "rotary_dim 32 of 64": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, rotary_dim=32), False),
     "rope_dim_offset 32": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, rotary_dim=32, rope_dim_offset=32), False),
     "inverse": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, inverse=True), False),
@@ -280,6 +284,20 @@ def test_standin_misreads_a_strided_cos(aiter):
     aiter.rope_cached_positions_2c_fwd_inplace(q4, k4, cos, sin, args[0].view(T, 1), 0, True, False)
     with pytest.raises(AssertionError):
         assert_close_to_reference(ircore.ops.rotary_embedding, (args[1], args[2]), before)
+
+
+def test_standin_misreads_row_strided_positions(aiter):
+    """Why the adapter makes positions contiguous: the kernel reads them at ``sid * b + bid``."""
+    q, k = randn(2, 3, 2 * D), randn(2, 3, D)
+    args = rope_args(q, k, D, positions=torch.randint(0, 80, (2, 6))[:, :3])
+    before = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    from ircore_aiter import impls
+
+    cos, sin = impls._cos_sin(args[5])
+    q4, k4 = impls._sbhd(q, D, 6), impls._sbhd(k, D, 6)
+    aiter.rope_cached_positions_2c_fwd_inplace(q4, k4, cos, sin, args[0], 0, True, False)  # stride(1) == 1
+    with pytest.raises(AssertionError):
+        assert_close_to_reference(ircore.ops.rotary_embedding, (q, k), before)
 
 
 def test_cos_sin_made_once_per_cache_version(aiter):
