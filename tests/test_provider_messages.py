@@ -25,10 +25,7 @@ from ircore.providers._hooks import marked_hook_problem, unmarked_hooks
 from .provider_env import FIXTURES, ProviderEnv, install_fixtures
 
 MESSAGES = FIXTURES / "messages"
-KNOWN_OPS = (
-    "['fatrelu_and_mul', 'fused_add_rms_norm', 'gelu_and_mul', 'layer_norm', 'mul_and_silu', 'rms_norm', "
-    "'rms_norm_gated', 'silu_and_mul', 'swigluoai_and_mul']"
-)
+KNOWN_OPS = str(sorted(ircore.ops.__all__))  # every op of the library, as the message lists them (rope-ops' form)
 UNMARKED = (
     "ircore_fixture_unmarked.ircore_check_platform is not marked @ircore.hookimpl, so ircore never "
     "calls it; decorate it with @ircore.hookimpl (or rename it if it is not meant as a hook)"
