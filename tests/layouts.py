@@ -53,3 +53,35 @@ def norm_block(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> tuple:
     y = ircore.ops.rms_norm(x, w, 1e-6)
     out, res = ircore.ops.fused_add_rms_norm(y, r, w, 1e-6)
     return ircore.ops.silu_and_mul(out), res
+
+
+def rope_cache(rows: int, rotary_dim: int, dtype: torch.dtype = BF16) -> torch.Tensor:
+    """A cos/sin cache ``[rows, rotary_dim]`` as vLLM builds it (fp32 maths, then cast)."""
+    inv_freq = 10000.0 ** -(torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim)
+    freqs = torch.outer(torch.arange(rows, dtype=torch.float32), inv_freq)
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(dtype)
+
+
+def rope_args(
+    query: torch.Tensor,
+    key: torch.Tensor | None,
+    head_size: int,
+    *,
+    positions: torch.Tensor | None = None,
+    rotary_dim: int | None = None,
+    cache: torch.Tensor | None = None,
+    cache_dtype: torch.dtype | None = None,
+    neox: bool = True,
+    offsets: torch.Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> tuple:
+    """``rotary_embedding``'s arguments (``rotary_embedding_query_only``'s for ``key=None``):
+    positions of query's first dimension unless given, within a 97-row cache."""
+    rows = 97
+    rd = rotary_dim or head_size
+    positions = torch.randint(0, rows - 8, (query.shape[0],)) if positions is None else positions
+    cache = rope_cache(rows, rd, cache_dtype or query.dtype) if cache is None else cache
+    rest = (head_size, rd, cache, neox, offsets, cos_sin_format, inverse, rope_dim_offset)
+    return (positions, query, *rest) if key is None else (positions, query, key, *rest)

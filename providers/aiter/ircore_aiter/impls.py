@@ -16,6 +16,19 @@ Imported by ircore only after :func:`ircore_aiter.provider.ircore_check_platform
 - ``silu_and_mul`` reads the input as contiguous rows of ``2*d`` and stores up to 8 elements at
   a time from ``d`` alone: ``d`` must be a multiple of 8 and the input 16-byte aligned (an
   unaligned input is copied first).
+- RoPE goes through the HIP "sbhd" kernels ``rope_cached_positions_2c_fwd_inplace`` (query and
+  key) and ``rope_cached_positions_fwd_inplace`` (query only), in place. They address
+  ``[s, b, h, d]`` views through their own strides (so strided views, such as a QKV split or HF's
+  transposed heads, need no copy) and read positions as a contiguous ``[s, b]``: a query
+  ``[T, ...]`` is viewed as ``[T, 1, H, D]``, a ``[B, S, ...]`` one as ``[B, S, H, D]``, and the
+  positions reshaped to match (a copy of T int64s at most). ``cos`` and ``sin`` are read as
+  contiguous ``[max_pos, 1, 1, rotary_dim / 2]`` rows (``reuse_freqs_front_part``): the two
+  halves of ``cos_sin_cache`` are copied once per cache and kept while that cache lives
+  unchanged. Maths in fp32 from the cache's own dtype (fp32, fp16 or bf16, independently of the
+  activations'), one rounding per output. Full rotary only (``rotary_dim == head_size``, as
+  vLLM's AITER path asserts), standard format, no ``inverse`` or ``rope_dim_offset``; strides
+  must fit the kernel's int32. A position outside the cache leaves its token unrotated (the
+  kernel skips it): ircore's check refuses such positions on CPU only (docs/ops.md).
 - Empty inputs never reach a kernel (a launch with no rows is an invalid launch on HIP).
 - The first call of each kernel builds it (hipcc, minutes, under a file lock in AITER's JIT
   directory): warm up before capturing CUDA graphs.
@@ -24,6 +37,9 @@ The implementations run only on real tensors (compiled graphs hold the op ircore
 each of them), so they may read data pointers; the predicates also run at compile time on fake
 tensors and read only metadata.
 """
+
+import math
+import weakref
 
 import aiter
 import torch
@@ -37,6 +53,10 @@ __all__ = [
     "fused_add_rms_norm_supports",
     "rms_norm",
     "rms_norm_supports",
+    "rotary_embedding",
+    "rotary_embedding_query_only",
+    "rotary_embedding_query_only_supports",
+    "rotary_embedding_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
 ]
@@ -45,6 +65,9 @@ __all__ = [
 # in tests, where a stand-in of AITER computes on the CPU).
 _DEVICE = ircore.current_platform().device_type
 _HALF = (torch.float16, torch.bfloat16)
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+_INT32_MAX = 2**31 - 1
+_NEOX, _GPTJ = 0, 1  # AITER's rotate_style
 
 
 def _weight(weight: Tensor | None, x: Tensor) -> Tensor:
@@ -90,6 +113,94 @@ def silu_and_mul(x: Tensor) -> Tensor:
     return out
 
 
+_HALVES: dict[int, tuple[weakref.ref, int, Tensor, Tensor]] = {}
+
+
+def _cos_sin(cache: Tensor) -> tuple[Tensor, Tensor]:
+    """cos and sin of ``cache`` as contiguous ``[max_pos, 1, 1, rotary_dim / 2]``, made once per
+    cache tensor and version (an in-place change of the cache makes them again)."""
+    entry = _HALVES.get(id(cache))
+    if entry is not None and entry[0]() is cache and entry[1] == cache._version:
+        return entry[2], entry[3]
+    rows, width = cache.shape
+    cos, sin = (half.contiguous().view(rows, 1, 1, width // 2) for half in cache.chunk(2, dim=-1))
+    key = id(cache)
+    _HALVES[key] = (weakref.ref(cache, lambda _ref: _HALVES.pop(key, None)), cache._version, cos, sin)
+    return cos, sin
+
+
+def _lead(x: Tensor, tokens: int) -> int:
+    """How many leading (token) dimensions x has: ``[*, heads * head_size]`` (preferred, as the
+    op reads it) or ``[*, heads, head_size]``, ``*`` holding the tokens."""
+    return x.dim() - 1 if math.prod(x.shape[:-1]) == tokens else x.dim() - 2
+
+
+def _sb(x: Tensor, tokens: int) -> tuple[int, ...]:
+    """The ``(s, b)`` sizes of x's sbhd view; ``()`` where x has more than two token dimensions."""
+    lead = _lead(x, tokens)
+    return (tokens, 1) if lead == 1 else tuple(x.shape[:2]) if lead == 2 else ()
+
+
+def _sbhd(x: Tensor, head_size: int, tokens: int) -> Tensor:
+    """The ``[s, b, h, d]`` view of x: ``[T, 1, H, D]`` or ``[B, S, H, D]`` (the predicates
+    guarantee one or two token dimensions)."""
+    lead = _lead(x, tokens)
+    heads = x.view(*x.shape[:lead], -1, head_size) if x.dim() == lead + 1 else x
+    return heads.unsqueeze(1) if lead == 1 else heads
+
+
+def _positions(positions: Tensor, x4: Tensor) -> Tensor:
+    """Positions as the contiguous ``[s, b]`` the kernel reads (``sid * b + bid``): a copy of T
+    int64s where they are not already (``stride(1) == 1`` alone is not enough)."""
+    return positions.reshape(x4.shape[0], x4.shape[1]).contiguous()
+
+
+def rotary_embedding(
+    positions: Tensor,
+    query: Tensor,
+    key: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """In place: ``aiter.rope_cached_positions_2c_fwd_inplace`` on the sbhd views of query and key."""
+    if positions.numel():
+        tokens = positions.numel()
+        q4, k4 = _sbhd(query, head_size, tokens), _sbhd(key, head_size, tokens)
+        cos, sin = _cos_sin(cos_sin_cache)
+        style = _NEOX if is_neox_style else _GPTJ
+        pos = _positions(positions, q4)
+        # rotate_style, reuse_freqs_front_part (cos/sin hold rotary_dim / 2), nope_first
+        aiter.rope_cached_positions_2c_fwd_inplace(q4, k4, cos, sin, pos, style, True, False)
+    return query, key
+
+
+def rotary_embedding_query_only(
+    positions: Tensor,
+    query: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> Tensor:
+    """In place: ``aiter.rope_cached_positions_fwd_inplace`` on the sbhd view of query."""
+    if positions.numel():
+        q4 = _sbhd(query, head_size, positions.numel())
+        cos, sin = _cos_sin(cos_sin_cache)
+        style = _NEOX if is_neox_style else _GPTJ
+        aiter.rope_cached_positions_fwd_inplace(q4, cos, sin, _positions(positions, q4), style, True, False)
+    return query
+
+
 # The predicates run after the core's own argument check (float x with a non-empty last dim,
 # weight 1-D of size hidden on x's device, residual like x, even last dim for silu_and_mul), so
 # they test only what AITER adds.
@@ -125,3 +236,73 @@ def fused_add_rms_norm_supports(
 def silu_and_mul_supports(x: Tensor) -> bool:
     """fp16/bf16 on the platform's device, contiguous, half of the last dim a multiple of 8."""
     return x.dtype in _HALF and x.device.type == _DEVICE and x.is_contiguous() and (x.shape[-1] // 2) % 8 == 0
+
+
+def _rope_supported(
+    positions: Tensor,
+    query: Tensor,
+    key: Tensor | None,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    offsets: Tensor | None,
+    cos_sin_format: str,
+    inverse: bool,
+    rope_dim_offset: int,
+) -> bool:
+    tokens = positions.numel()
+    sb = _sb(query, tokens)
+    return (
+        cos_sin_format == "standard"
+        and offsets is None
+        and not inverse
+        and rope_dim_offset == 0
+        and rotary_dim == head_size
+        and query.device.type == _DEVICE
+        and query.dtype in _FLOATS
+        and cos_sin_cache.dtype in _FLOATS
+        and sb != ()
+        and all(s <= _INT32_MAX for s in query.stride())
+        and (key is None or (_sb(key, tokens) == sb and all(s <= _INT32_MAX for s in key.stride())))
+    )
+
+
+def rotary_embedding_supports(
+    positions: Tensor,
+    query: Tensor,
+    key: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None,
+    cos_sin_format: str,
+    inverse: bool,
+    rope_dim_offset: int,
+) -> bool:
+    """Full rotary, standard format, no inverse or rope_dim_offset; fp32/fp16/bf16 activations
+    and cache (any pairing); one or two token dimensions, the same for query and key; any
+    strides that fit in int32 (query and key viewed as sbhd with the same ``s, b``)."""
+    return _rope_supported(
+        positions, query, key, head_size, rotary_dim, cos_sin_cache, offsets, cos_sin_format, inverse,
+        rope_dim_offset,
+    )  # fmt: skip
+
+
+def rotary_embedding_query_only_supports(
+    positions: Tensor,
+    query: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None,
+    cos_sin_format: str,
+    inverse: bool,
+    rope_dim_offset: int,
+) -> bool:
+    """As :func:`rotary_embedding_supports`, without a key."""
+    return _rope_supported(
+        positions, query, None, head_size, rotary_dim, cos_sin_cache, offsets, cos_sin_format, inverse,
+        rope_dim_offset,
+    )  # fmt: skip

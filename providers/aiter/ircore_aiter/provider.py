@@ -32,17 +32,41 @@ CALL_FORMS = {
     "rms_norm": ("input", "weight", "epsilon"),
     "rmsnorm2d_fwd_with_add": ("out", "input", "residual_in", "residual_out", "weight", "epsilon"),
     "silu_and_mul": ("out", "input"),
+    "rope_cached_positions_2c_fwd_inplace": (
+        "input_x", "input_y", "cos", "sin", "positions", "rotate_style", "reuse_freqs_front_part",
+        "nope_first",
+    ),
+    "rope_cached_positions_fwd_inplace": (
+        "input", "cos", "sin", "positions", "rotate_style", "reuse_freqs_front_part", "nope_first"
+    ),
 }
 
-OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
+NORM_OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
+#: In place through AITER's HIP sbhd RoPE kernels (see impls.py).
+ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only")
+OPS = NORM_OPS + ROPE_OPS
 #: Ahead of vllm_c (10) and triton (20) on the GPUs this provider runs on. The norms first (vLLM
 #: puts AITER's rmsnorm first on ROCm under CUDA graphs); silu_and_mul after the norms' rank
 #: but still ahead of triton. Not measured by ircore (no ROCm machine).
-RANKS = {"rms_norm": 5, "fused_add_rms_norm": 5, "silu_and_mul": 15}
+#: The rotary ops as silu_and_mul: ahead of triton, behind nothing measured.
+RANKS = {
+    "rms_norm": 5,
+    "fused_add_rms_norm": 5,
+    "silu_and_mul": 15,
+    "rotary_embedding": 15,
+    "rotary_embedding_query_only": 15,
+}
 
 # cache_by_signature: the predicates read devices, dtypes, dims, contiguity, unit last stride
 # and the last dimension's size: facts of the call signature (see impls.py).
-IRCORE_IMPLEMENTATIONS = ircore.impl_table("ircore_aiter.impls", OPS, cache_by_signature=True, rank=RANKS)
+# The rotary predicates read how many token dimensions there are and every stride: not signature
+# facts, so no cache_by_signature for them.
+IRCORE_IMPLEMENTATIONS = {
+    **ircore.impl_table("ircore_aiter.impls", NORM_OPS, cache_by_signature=True, rank=RANKS),
+    **ircore.impl_table(
+        "ircore_aiter.impls", ROPE_OPS, inplace=ROPE_OPS, cache_by_signature=False, rank=RANKS
+    ),
+}
 
 
 def _arch(platform: Platform) -> str:

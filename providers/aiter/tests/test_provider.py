@@ -67,7 +67,10 @@ def test_active_on_gfx942_and_gfx950(penv):
     for arch in ("gfx942:sramecc+:xnack-", "gfx950"):
         result = penv.scenario("aiter", {**GFX942, "gcn_arch": arch})
         assert result["state"] == "active", result
-        assert result["reason"].startswith("implements rms_norm, fused_add_rms_norm, silu_and_mul on ROCm")
+        assert result["reason"].startswith(
+            "implements rms_norm, fused_add_rms_norm, silu_and_mul, rotary_embedding, "
+            "rotary_embedding_query_only on ROCm"
+        )
         assert "aiter" in result["imported"]
 
 

@@ -14,6 +14,29 @@ the kernels' sources (``csrc/layernorm.cpp``, ``activation.cpp``):
   and the residual contiguous.
 - ``silu_and_mul`` reads contiguous rows with vector loads sized from the hidden size alone: the
   input must be contiguous and 16-byte aligned (an unaligned input is copied first).
+- ``rotary_embedding`` (in place; also ``rotary_embedding_query_only`` with ``key=None``) has
+  the 6-argument schema ``(positions, query, key, head_size, cos_sin_cache, is_neox)``: no
+  ``rope_dim_offset``, ``inverse``, ``offsets`` or deepseek format, so the predicates take the
+  standard format with ``rope_dim_offset == 0`` and ``inverse`` off (``rotary_dim`` is the cache's
+  width). The kernel (``csrc/pos_encoding_kernels.cpp``) wants positions 1-D or 2-D with the
+  activations' leading sizes equal to positions' shape, reads positions flat, puts token ``t`` at
+  ``t * stride(positions.dim() - 1)`` (so a ``[B, S, ...]`` activation needs ``stride(0) ==
+  S * stride(1)``), heads at ``query.stride(-2)`` for ``[..., heads, head_size]`` queries and at
+  ``head_size`` otherwise -- for the key as well, so both must agree -- with unit channel stride;
+  the cache is read as contiguous rows of the query's dtype.
+- The gated activations (``csrc/activation.cpp``): ``mul_and_silu``, ``gelu_and_mul`` (erf;
+  ``gelu_tanh_and_mul`` for ``approximate="tanh"``), ``fatrelu_and_mul`` (``threshold`` passed as
+  the kernel's float) read contiguous rows with vector loads of up to 16 bytes, like
+  ``silu_and_mul`` (an unaligned input is copied first); ``swigluoai_and_mul`` reads interleaved
+  pairs with scalar loads. They round ``act(a)`` to the input's dtype before the product (two
+  roundings where native rounds once: within the ops' tolerances). Releases without one of these
+  ops still serve the others: its predicate then declines every call.
+- ``fused_qk_norm_rope`` (``csrc/fused_qknorm_rope.cpp``, in place, the op's own schema):
+  qkv and position_ids contiguous (any number of token dimensions: passed as their
+  ``[tokens, width]`` and ``[tokens]`` views), fp16/bf16 qkv with weights of its dtype, contiguous;
+  the cache contiguous in fp32/fp16/bf16; head_dim 64, 128, 256 or 512. RMSNorm and RoPE in fp32,
+  rounded once (native rounds after the norm and after each RoPE operation: within the op's
+  tolerance). Optional per release, like the activations.
 - Releases before the optional weight (``Tensor weight``) get a cached tensor of ones for
   ``weight=None``. Empty inputs never reach a kernel.
 
@@ -29,12 +52,26 @@ import ircore
 from ircore.kit import unit_weight
 
 __all__ = [
+    "fatrelu_and_mul",
+    "fatrelu_and_mul_supports",
     "fused_add_rms_norm",
     "fused_add_rms_norm_supports",
+    "fused_qk_norm_rope",
+    "fused_qk_norm_rope_supports",
+    "gelu_and_mul",
+    "gelu_and_mul_supports",
+    "mul_and_silu",
+    "mul_and_silu_supports",
     "rms_norm",
     "rms_norm_supports",
+    "rotary_embedding",
+    "rotary_embedding_query_only",
+    "rotary_embedding_query_only_supports",
+    "rotary_embedding_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
+    "swigluoai_and_mul",
+    "swigluoai_and_mul_supports",
 ]
 
 # The platform's tensors (``xpu``; ``cpu`` under a simulated platform in tests, where a stand-in
@@ -44,6 +81,32 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _rms_norm = torch.ops._C.rms_norm.default
 _fused_add_rms_norm = torch.ops._C.fused_add_rms_norm.default
 _silu_and_mul = torch.ops._C.silu_and_mul.default
+_rotary_embedding = torch.ops._C.rotary_embedding.default
+
+
+def _optional(name: str) -> torch._ops.OpOverload | None:
+    """``torch.ops._C.<name>`` if this release has it with an XPU kernel (the platform check
+    verified its call form), else None."""
+    if not hasattr(torch.ops._C, name):
+        return None
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(f"_C::{name}", "XPU"):
+        return None
+    return getattr(torch.ops._C, name).default
+
+
+#: The optional kernels (the gated activations', fused_qk_norm_rope's), None where this release
+#: lacks one.
+ACTIVATIONS = {
+    name: _optional(name)
+    for name in (
+        "mul_and_silu",
+        "gelu_and_mul",
+        "gelu_tanh_and_mul",
+        "fatrelu_and_mul",
+        "swigluoai_and_mul",
+        "fused_qk_norm_rope",
+    )
+}
 
 
 def _optional_weight(op: torch._ops.OpOverload) -> bool:
@@ -90,6 +153,111 @@ def silu_and_mul(x: Tensor) -> Tensor:
     return out
 
 
+def _aligned(x: Tensor) -> Tensor:
+    return x if x.data_ptr() % 16 == 0 else x.clone()
+
+
+def _half_out(x: Tensor) -> Tensor:
+    return torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=x.dtype, device=x.device)
+
+
+def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
+    """``torch.ops._C.gelu_and_mul`` (erf) or ``gelu_tanh_and_mul`` (tanh) into a new tensor."""
+    out = _half_out(x)
+    kernel = ACTIVATIONS["gelu_and_mul" if approximate == "none" else "gelu_tanh_and_mul"]
+    if x.numel() and kernel is not None:
+        kernel(out, _aligned(x))
+    return out
+
+
+def mul_and_silu(x: Tensor) -> Tensor:
+    """``torch.ops._C.mul_and_silu(out, x)``."""
+    out = _half_out(x)
+    kernel = ACTIVATIONS["mul_and_silu"]
+    if x.numel() and kernel is not None:
+        kernel(out, _aligned(x))
+    return out
+
+
+def fatrelu_and_mul(x: Tensor, threshold: float = 0.0) -> Tensor:
+    """``torch.ops._C.fatrelu_and_mul(out, x, threshold)`` (its schema marks the input written;
+    the kernel only reads it)."""
+    out = _half_out(x)
+    kernel = ACTIVATIONS["fatrelu_and_mul"]
+    if x.numel() and kernel is not None:
+        kernel(out, _aligned(x), threshold)
+    return out
+
+
+def swigluoai_and_mul(x: Tensor, alpha: float = 1.702, limit: float = 7.0) -> Tensor:
+    """``torch.ops._C.swigluoai_and_mul(out, x, alpha, limit)`` on interleaved gate/up pairs."""
+    out = _half_out(x)
+    kernel = ACTIVATIONS["swigluoai_and_mul"]
+    if x.numel() and kernel is not None:
+        kernel(out, x, alpha, limit)
+    return out
+
+
+def fused_qk_norm_rope(
+    qkv: Tensor,
+    num_heads_q: int,
+    num_heads_k: int,
+    num_heads_v: int,
+    head_dim: int,
+    eps: float,
+    q_weight: Tensor,
+    k_weight: Tensor,
+    cos_sin_cache: Tensor,
+    is_neox: bool,
+    position_ids: Tensor,
+) -> Tensor:
+    """In place: ``torch.ops._C.fused_qk_norm_rope`` on the ``[tokens, width]`` view of qkv."""
+    kernel = ACTIVATIONS["fused_qk_norm_rope"]
+    if position_ids.numel() and kernel is not None:
+        kernel(
+            qkv.view(-1, qkv.shape[-1]), num_heads_q, num_heads_k, num_heads_v, head_dim, eps,
+            q_weight, k_weight, cos_sin_cache, is_neox, position_ids.view(-1),
+        )  # fmt: skip
+    return qkv
+
+
+def rotary_embedding(
+    positions: Tensor,
+    query: Tensor,
+    key: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """In place: ``torch.ops._C.rotary_embedding`` rotates query and key; returns them."""
+    if positions.numel():
+        _rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox_style)
+    return query, key
+
+
+def rotary_embedding_query_only(
+    positions: Tensor,
+    query: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None = None,
+    cos_sin_format: str = "standard",
+    inverse: bool = False,
+    rope_dim_offset: int = 0,
+) -> Tensor:
+    """In place: ``torch.ops._C.rotary_embedding`` with ``key=None``; returns query."""
+    if positions.numel():
+        _rotary_embedding(positions, query, None, head_size, cos_sin_cache, is_neox_style)
+    return query
+
+
 # The predicates run after the core's own argument check (float x with a non-empty last dim,
 # weight 1-D of size hidden on x's device, residual like x, even last dim for silu_and_mul), so
 # they test only what the kernels add.
@@ -132,3 +300,156 @@ def fused_add_rms_norm_supports(
 def silu_and_mul_supports(x: Tensor) -> bool:
     """On the platform's device, contiguous."""
     return x.device.type == _DEVICE and x.dtype in _FLOATS and x.is_contiguous()
+
+
+def _heads(x: Tensor, pdim: int, head_size: int) -> int:
+    """Heads of x if the kernel addresses it right: leading sizes are positions' (checked by the
+    caller), then ``[heads * head_size]`` or ``[heads, head_size]``, unit channel stride; else 0."""
+    if x.stride(-1) != 1:
+        return 0
+    if x.dim() == pdim + 1:
+        return x.shape[-1] // head_size
+    return x.shape[-2] if x.dim() == pdim + 2 and x.shape[-1] == head_size else 0
+
+
+def _rope_layout(positions: Tensor, x: Tensor, head_size: int, head_stride: int) -> int:
+    """Heads of x (0 if the kernel would misread it): tokens where positions put them, heads
+    where ``head_stride`` puts them."""
+    pdim = positions.dim()
+    own_head_stride = x.stride(-2) if x.dim() == pdim + 2 else head_size
+    if (
+        tuple(x.shape[:pdim]) != tuple(positions.shape)
+        or own_head_stride != head_stride
+        or (pdim == 2 and x.shape[0] > 1 and x.stride(0) != x.shape[1] * x.stride(1))
+    ):
+        return 0
+    return _heads(x, pdim, head_size)
+
+
+def _rope_supported(
+    positions: Tensor,
+    query: Tensor,
+    key: Tensor | None,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    offsets: Tensor | None,
+    cos_sin_format: str,
+    inverse: bool,
+    rope_dim_offset: int,
+) -> bool:
+    if not (
+        cos_sin_format == "standard"
+        and offsets is None
+        and not inverse
+        and rope_dim_offset == 0
+        and query.device.type == _DEVICE
+        and query.dtype in _FLOATS
+        and cos_sin_cache.dtype is query.dtype
+        and cos_sin_cache.is_contiguous()
+        and positions.dim() in (1, 2)
+        and positions.is_contiguous()
+    ):
+        return False
+    pdim = positions.dim()
+    head_stride = query.stride(-2) if query.dim() == pdim + 2 else head_size
+    heads = _rope_layout(positions, query, head_size, head_stride)
+    kv_heads = heads if key is None else _rope_layout(positions, key, head_size, head_stride)
+    return heads > 0 and kv_heads > 0 and heads % kv_heads == 0
+
+
+def rotary_embedding_supports(
+    positions: Tensor,
+    query: Tensor,
+    key: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None,
+    cos_sin_format: str,
+    inverse: bool,
+    rope_dim_offset: int,
+) -> bool:
+    """Standard format, no rope_dim_offset or inverse (the 6-argument schema has neither); the
+    cache of query's dtype, contiguous; positions 1-D/2-D contiguous with query and key laid
+    out as the kernel addresses them (see the module docstring); heads a multiple of key heads."""
+    return _rope_supported(
+        positions, query, key, head_size, cos_sin_cache, offsets, cos_sin_format, inverse, rope_dim_offset
+    )
+
+
+def rotary_embedding_query_only_supports(
+    positions: Tensor,
+    query: Tensor,
+    head_size: int,
+    rotary_dim: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    offsets: Tensor | None,
+    cos_sin_format: str,
+    inverse: bool,
+    rope_dim_offset: int,
+) -> bool:
+    """As :func:`rotary_embedding_supports`, without a key."""
+    return _rope_supported(
+        positions, query, None, head_size, cos_sin_cache, offsets, cos_sin_format, inverse, rope_dim_offset
+    )
+
+
+def _activation_supported(name: str, x: Tensor) -> bool:
+    return (
+        ACTIVATIONS[name] is not None
+        and x.device.type == _DEVICE
+        and x.dtype in _FLOATS
+        and x.is_contiguous()
+    )
+
+
+def gelu_and_mul_supports(x: Tensor, approximate: str) -> bool:
+    """This release has the kernel for ``approximate``; on the platform's device, contiguous."""
+    return _activation_supported("gelu_and_mul" if approximate == "none" else "gelu_tanh_and_mul", x)
+
+
+def mul_and_silu_supports(x: Tensor) -> bool:
+    """This release has the kernel; on the platform's device, contiguous."""
+    return _activation_supported("mul_and_silu", x)
+
+
+def fatrelu_and_mul_supports(x: Tensor, threshold: float) -> bool:
+    """This release has the kernel; on the platform's device, contiguous."""
+    return _activation_supported("fatrelu_and_mul", x)
+
+
+def swigluoai_and_mul_supports(x: Tensor, alpha: float, limit: float) -> bool:
+    """This release has the kernel; on the platform's device, contiguous."""
+    return _activation_supported("swigluoai_and_mul", x)
+
+
+def fused_qk_norm_rope_supports(
+    qkv: Tensor,
+    num_heads_q: int,
+    num_heads_k: int,
+    num_heads_v: int,
+    head_dim: int,
+    eps: float,
+    q_weight: Tensor,
+    k_weight: Tensor,
+    cos_sin_cache: Tensor,
+    is_neox: bool,
+    position_ids: Tensor,
+) -> bool:
+    """This release has the kernel; fp16/bf16 qkv on the platform's device, contiguous, with
+    contiguous position_ids, weights of its dtype and a contiguous cache; head_dim 64-512."""
+    return (
+        ACTIVATIONS["fused_qk_norm_rope"] is not None
+        and qkv.device.type == _DEVICE
+        and qkv.dtype in (torch.float16, torch.bfloat16)
+        and head_dim in (64, 128, 256, 512)
+        and qkv.is_contiguous()
+        and position_ids.is_contiguous()
+        and q_weight.dtype is qkv.dtype
+        and k_weight.dtype is qkv.dtype
+        and q_weight.is_contiguous()
+        and k_weight.is_contiguous()
+        and cos_sin_cache.is_contiguous()
+    )

@@ -28,17 +28,51 @@ CALL_FORMS = {
     "rms_norm": ("result", "input", "weight", "epsilon"),
     "fused_add_rms_norm": ("input", "residual", "weight", "epsilon"),
     "silu_and_mul": ("result", "input"),
+    "rotary_embedding": ("positions", "query", "key", "head_size", "cos_sin_cache", "is_neox"),
 }
 
-OPS = tuple(CALL_FORMS)
+#: The gated activations' kernels and fused_qk_norm_rope, checked where the release has them
+#: (each op's predicate declines every call where it does not; see impls.py).
+OPTIONAL_CALL_FORMS = {
+    "mul_and_silu": ("out", "input"),
+    "gelu_and_mul": ("out", "input"),
+    "gelu_tanh_and_mul": ("out", "input"),
+    "fatrelu_and_mul": ("out", "input", "threshold"),
+    "swigluoai_and_mul": ("out", "input", "alpha", "limit"),
+    "fused_qk_norm_rope": (
+        "qkv", "num_heads_q", "num_heads_k", "num_heads_v", "head_dim", "eps", "q_weight", "k_weight",
+        "cos_sin_cache", "is_neox", "position_ids",
+    ),
+}
+
+NORM_OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
+ACT_OPS = ("gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul")
+#: Both rotary ops call ``torch.ops._C.rotary_embedding`` (in place; key=None for query-only);
+#: fused_qk_norm_rope ``torch.ops._C.fused_qk_norm_rope`` (in place, optional per release).
+ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only", "fused_qk_norm_rope")
+OPS = NORM_OPS + ACT_OPS + ROPE_OPS
 #: Ahead of triton (20) on Intel GPUs: hand-written SYCL kernels. Not measured by ircore.
 DEFAULT_RANK = 10
 
 # cache_by_signature: the predicates read devices, dtypes, dims, contiguity and unit last
 # stride, facts of the call signature (see impls.py). fused_add_rms_norm works in place.
-IRCORE_IMPLEMENTATIONS = ircore.impl_table(
-    "ircore_xpu.impls", OPS, inplace=("fused_add_rms_norm",), cache_by_signature=True, rank=DEFAULT_RANK
-)
+# The rotary predicates read strides other than the last and sizes other than the last (where
+# positions put the tokens, where heads are): not signature facts, so no cache_by_signature.
+_ROWS = {
+    **ircore.impl_table(
+        "ircore_xpu.impls",
+        (*NORM_OPS, "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul"),
+        inplace=("fused_add_rms_norm",),
+        cache_by_signature=True,
+        rank=DEFAULT_RANK,
+    ),
+    # gelu_and_mul's predicate reads ``approximate``, a str the signature cache cannot key on
+    **ircore.impl_table("ircore_xpu.impls", ("gelu_and_mul",), cache_by_signature=False, rank=DEFAULT_RANK),
+    **ircore.impl_table(
+        "ircore_xpu.impls", ROPE_OPS, inplace=ROPE_OPS, cache_by_signature=False, rank=DEFAULT_RANK
+    ),
+}
+IRCORE_IMPLEMENTATIONS = {op: _ROWS[op] for op in OPS}  # in OPS's order (ircore list names them so)
 
 _NAMESPACE_CLASH = (
     "torch.ops._C already belongs to another library, most likely vLLM's own extension (vllm._C), "
@@ -73,6 +107,11 @@ def ircore_check_platform(platform: Platform) -> str | None:
                 "ops (vLLM's own _C?), not vllm-xpu-kernels'"
             )
         problem = call_form_problem(f"torch.ops._C.{name}", op, expected)
+        if problem:
+            return f"{problem} ({SUPPORTED})"
+    for name, expected in OPTIONAL_CALL_FORMS.items():
+        op = torch_op("_C", name)
+        problem = op is not None and call_form_problem(f"torch.ops._C.{name}", op, expected)
         if problem:
             return f"{problem} ({SUPPORTED})"
     return None

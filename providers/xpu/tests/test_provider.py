@@ -61,7 +61,9 @@ def test_active_on_an_intel_gpu(penv):
     result = penv.scenario("xpu", XPU)
     assert result["state"] == "active", result
     assert result["reason"] == (
-        "implements rms_norm, fused_add_rms_norm, silu_and_mul on XPU (stand-in Intel(R) Data Center GPU Max 1550)"
+        "implements rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, mul_and_silu, fatrelu_and_mul, "
+        "swigluoai_and_mul, rotary_embedding, rotary_embedding_query_only, fused_qk_norm_rope on XPU "
+        "(stand-in Intel(R) Data Center GPU Max 1550)"
     )
 
 

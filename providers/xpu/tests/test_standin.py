@@ -23,6 +23,8 @@ from tests.layouts import (
     norm_block,
     qk_heads,
     randn,
+    rope_args,
+    rope_cache,
     weight,
 )
 
@@ -175,18 +177,239 @@ def test_empty_input_never_reaches_a_kernel(kernels):
     out, res = ircore.ops.fused_add_rms_norm(randn(0, 64), randn(0, 64), None, 1e-6)
     assert out.shape == res.shape == (0, 64)
     assert ircore.ops.silu_and_mul(randn(0, 64)).shape == (0, 32)
+    q, k = ircore.ops.rotary_embedding(*rope_args(randn(0, 128), randn(0, 64), 64))
+    assert q.shape == (0, 128) and k.shape == (0, 64)
     assert dict(kernels.CALLS) == calls
+
+
+# ------------------------------------------------------------------ gated activations
+ACT = {  # op: (extra args, the stand-in kernel it reaches)
+    "gelu_and_mul": (("none",), "gelu_and_mul"),
+    "gelu_and_mul tanh": (("tanh",), "gelu_tanh_and_mul"),
+    "mul_and_silu": ((), "mul_and_silu"),
+    "fatrelu_and_mul": ((0.25,), "fatrelu_and_mul"),
+    "swigluoai_and_mul": ((1.702, 7.0), "swigluoai_and_mul"),
+}
+ACT_LAYOUTS = {
+    "2-D": (lambda: randn(4, 256), True),
+    "3-D contiguous": (lambda: randn(2, 3, 128), True),
+    "fp16, d=3 (scalar loads)": (lambda: randn(3, 6, dtype=FP16), True),
+    "fp32": (lambda: randn(3, 64, dtype=FP32), True),
+    "d=2048 (vector loads), misaligned start (copied first)": (lambda: misaligned(2, 4096), True),
+    "row-strided": (lambda: randn(4, 512)[:, :256], False),
+}
+
+
+@pytest.mark.parametrize("layout", ACT_LAYOUTS)
+@pytest.mark.parametrize("case", ACT)
+def test_gated_activation_layouts(kernels, case, layout):
+    extra, kernel = ACT[case]
+    make, accepted = ACT_LAYOUTS[layout]
+    before = kernels.CALLS[kernel]
+    assert_dispatched(case.split()[0], (make(), *extra), "xpu", accepted, f"{case}, {layout}")
+    assert kernels.CALLS[kernel] == before + accepted
+
+
+@pytest.mark.parametrize("case", ACT)
+def test_adapter_would_misread_a_row_strided_gated_input(kernels, case):
+    from ircore_xpu import impls
+
+    extra, _ = ACT[case]
+    op = case.split()[0]
+    x = randn(4, 512)[:, :256]
+    with pytest.raises(AssertionError):
+        assert_close_to_reference(ircore.get_op(op), getattr(impls, op)(x, *extra), (x, *extra))
+
+
+def test_release_without_an_activation_declines_it(kernels, monkeypatch):
+    """A release lacking a kernel (older vllm-xpu-kernels) still serves the other ops."""
+    from ircore_xpu import impls
+
+    monkeypatch.setitem(impls.ACTIVATIONS, "gelu_tanh_and_mul", None)
+    x = randn(4, 256)
+    assert ircore.explain("gelu_and_mul", x, "tanh").chosen != "xpu"
+    assert ircore.explain("gelu_and_mul", x, "none").chosen == "xpu"
+
+
+def test_standin_refuses_a_misaligned_gated_input(kernels):
+    """Why the adapter copies an unaligned input: the vector loads need an aligned start."""
+    with pytest.raises(RuntimeError, match="misaligned"):
+        kernels.gelu_and_mul(torch.empty(2, 2048, dtype=BF16), misaligned(2, 4096))
+    kernels.gelu_and_mul(torch.empty(3, 128, dtype=BF16), misaligned(3, 256))  # d <= 1024: scalar loads
+
+
+# ------------------------------------------------------------------ rotary_embedding (in place)
+T, D = 5, 64
+ROPE = {
+    "[T, H*D] neox, GQA": (lambda: rope_args(randn(T, 4 * D), randn(T, 2 * D), D), True),
+    "[T, H, D] gptj": (lambda: rope_args(randn(T, 4, D), randn(T, 1, D), D, neox=False), True),
+    "[B, S, H*D], positions [B, S]": (
+        lambda: rope_args(randn(2, 3, 2 * D), randn(2, 3, D), D, positions=torch.randint(0, 80, (2, 3))),
+        True,
+    ),
+    "q, k views of one qkv buffer": (lambda: _qkv_views(), True),
+    "rotary_dim 32 of 64 (tail passes through)": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, rotary_dim=32), True),
+    "fp32": (lambda: rope_args(randn(T, 2 * D, dtype=FP32), randn(T, D, dtype=FP32), D), True),
+    "fp32 cache, bf16 activations": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, cache_dtype=FP32), False),
+    "rope_dim_offset 16": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, rotary_dim=32, rope_dim_offset=16), False),
+    "inverse": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, inverse=True), False),
+    "deepseek format with offsets": (
+        lambda: rope_args(randn(T, 2 * D), randn(T, D), D, cos_sin_format="deepseek", offsets=torch.arange(1, T + 1)),
+        False,
+    ),
+    "[B, S, H*D], positions flat": (lambda: rope_args(randn(2, 3, 2 * D), randn(2, 3, D), D, positions=torch.randint(0, 80, (6,))), False),
+    "[T, 1, H*D] (heads not where stride(-2) says)": (lambda: rope_args(randn(T, 1, 2 * D), randn(T, 1, D), D), False),
+    "[B, S] slice, stride(0) != S * stride(1)": (
+        lambda: rope_args(randn(2, 6, 2 * D)[:, :3], randn(2, 6, D)[:, :3], D, positions=torch.randint(0, 80, (2, 3))),
+        False,
+    ),
+    "key heads padded (stride(-2) != head_size)": (lambda: rope_args(randn(T, 2 * D), randn(T, 2, 2 * D)[..., :D], D), False),
+    "non-contiguous cache": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, cache=rope_cache(97, 2 * D)[:, :D]), False),
+    "non-contiguous positions": (lambda: rope_args(randn(T, 2 * D), randn(T, D), D, positions=torch.randint(0, 80, (2 * T,))[::2]), False),
+}
+
+
+def _qkv_views():
+    qkv = randn(T, 4 * D)
+    return rope_args(qkv[:, : 2 * D], qkv[:, 2 * D : 3 * D], D)
+
+
+#: Cases about the key alone, which the query-only op does not have.
+KEY_ONLY = {"key heads padded (stride(-2) != head_size)"}
+
+
+def _query_only(args: tuple) -> tuple:
+    return (args[0], args[1], *args[3:])
+
+
+@pytest.mark.parametrize("label", ROPE)
+def test_rotary_embedding_layouts(kernels, label):
+    make, accepted = ROPE[label]
+    args = make()
+    before = kernels.CALLS["rotary_embedding"]
+    assert_dispatched("rotary_embedding", args, "xpu", accepted, label)  # in place: on clones
+    query_only = accepted or label in KEY_ONLY
+    assert_dispatched("rotary_embedding_query_only", _query_only(args), "xpu", query_only, label)
+    assert kernels.CALLS["rotary_embedding"] == before + accepted + query_only
+
+
+@pytest.mark.parametrize("label", [label for label, case in ROPE.items() if not case[1]])
+def test_adapter_would_misread_what_its_rope_predicate_declines(kernels, label):
+    """Why each is declined: the 6-argument kernel on it errors or gives wrong numbers."""
+    from ircore_xpu import impls
+
+    args = ROPE[label][0]()
+    assert not impls.rotary_embedding_supports(*args)
+    before = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    try:
+        got = impls.rotary_embedding(*args)
+    except RuntimeError:
+        return  # the kernel's own checks (token counts, cache dtype, out-of-bounds rows)
+    with pytest.raises(AssertionError):
+        assert_close_to_reference(ircore.ops.rotary_embedding, got, before)
+
+
+def test_rope_predicates_answer_alike_on_fake_tensors(kernels):
+    from ircore_xpu import impls
+
+    cases = {label: make() for label, (make, _) in ROPE.items()}
+    with FakeTensorMode() as mode:
+        for label, args in cases.items():
+            fake = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args)
+            got = impls.rotary_embedding_supports(*fake), impls.rotary_embedding_query_only_supports(*_query_only(fake))
+            accepted = ROPE[label][1]
+            assert got == (accepted, accepted or label in KEY_ONLY), label
+
+
+def test_rotary_in_place_contract(kernels):
+    """maybe_inplace: the kernel rotates query and key where they are."""
+    args = rope_args(randn(T, 4 * D), randn(T, 2 * D), D)
+    before = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    q, k = ircore.ops.rotary_embedding.maybe_inplace(*args)
+    assert q.data_ptr() == args[1].data_ptr() and k.data_ptr() == args[2].data_ptr()
+    assert_close_to_reference(ircore.ops.rotary_embedding, (q, k), before)
+
+
+# ------------------------------------------------------------------ fused_qk_norm_rope (in place)
+def _fused_args(tokens=(4,), d=64, dtype=BF16, cache_dtype=None, neox=True, weight_dtype=None, qkv=None, pos=None):
+    hq, hk, hv = 4, 2, 2
+    qkv = randn(*tokens, (hq + hk + hv) * d, dtype=dtype) if qkv is None else qkv
+    wq, wk = weight(d, weight_dtype or dtype), weight(d, weight_dtype or dtype)
+    pos = torch.randint(0, 90, tokens) if pos is None else pos
+    return (qkv, hq, hk, hv, d, 1e-6, wq, wk, rope_cache(97, d, cache_dtype or dtype), neox, pos)
+
+
+FUSED_QK = {
+    "[T, W] neox": (lambda: _fused_args(), True),
+    "[B, S, W] gptj, fp32 cache": (lambda: _fused_args(tokens=(2, 3), neox=False, cache_dtype=FP32), True),
+    "head_dim 128, fp16": (lambda: _fused_args(d=128, dtype=FP16), True),
+    "fp32 qkv": (lambda: _fused_args(dtype=FP32), False),
+    "head_dim 32": (lambda: _fused_args(d=32), False),
+    "fp32 weights, bf16 qkv": (lambda: _fused_args(weight_dtype=FP32), False),
+    "qkv a row-strided view": (lambda: _fused_args(qkv=randn(4, 16 * 64)[:, : 8 * 64]), False),
+    "non-contiguous position_ids": (lambda: _fused_args(pos=torch.randint(0, 90, (8,))[::2]), False),
+}
+
+
+@pytest.mark.parametrize("label", FUSED_QK)
+def test_fused_qk_norm_rope_layouts(kernels, label):
+    make, accepted = FUSED_QK[label]
+    before = kernels.CALLS["fused_qk_norm_rope"]
+    assert_dispatched("fused_qk_norm_rope", make(), "xpu", accepted, label)  # in place: on clones
+    assert kernels.CALLS["fused_qk_norm_rope"] == before + accepted
+
+
+@pytest.mark.parametrize("label", [label for label, case in FUSED_QK.items() if not case[1]])
+def test_fused_qk_kernel_refuses_what_its_predicate_declines(kernels, label):
+    from ircore_xpu import impls
+
+    args = FUSED_QK[label][0]()
+    assert not impls.fused_qk_norm_rope_supports(*args)
+    with pytest.raises(RuntimeError):
+        impls.fused_qk_norm_rope(*args)
 
 
 # ------------------------------------------------------------------ the conformance kit
 def test_conformance_kit(kernels):
     """Every sample the predicates accept, all dtypes: right numbers, inputs untouched, in place."""
     calls = dict(kernels.CALLS)
-    report = check_provider("xpu", dtypes=(FP32, FP16, BF16))
-    assert set(report.checked) == {"rms_norm", "fused_add_rms_norm", "silu_and_mul"}
+    norms = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
+    report = check_provider("xpu", dtypes=(FP32, FP16, BF16), ops=norms)
+    assert set(report.checked) == set(norms)
     assert all(n > 0 for n in report.checked.values()), report
-    for name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul"):
+    for name in norms:
         assert kernels.CALLS[name] > calls.get(name, 0)
+
+
+def test_conformance_kit_gated_activations(kernels):
+    """The gated activations (bf16, one seed: the layouts above cover fp32, fp16 and the rest)."""
+    ops = ("gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul")
+    calls = dict(kernels.CALLS)
+    report = check_provider("xpu", dtypes=(BF16,), seeds=(0,), ops=ops)
+    assert set(report.checked) == set(ops) and all(n > 0 for n in report.checked.values()), report
+    for kernel in ("gelu_and_mul", "gelu_tanh_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul"):
+        assert kernels.CALLS[kernel] > calls.get(kernel, 0), kernel
+
+
+def test_conformance_kit_fused_qk_norm_rope(kernels):
+    """bf16, one seed (fp16 and the layouts above cover the rest); the in-place kernel each time."""
+    calls = kernels.CALLS["fused_qk_norm_rope"]
+    report = check_provider("xpu", dtypes=(BF16,), seeds=(0,), ops=("fused_qk_norm_rope",))
+    assert report.checked["fused_qk_norm_rope"] > 0 and kernels.CALLS["fused_qk_norm_rope"] > calls, report
+
+
+def test_conformance_kit_rotary(kernels):
+    """The rotary ops (bf16, one seed: the layouts above cover fp32 and the rest): what the
+    6-argument schema lacks is declined, everything else checked against the fp64 reference."""
+    calls = kernels.CALLS["rotary_embedding"]
+    ops = ("rotary_embedding", "rotary_embedding_query_only")
+    report = check_provider("xpu", dtypes=(BF16,), seeds=(0,), ops=ops)
+    assert set(report.checked) == set(ops) and all(n > 0 for n in report.checked.values()), report
+    assert kernels.CALLS["rotary_embedding"] > calls
+    for name in ops:
+        declined = " ".join(report.declined[name])
+        for label in ("rope_dim_offset 16", "inverse neox", "deepseek", "fp32 cache"):
+            assert label in declined, (name, label)
 
 
 # ------------------------------------------------------------------ compiled graphs
@@ -203,7 +426,8 @@ def test_compiled_graph_calls_the_ops_ircore_built(kernels):
         assert f"torch.ops.ircore_xpu.{name}.default(" in code, name
     assert "torch.ops._C." not in code  # the vendor op runs inside that kernel, not traced into the graph
     assert set(ircore.compile.report().last_lowering.values()) == {"xpu"}
-    assert all(kernels.CALLS[name] == calls.get(name, 0) + 1 for name in kernels.CALLS)  # once each, at run time
+    used = {"rms_norm", "fused_add_rms_norm", "silu_and_mul"}  # once each, at run time; no other kernel
+    assert all(kernels.CALLS[name] == calls.get(name, 0) + (name in used) for name in kernels.CALLS)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g.float(), e.float(), atol=1.6e-2, rtol=1.6e-2)
 

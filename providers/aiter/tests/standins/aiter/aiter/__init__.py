@@ -12,6 +12,17 @@ or an error here as it would on the GPU:
   fp16/bf16 only; the weight read as ``n`` contiguous elements of x's dtype whatever its dtype;
 - silu_and_mul: contiguous rows of ``2d`` in, ``d`` out, vector width ``min(8, next_pow2(d // 64))``
   (a ``d`` that is not a multiple writes past the row), 16-byte aligned loads;
+- rope (``aiter/ops/rope.py`` ``rope_cached_positions[_2c]_fwd_impl``, HIP
+  ``csrc/kernels/rope/pos_fwd_kernels.cu``): "sbhd" inputs and outputs ``[s, b, h, d]`` addressed
+  through their own four strides (int32 on the device); positions ``[s, b]`` asserted 2-D with
+  ``stride(1) == 1`` and read as contiguous ``[s, b]`` rows (``sid * b + bid``); ``cos``/``sin``
+  ``[max_pos, 1, 1, f]`` read at ``pos * f + i`` from their data pointers (contiguous rows
+  assumed, unchecked); a position outside ``[0, max_pos)`` leaves its token untouched;
+  ``rotate_style`` 0 (neox: pairs ``(i, i + r/2)``) or 1 (gptj: ``(2i, 2i + 1)``); rotated width
+  ``r = 2f`` with ``reuse_freqs_front_part`` (one cos/sin per pair) else ``f``; the rotated
+  channels at the front of each head, or at the back with ``nope_first``, the others copied;
+  fp32 maths from the input's and the cache's own dtypes (any of fp32/fp16/bf16 each), one
+  rounding per output. The ``*_inplace`` Python functions pass the input as the output;
 - a launch with no rows fails, as an empty grid does on HIP.
 
 ``IRCORE_STANDIN_AITER_FORM`` picks the release modelled: ``0.1.7`` (default), ``head``
@@ -111,6 +122,90 @@ def _silu_and_mul_kernel(out: Tensor, input: Tensor, limit: float = 0.0) -> None
     out.as_strided((tokens, d), (d, 1)).copy_(y.to(out.dtype))
 
 
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _rope_kernel(outputs, inputs, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first) -> None:
+    name = "rope_cached_positions_2c_fwd_impl" if len(inputs) == 2 else "rope_cached_positions_fwd_impl"
+    if positions.dim() != 2 or positions.stride(1) != 1:
+        raise RuntimeError(f"stand-in aiter.{name}: Assertion `1 == positions.stride(1) && 2 == positions.dim()' failed")
+    if any(t.dim() != 4 for t in (*outputs, *inputs)):
+        raise RuntimeError(f"stand-in aiter.{name}: inputs and outputs must be [s, b, h, d]")
+    if inputs[0].dtype not in _FLOATS or cos.dtype not in _FLOATS:
+        raise RuntimeError(f"stand-in aiter.{name}: does't support {inputs[0].dtype} with {cos.dtype}.")
+    if rotate_style not in (0, 1):
+        raise RuntimeError(f"stand-in aiter.{name}: does't support rotate type {rotate_style}.")
+    size_s = min(inputs[0].size(0), positions.size(0))
+    size_b = min(inputs[0].size(1), positions.size(1))
+    _launch(name, size_s * size_b)
+    size_d, size_f, max_pos = inputs[0].size(3), cos.size(3), cos.size(0)
+    rot = 2 * size_f if reuse_freqs_front_part else size_f
+    half = rot // 2
+    pos = positions.as_strided((size_s * size_b,), (1,))  # rows of the grid, sid * size_b + bid
+    valid = (pos >= 0) & (pos < max_pos)
+    rows_cos = cos.as_strided((max_pos, size_f), (size_f, 1)).float()
+    rows_sin = sin.as_strided((max_pos, size_f), (size_f, 1)).float()
+    c, sn = rows_cos[pos.clamp(0, max_pos - 1)], rows_sin[pos.clamp(0, max_pos - 1)]  # [n, f]
+    if reuse_freqs_front_part:
+        c0, s0, c1, s1 = c, sn, c, sn
+    elif rotate_style == 0:
+        c0, s0, c1, s1 = c[:, :half], sn[:, :half], c[:, half:], sn[:, half:]
+    else:
+        c0, s0, c1, s1 = c[:, 0::2], sn[:, 0::2], c[:, 1::2], sn[:, 1::2]
+    start = size_d - rot if nope_first else 0
+    n = size_s * size_b
+    for out, inp in zip(outputs, inputs, strict=True):
+        heads = inp.size(2)
+        view_in = inp.as_strided((size_s, size_b, heads, size_d), inp.stride())
+        view_out = out.as_strided((size_s, size_b, heads, size_d), out.stride())
+        x = view_in.float().reshape(n, heads, size_d)
+        part = x[..., start : start + rot]
+        a, b = (part[..., :half], part[..., half:]) if rotate_style == 0 else (part[..., 0::2], part[..., 1::2])
+        na = a * c0[:, None] - b * s0[:, None]
+        nb = b * c1[:, None] + a * s1[:, None]
+        y = x.clone()
+        rotated = torch.cat((na, nb), -1) if rotate_style == 0 else torch.stack((na, nb), -1).flatten(-2)
+        y[..., start : start + rot] = rotated
+        skipped = ~valid.view(size_s, size_b)  # tokens whose position is out of range are left alone
+        keep = view_out[skipped].clone()
+        view_out.copy_(y.to(out.dtype).view(size_s, size_b, heads, size_d))
+        view_out[skipped] = keep
+
+
+def _rope_1c(output, input, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first) -> None:
+    _rope_kernel((output,), (input,), cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first)
+
+
+def _rope_2c(output_x, output_y, input_x, input_y, cos, sin, positions, rotate_style, reuse, nope_first) -> None:
+    _rope_kernel((output_x, output_y), (input_x, input_y), cos, sin, positions, rotate_style, reuse, nope_first)
+
+
+def rope_cached_positions_fwd_impl(
+    output: Tensor,
+    input: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    positions: Tensor,
+    rotate_style: int,
+    reuse_freqs_front_part: bool,
+    nope_first: bool,
+) -> None: ...
+
+
+def rope_cached_positions_2c_fwd_impl(
+    output_x: Tensor,
+    output_y: Tensor,
+    input_x: Tensor,
+    input_y: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    positions: Tensor,
+    rotate_style: int,
+    reuse_freqs_front_part: bool,
+    nope_first: bool,
+) -> None: ...
+
+
 # ---------------------------------------------------------------------- declarations per release
 def rms_norm(input: Tensor, weight: Tensor, epsilon: float, use_model_sensitive_rmsnorm: int = 0) -> Tensor: ...
 
@@ -181,3 +276,34 @@ def _guard(declaration, kernel, epsilon_at=None):
 rms_norm = _guard(rms_norm, _rms_norm_kernel, epsilon_at=2)
 rmsnorm2d_fwd_with_add = _guard(rmsnorm2d_fwd_with_add, _with_add, epsilon_at=5 if FORM != "changed" else 4)
 silu_and_mul = _guard(silu_and_mul, _silu_and_mul_kernel)
+rope_cached_positions_fwd_impl = _guard(rope_cached_positions_fwd_impl, _rope_1c)
+rope_cached_positions_2c_fwd_impl = _guard(rope_cached_positions_2c_fwd_impl, _rope_2c)
+
+
+def rope_cached_positions_fwd_inplace(
+    input: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    positions: Tensor,
+    rotate_style: int,
+    reuse_freqs_front_part: bool,
+    nope_first: bool,
+) -> None:
+    """AITER's Python function: the kernel with the input as its output."""
+    rope_cached_positions_fwd_impl(input, input, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first)
+
+
+def rope_cached_positions_2c_fwd_inplace(
+    input_x: Tensor,
+    input_y: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    positions: Tensor,
+    rotate_style: int,
+    reuse_freqs_front_part: bool,
+    nope_first: bool,
+) -> None:
+    """AITER's Python function: the two-channel kernel with the inputs as its outputs."""
+    rope_cached_positions_2c_fwd_impl(
+        input_x, input_y, input_x, input_y, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first
+    )

@@ -7,6 +7,16 @@ process, which is why it cannot coexist with vLLM's own ``vllm._C``) and defines
     rms_norm(Tensor! result, Tensor input, Tensor? weight, float epsilon) -> ()
     fused_add_rms_norm(Tensor! input, Tensor! residual, Tensor? weight, float epsilon) -> ()
     silu_and_mul(Tensor! result, Tensor input) -> ()
+    rotary_embedding(Tensor positions, Tensor! query, Tensor!? key, int head_size,
+                     Tensor cos_sin_cache, bool is_neox) -> ()
+    mul_and_silu(Tensor! out, Tensor input) -> ()
+    gelu_and_mul(Tensor! out, Tensor input) -> ()
+    gelu_tanh_and_mul(Tensor! out, Tensor input) -> ()
+    fatrelu_and_mul(Tensor! out, Tensor! input, float threshold) -> ()
+    swigluoai_and_mul(Tensor! out, Tensor input, float alpha=1.702, float limit=7.0) -> ()
+    fused_qk_norm_rope(Tensor! qkv, int num_heads_q, int num_heads_k, int num_heads_v,
+                       int head_dim, float eps, Tensor q_weight, Tensor k_weight,
+                       Tensor cos_sin_cache, bool is_neox, Tensor position_ids) -> ()
 
 Its kernels are registered for XPU (as the real ones) and for the CPU, where they compute, and
 they address memory as the real SYCL kernels do (csrc/layernorm.cpp, activation.cpp):
@@ -15,7 +25,28 @@ they address memory as the real SYCL kernels do (csrc/layernorm.cpp, activation.
   contiguous), ``result`` must be contiguous; weight of the input's dtype, 1-D, contiguous;
 - fused_add_rms_norm: no checks; input rows at ``row * input.stride(-2)`` with a unit last
   stride, residual rows at ``row * hidden``, the weight read as the input's dtype;
-- silu_and_mul: contiguous rows of ``2d`` in, ``d`` out, 16-byte aligned vector loads.
+- silu_and_mul: contiguous rows of ``2d`` in, ``d`` out, 16-byte aligned vector loads;
+- the gated activations (csrc/activation.cpp): contiguous rows of ``2d`` in (halves ``[a | b]``;
+  swigluoai_and_mul: interleaved ``gate, up`` pairs), ``d`` out; mul_and_silu, gelu[_tanh]_and_mul
+  and fatrelu_and_mul load vectors of up to 16 bytes, aligned to their width (the kernel halves
+  the width while half of it would still cover ``d`` with ``min(d, 1024)`` work-items, so only
+  ``d > 1024`` gets vectors; scalar when ``d`` is not a multiple of the width) and compute ``act(a)`` in fp32 rounded to the input's type, then the
+  product in that type (two roundings); fatrelu compares in fp32 with the threshold cast to
+  float; swigluoai_and_mul computes in fp32, rounded once;
+- fused_qk_norm_rope (csrc/fused_qknorm_rope.cpp, in place): its TORCH_CHECKs (qkv 2-D and
+  contiguous, position_ids 1-D contiguous int64, weights 1-D of head_dim, contiguous, of qkv's
+  dtype, the cache 2-D contiguous), fp16/bf16 qkv only, head_dim 64/128/256/512 only; the
+  q and k heads at ``token * heads * head_dim``; RMSNorm and RoPE in fp32 (the cache read in its
+  own dtype at ``pos * rotary_dim``), rounded once; a position outside the cache reads out of
+  bounds (an error here);
+- rotary_embedding (csrc/pos_encoding_kernels.cpp, in place): the TORCH_CHECKs of the real one
+  (positions 1-D or 2-D, query/key leading sizes equal to positions', hidden a multiple of
+  head_size, heads a multiple of key heads); token ``t`` at ``t * stride(positions.dim() - 1)``
+  (positions read flat), heads at ``query.stride(-2)`` if query is ``[..., heads, head_size]``
+  else at ``head_size`` (for key too), unit channel stride, the first ``rot_dim =
+  cos_sin_cache.size(1)`` channels rotated; cache rows at ``pos * rot_dim`` read as the query's
+  scalar type (``data_ptr<scalar_t>`` refuses another dtype); every product and sum rounded to
+  that type; a position outside the cache reads out of bounds (an error here).
 
 ``IRCORE_STANDIN_XPU_VARIANT``: ``required-weight`` (releases before the optional weight),
 ``no-xpu-kernel`` (rms_norm registered for the CPU only), ``changed`` (a hypothetical release
@@ -39,7 +70,21 @@ SCHEMAS = {
     "rms_norm": f"{_RMS}, {_WEIGHT}, float epsilon) -> ()",
     "fused_add_rms_norm": f"fused_add_rms_norm(Tensor! input, Tensor! residual, {_WEIGHT}, float epsilon) -> ()",
     "silu_and_mul": "silu_and_mul(Tensor! result, Tensor input) -> ()",
+    "mul_and_silu": "mul_and_silu(Tensor! out, Tensor input) -> ()",
+    "gelu_and_mul": "gelu_and_mul(Tensor! out, Tensor input) -> ()",
+    "gelu_tanh_and_mul": "gelu_tanh_and_mul(Tensor! out, Tensor input) -> ()",
+    "fatrelu_and_mul": "fatrelu_and_mul(Tensor! out, Tensor! input, float threshold) -> ()",
+    "swigluoai_and_mul": "swigluoai_and_mul(Tensor! out, Tensor input, float alpha=1.702, float limit=7.0) -> ()",
+    "fused_qk_norm_rope": (
+        "fused_qk_norm_rope(Tensor! qkv, int num_heads_q, int num_heads_k, int num_heads_v, int head_dim, "
+        "float eps, Tensor q_weight, Tensor k_weight, Tensor cos_sin_cache, bool is_neox, Tensor position_ids) -> ()"
+    ),
+    "rotary_embedding": (
+        "rotary_embedding(Tensor positions, Tensor! query, Tensor!? key, int head_size, "
+        "Tensor cos_sin_cache, bool is_neox) -> ()"
+    ),
 }
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _as_input_dtype(weight, x, hidden):
@@ -91,12 +136,160 @@ def silu_and_mul(result, input):
     result.as_strided((tokens, d), (d, 1)).copy_(y.to(result.dtype))
 
 
+def _act_rows(name, out, input, vector=True):
+    """The (a, b) halves of each contiguous ``2d`` row, and the ``[tokens, d]`` rows of out."""
+    CALLS[name] += 1
+    if input.dtype not in _FLOATS:
+        raise RuntimeError(f"stand-in _C::{name}: not implemented for '{input.dtype}'")
+    d = input.shape[-1] // 2
+    width = 16 // input.element_size()
+    while width > 1 and (width >> 1) * min(d, 1024) >= d:
+        width >>= 1
+    if d % width:
+        width = 1
+    align = width * input.element_size()  # aligned_vec<scalar_t, width>
+    if vector and width > 1 and (input.data_ptr() % align or out.data_ptr() % align):
+        raise RuntimeError(f"stand-in _C::{name}: misaligned {width}-wide vector access")
+    tokens = input.numel() // (2 * d)
+    rows = input.as_strided((tokens, 2 * d), (2 * d, 1))
+    return rows, out.as_strided((tokens, d), (d, 1)), d
+
+
+def _act_then_mul(name, out, input, act, act_first=True):
+    rows, dst, d = _act_rows(name, out, input)
+    a, b = rows[:, :d], rows[:, d:]
+    if act_first:
+        dst.copy_(act(a.float()).to(input.dtype) * b)  # act rounded to the type, product in it
+    else:
+        dst.copy_(a * act(b.float()).to(input.dtype))
+
+
+def mul_and_silu(out, input):
+    _act_then_mul("mul_and_silu", out, input, torch.nn.functional.silu, act_first=False)
+
+
+def gelu_and_mul(out, input):
+    _act_then_mul("gelu_and_mul", out, input, torch.nn.functional.gelu)
+
+
+def gelu_tanh_and_mul(out, input):
+    _act_then_mul("gelu_tanh_and_mul", out, input, lambda a: torch.nn.functional.gelu(a, approximate="tanh"))
+
+
+def fatrelu_and_mul(out, input, threshold):
+    thr = torch.tensor(threshold, dtype=torch.float64).float()  # the kernel's float parameter
+    _act_then_mul("fatrelu_and_mul", out, input, lambda a: torch.where(a > thr, a, 0.0))
+
+
+def swigluoai_and_mul(out, input, alpha=1.702, limit=7.0):
+    rows, dst, _ = _act_rows("swigluoai_and_mul", out, input, vector=False)
+    lim = float(torch.tensor(limit, dtype=torch.float64).float())
+    gate = rows[:, 0::2].float().clamp(max=lim)
+    up = rows[:, 1::2].float().clamp(min=-lim, max=lim)
+    alpha32 = torch.tensor(alpha, dtype=torch.float64).float()
+    dst.copy_(((up + 1.0) * (gate * torch.sigmoid(gate * alpha32))).to(input.dtype))
+
+
+def fused_qk_norm_rope(qkv, num_heads_q, num_heads_k, num_heads_v, head_dim, eps, q_weight, k_weight,
+                       cos_sin_cache, is_neox, position_ids):
+    CALLS["fused_qk_norm_rope"] += 1
+    name = "stand-in _C::fused_qk_norm_rope"
+    for label, t in (("qkv", qkv), ("position_ids", position_ids), ("q_weight", q_weight),
+                     ("k_weight", k_weight), ("cos_sin_cache", cos_sin_cache)):
+        if not t.is_contiguous():
+            raise RuntimeError(f"{name}: {label} must be contiguous")
+    if position_ids.dtype != torch.int64 or qkv.dim() != 2 or position_ids.dim() != 1:
+        raise RuntimeError(f"{name}: qkv must be 2-D, position_ids 1-D int64")
+    if q_weight.dim() != 1 or k_weight.dim() != 1 or q_weight.size(0) != head_dim or k_weight.size(0) != head_dim:
+        raise RuntimeError(f"{name}: weights must be 1-D of head_dim")
+    rot = cos_sin_cache.size(1)
+    if cos_sin_cache.dim() != 2 or rot % 2 or rot > head_dim:
+        raise RuntimeError(f"{name}: cos/sin cache must be 2-D [max_position, rotary_dim <= head_dim], even")
+    if qkv.dtype != q_weight.dtype or qkv.dtype != k_weight.dtype:
+        raise RuntimeError(f"{name}: qkv, q_weight and k_weight must have the same dtype")
+    tokens, heads = qkv.size(0), num_heads_q + num_heads_k + num_heads_v
+    if position_ids.size(0) != tokens or qkv.size(1) != heads * head_dim:
+        raise RuntimeError(f"{name}: token count or width does not match")
+    if qkv.dtype not in (torch.float16, torch.bfloat16) or cos_sin_cache.dtype not in _FLOATS:
+        raise RuntimeError(f"{name}: not implemented for '{qkv.dtype}' with a '{cos_sin_cache.dtype}' cache")
+    if head_dim not in (64, 128, 256, 512):
+        raise RuntimeError(f"{name}: Unsupported head dimension for fused_qk_norm_rope: {head_dim}")
+    if tokens and (int(position_ids.min()) < 0 or int(position_ids.max()) >= cos_sin_cache.size(0)):
+        raise RuntimeError(f"{name}: a position reads out of bounds of the cache")
+    qk = qkv.view(tokens, heads, head_dim)[:, : num_heads_q + num_heads_k]
+    x = qk.float()
+    w = torch.cat((q_weight.float().expand(num_heads_q, head_dim), k_weight.float().expand(num_heads_k, head_dim)))
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + float(torch.tensor(eps).float())) * w
+    rows = cos_sin_cache.float()[position_ids]
+    cos, sin = rows[:, None, : rot // 2], rows[:, None, rot // 2 :]
+    part = x[..., :rot]
+    a, b = (part[..., : rot // 2], part[..., rot // 2 :]) if is_neox else (part[..., 0::2], part[..., 1::2])
+    na, nb = a * cos - b * sin, b * cos + a * sin
+    rotated = torch.cat((na, nb), -1) if is_neox else torch.stack((na, nb), -1).flatten(-2)
+    x = torch.cat((rotated, x[..., rot:]), -1)
+    qk.copy_(x.to(qkv.dtype))  # one rounding
+
+
+def _rotate_in_place(x, tokens, heads, token_stride, head_stride, rows, pos, is_neox):
+    """Rotate the first rot_dim channels of each head of x, addressed as the SYCL kernel does."""
+    rot_dim = rows.shape[1]
+    half = rot_dim // 2
+    view = x.as_strided((tokens, heads, rot_dim), (token_stride, head_stride, 1))
+    if pos.numel() and (int(pos.min()) < 0 or int(pos.max()) >= rows.shape[0]):
+        raise RuntimeError("stand-in _C::rotary_embedding: a position reads out of bounds of the cache")
+    cos_sin = rows[pos]
+    cos, sin = cos_sin[:, None, :half], cos_sin[:, None, half:]
+    if is_neox:
+        a, b = view[..., :half], view[..., half:]
+    else:
+        a, b = view[..., 0::2], view[..., 1::2]
+    new_a, new_b = a * cos - b * sin, b * cos + a * sin  # in the scalar type, one rounding per op
+    a.copy_(new_a)
+    b.copy_(new_b)
+
+
+def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
+    CALLS["rotary_embedding"] += 1
+    if query.dtype not in _FLOATS:
+        raise RuntimeError(f"stand-in _C::rotary_embedding: not implemented for '{query.dtype}'")
+    pdim = positions.dim()
+    if pdim not in (1, 2):
+        raise RuntimeError("stand-in _C::rotary_embedding: positions must have shape [num_tokens] or [batch_size, seq_len]")
+    for t in (query,) if key is None else (query, key):
+        if tuple(t.shape[:pdim]) != tuple(positions.shape):
+            raise RuntimeError("stand-in _C::rotary_embedding: query, key and positions must have the same number of tokens")
+    tokens = positions.numel()
+    q_hidden = query.numel() // tokens
+    k_hidden = key.numel() // tokens if key is not None else 0
+    if q_hidden % head_size or k_hidden % head_size:
+        raise RuntimeError("stand-in _C::rotary_embedding: hidden size is not a multiple of head_size")
+    heads = q_hidden // head_size
+    kv_heads = k_hidden // head_size if key is not None else heads
+    if heads % kv_heads:
+        raise RuntimeError("stand-in _C::rotary_embedding: num_heads % num_kv_heads != 0")
+    if cos_sin_cache.dtype != query.dtype:
+        raise RuntimeError(
+            f"stand-in _C::rotary_embedding: expected scalar type {query.dtype} but found {cos_sin_cache.dtype}"
+        )
+    rot_dim = cos_sin_cache.size(1)
+    seq_dim = pdim - 1
+    head_stride = query.stride(-2) if query.dim() == pdim + 2 else head_size
+    rows = cos_sin_cache.as_strided((cos_sin_cache.size(0), rot_dim), (rot_dim, 1))
+    pos = positions.as_strided((tokens,), (1,))
+    _rotate_in_place(query, tokens, heads, query.stride(seq_dim), head_stride, rows, pos, is_neox)
+    if key is not None:
+        _rotate_in_place(key, tokens, kv_heads, key.stride(seq_dim), head_stride, rows, pos, is_neox)
+
+
 def _changed_rms_norm(input, result, weight, epsilon):
     rms_norm(result, input, weight, epsilon)
 
 
 _KERNELS = {"rms_norm": _changed_rms_norm if VARIANT == "changed" else rms_norm,
-            "fused_add_rms_norm": fused_add_rms_norm, "silu_and_mul": silu_and_mul}
+            "fused_add_rms_norm": fused_add_rms_norm, "silu_and_mul": silu_and_mul,
+            "rotary_embedding": rotary_embedding, "mul_and_silu": mul_and_silu, "gelu_and_mul": gelu_and_mul,
+            "gelu_tanh_and_mul": gelu_tanh_and_mul, "fatrelu_and_mul": fatrelu_and_mul,
+            "swigluoai_and_mul": swigluoai_and_mul, "fused_qk_norm_rope": fused_qk_norm_rope}
 _LIB = torch.library.Library("_C", "DEF")  # raises if another library owns _C (vLLM's _C)
 for _name, _schema in SCHEMAS.items():
     _LIB.define(_schema)
