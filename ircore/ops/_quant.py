@@ -684,6 +684,7 @@ def group_quant(
 
 @register_op(
     check_args=_check_group,
+    batch_invariant=True,  # each group's scale from its own row (an exact max)
     tolerances=QUANT_TOLERANCES,
     sample_inputs=group_samples,
     make_inputs=make_group_inputs,
