@@ -17,7 +17,6 @@ of bitwise logits cannot be kept there.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -34,23 +33,13 @@ _uninstall: Callable[[], None] | None = None
 
 def find_layer() -> tuple[str, Any] | tuple[None, str]:
     """The first active provider's matmul layer as ``(provider, layer)``, else ``(None, why)``."""
+    from ircore._state import STATE
     from ircore.platform import current_platform
-    from ircore.providers._manager import MANAGER
-    from ircore.providers._table import resolve
 
     platform = current_platform()
     if platform.kind != "cuda":
         return None, f"the matmul layer runs on CUDA only; this is {platform.describe()}"
-    MANAGER.ensure_loaded()
-    for name, record in sorted(MANAGER.records.items()):
-        module = sys.modules.get(record.module) if record.state.value == "active" else None
-        ref = getattr(module, LAYER_ATTRIBUTE, None)
-        if ref is not None:
-            return name, resolve(ref, name, "aten::mm", LAYER_ATTRIBUTE)
-    return (
-        None,
-        f"no active provider offers one (a provider module's {LAYER_ATTRIBUTE}; the triton provider does)",
-    )
+    return STATE.providers.matmul_layer(LAYER_ATTRIBUTE)
 
 
 def hold(delta: int) -> None:

@@ -40,6 +40,10 @@ class ProviderHost(Protocol):
     def status_of(self, name: str) -> str | None:
         """Why a known provider cannot run (its state and reason), or None."""
 
+    def matmul_layer(self, attribute: str) -> tuple[str, Any] | tuple[None, str]:
+        """The first active provider whose entry-point module names an object in ``attribute``, as
+        ``(provider, object)``; else ``(None, why)`` (batch-invariant mode's matmul layer)."""
+
 
 class _NoProviders:
     """The host before the loader is attached: nothing to load, no provider known."""
@@ -52,6 +56,9 @@ class _NoProviders:
 
     def status_of(self, name: str) -> str | None:
         return None
+
+    def matmul_layer(self, attribute: str) -> tuple[str, Any] | tuple[None, str]:
+        return None, "no provider loader is attached"
 
 
 class PriorityLayer(NamedTuple):

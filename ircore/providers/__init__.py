@@ -9,6 +9,7 @@ reaches it (``ircore._state.ProviderHost``): the manager behind it is imported o
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 __all__ = ["HOST"]
 
@@ -32,6 +33,19 @@ class _Host:
     def status_of(self, name: str) -> str | None:
         manager = sys.modules.get("ircore.providers._manager")  # nothing loaded yet: nothing to say
         return None if manager is None else manager.MANAGER.status_of(name)
+
+    def matmul_layer(self, attribute: str) -> tuple[str, Any] | tuple[None, str]:
+        from ircore.providers._manager import MANAGER
+        from ircore.providers._table import resolve
+
+        MANAGER.ensure_loaded()
+        for name, record in sorted(MANAGER.records.items()):
+            module = sys.modules.get(record.module) if record.state.value == "active" else None
+            ref = getattr(module, attribute, None)
+            if ref is not None:
+                return name, resolve(ref, name, "aten::mm", attribute)
+        why = f"no active provider offers one (a provider module's {attribute}; the triton provider does)"
+        return None, why
 
 
 HOST = _Host()

@@ -91,3 +91,17 @@ def test_matmul_layer_routes_aten_on_cuda() -> None:
         batched = torch.bmm(a[:4, None, :].expand(4, 1, 4096).contiguous(), b3)
         assert torch.equal(torch.bmm(a[:1, None, :].contiguous(), b3[:1]), batched[:1])
     assert not _matmul_layer.installed()
+
+
+def test_the_core_finds_this_providers_matmul_layer_on_a_cuda_platform() -> None:
+    """ircore.batch_invariant(matmul=True) takes the layer the active provider's module names
+    (IRCORE_MATMUL_LAYER), through the loader; found here without installing it."""
+    from ircore_triton import matmul_layer
+
+    from ircore._matmul_layer import find_layer
+    from ircore.testing import simulated_platform
+
+    with simulated_platform(kind="cuda", capability=(9, 0)):
+        assert find_layer() == ("triton", matmul_layer.LAYER)
+    provider, why = find_layer()
+    assert provider is None and "CUDA only" in why
