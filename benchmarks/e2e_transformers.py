@@ -31,7 +31,15 @@ Variants (each on the same weights; the KV cache is transformers' ``StaticCache`
                        mode=--mode)``; ``--mode`` is ``reduce-overhead`` (CUDA graphs) on CUDA;
 - ``ircore compile with rope routed``  the same with ``rope=True``: on Qwen3-MoE, each layer's
                        q_norm/k_norm and rotary embedding become ``fused_qk_norm_rope``
-                       (the ``hf_qk_norm_rope`` fusion; ``qk fused`` in the JSON rows).
+                       (the ``hf_qk_norm_rope`` fusion; ``qk fused`` in the JSON rows);
+- ``fp8 transformers`` the same model with FP8 block-128 weights (transformers' ``FP8Linear``, built
+                       by ``ircore.integrations.transformers.fp8_model``; lm_head dense), through
+                       transformers' own FP8 forward, which loads its matmul from the Hub: offline it
+                       raises, and the row records why;
+- ``fp8 ircore eager`` that model after ``apply(model, mlp=True)``: each FP8Linear through
+                       ``dynamic_group_quant_fp8`` + ``block_scaled_mm_fp8``;
+- ``fp8 ircore compile`` the same under ``backend="ircore"`` (each norm fuses with its projections'
+                       group quant). fp8 rows' logit differences include the quantization.
 
 Reported per variant and point: tokens/s (median of ``--rounds`` timed rounds), the ratio to
 stock eager and (compiled rows) to stock compile, the first call's time for compiled rows, the
@@ -63,10 +71,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ircore
-from ircore.integrations.transformers import apply, undo
+from ircore.integrations.transformers import apply, fp8_model, undo
 
 VARIANTS = ("stock eager", "liger eager", "ircore eager", "ircore eager with rope routed", "ircore compile",
-            "ircore compile with rope routed", "stock compile")
+            "ircore compile with rope routed", "stock compile", "fp8 transformers", "fp8 ircore eager",
+            "fp8 ircore compile")
 CATEGORIES = ("norm", "add", "act")
 _START = time.perf_counter()
 
@@ -351,6 +360,8 @@ def run_variant(variant: str, model: Any, a: argparse.Namespace, reference: dict
     """Set the variant up on ``model``, measure it, and leave ``model`` stock again."""
     if variant == "liger eager":
         return run_liger(model, a, reference)
+    if variant.startswith("fp8"):
+        return run_fp8(variant, a, reference)
     ircore_on = variant.startswith("ircore")
     rope = variant.endswith("with rope routed")
     if ircore_on:
@@ -366,6 +377,34 @@ def run_variant(variant: str, model: Any, a: argparse.Namespace, reference: dict
     finally:
         if ircore_on:
             undo(model)
+        torch._dynamo.reset()
+
+
+def run_fp8(variant: str, a: argparse.Namespace, reference: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+    """The same model with FP8 block-128 weights (transformers' FP8Linear, ``fp8_model``; lm_head kept
+    dense), built once. ``fp8 transformers`` runs transformers' own forward, which loads its
+    matmul kernel from the Hub: offline it raises, and the row says so. Logit differences are
+    against stock (bf16) eager: they include the quantization."""
+    model = getattr(a, "fp8_model", None)
+    if model is None:
+        model = a.fp8_model = fp8_model(build_model(a))
+    if variant == "fp8 transformers":
+        try:
+            return measure(variant, model, model.forward, a, reference)
+        except Exception as exc:  # offline: "finegrained-fp8 kernel unavailable"
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+            log(f"{variant}: {why}")
+            return [{"variant": variant, "phase": "prefill", "batch": 1, "skipped": why}]
+    summary = apply(model, mlp=True)
+    log(f"apply(fp8 model, mlp=True): {'; '.join(str(summary).splitlines())}")
+    fn = model.forward
+    if variant.endswith("compile"):
+        torch._dynamo.reset()
+        fn = torch.compile(model.forward, backend="ircore", mode=a.mode, dynamic=False)
+    try:
+        return measure(variant, model, fn, a, reference)
+    finally:
+        undo(model)
         torch._dynamo.reset()
 
 
