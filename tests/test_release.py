@@ -284,7 +284,10 @@ def test_ircore_list_builds_the_kernels_on_first_use_and_shows_the_providers(ven
     assert providers["triton"]["state"] == "unavailable" and providers["triton"]["reason"].startswith(
         "no GPU"
     )
-    assert all(o["priority"][0] == "vllm_c" for o in doc["ops"])
+    # vllm_c first wherever it implements the op; the ops it has no kernel for (the fp8 quant ops)
+    # do not list it, and at least the five norm/activation ops are its
+    with_vllm_c = [o for o in doc["ops"] if "vllm_c" in o["priority"]]
+    assert all(o["priority"][0] == "vllm_c" for o in with_vllm_c) and len(with_vllm_c) >= 5
     assert any(venv["cache"].glob("ircore_vllm_c_cpu/*/ircore_vllm_c_cpu.so"))
 
 
