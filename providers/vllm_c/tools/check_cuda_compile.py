@@ -47,8 +47,7 @@ def compile_cuda_object(
             "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n"
         )
     std = "-std=c++20" if torch.__version__ >= (2, 10) else "-std=c++17"  # as torch builds
-    log = []
-    ok = True
+    commands = []
     for src in [s for s in kernels.CUDA_SOURCES if s.endswith(".cu")]:
         cmd = [
             nvcc, "-c", str(kernels.CSRC_DIR / src), "-o", str(out_dir / (Path(src).stem + ".o")),
@@ -61,8 +60,17 @@ def compile_cuda_object(
             cmd += ["-Xptxas", "-v"]
         if keep_ptx:
             cmd += ["-keep", "-keep-dir", str(out_dir)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        log.append(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+        commands.append(cmd)
+    # one nvcc per source, all at once (each is single-threaded; the sources are independent)
+    procs = [
+        (cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        for cmd in commands
+    ]
+    log = []
+    ok = True
+    for cmd, proc in procs:
+        output, _ = proc.communicate()
+        log.append(" ".join(cmd) + "\n" + output)
         ok = ok and proc.returncode == 0
     return ok, "\n".join(log)
 
