@@ -16,10 +16,12 @@ import torch
 
 from ircore.op import Sample, Tolerance, register_op
 from ircore.ops import _checks, _samples
+from ircore.ops._quant import dynamic_group_quant_fp8, fp8_max, min_scale
 
 FP8_DTYPES = frozenset({torch.float8_e4m3fn, torch.float8_e4m3fnuz})
 _OUT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 _F32 = torch.float32
+E4M3 = torch.float8_e4m3fn
 
 # Kernels accumulate K products in fp32 in their own order: loose in every output dtype, keyed
 # by the fp8 input dtype (the first floating-point argument, which the conformance kit reads).
@@ -167,7 +169,7 @@ def quantize_fp8(
     x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype = torch.float8_e4m3fn
 ) -> torch.Tensor:
     """``x / scale`` clamped to the fp8 range, then cast (casts do not saturate on every torch)."""
-    big = 224.0 if fp8_dtype == torch.float8_e4m3fnuz else torch.finfo(fp8_dtype).max
+    big = fp8_max(fp8_dtype)
     return (x.float() / scale).clamp(-big, big).to(fp8_dtype)
 
 
@@ -179,7 +181,7 @@ def quantize_blocks(
     keeps scale 1). Ragged edge blocks are allowed."""
     bn, bk = block
     n, k = w.shape
-    big = 224.0 if fp8_dtype == torch.float8_e4m3fnuz else torch.finfo(fp8_dtype).max
+    big = fp8_max(fp8_dtype)
     padded = torch.zeros(_cdiv(n, bn) * bn, _cdiv(k, bk) * bk, dtype=_F32, device=w.device)
     padded[:n, :k] = w.float()
     tiles = padded.reshape(_cdiv(n, bn), bn, _cdiv(k, bk), bk)
@@ -193,20 +195,13 @@ def quantize_groups(
     x: torch.Tensor, group: int = 128, fp8_dtype: torch.dtype = torch.float8_e4m3fn
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Activations ``[M, K]`` quantized per token and group of ``group`` columns: ``(fp8, scale
-    [M, K/group])``, scale = group amax / fp8 max floored at ``1 / (fp8 max * 512)``."""
-    m, k = x.shape
-    big = 224.0 if fp8_dtype == torch.float8_e4m3fnuz else torch.finfo(fp8_dtype).max
-    padded = torch.zeros(m, _cdiv(k, group) * group, dtype=_F32, device=x.device)
-    padded[:, :k] = x.float()
-    g = padded.reshape(m, _cdiv(k, group), group)
-    scale = (g.abs().amax(-1) / big).clamp(min=1.0 / (big * 512))
-    q = (g / scale[..., None]).clamp(-big, big).reshape(padded.shape)[:, :k]
-    return q.to(fp8_dtype).contiguous(), scale
+    [M, K/group])``, what ``dynamic_group_quant_fp8`` gives (row-major scales, no ue8m0) for x in
+    fp32: scale = group amax / fp8 max floored at ``1 / (fp8 max * 512)``."""
+    return dynamic_group_quant_fp8.native(x.float(), [1, group], False, False, fp8_dtype)
 
 
 def _per_row(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    big = torch.finfo(torch.float8_e4m3fn).max
-    scale = (x.abs().amax(dim, keepdim=True) / big).clamp(min=1.0 / (big * 512))
+    scale = (x.abs().amax(dim, keepdim=True) / fp8_max(E4M3)).clamp(min=min_scale(E4M3))
     return quantize_fp8(x, scale), scale.float()
 
 
