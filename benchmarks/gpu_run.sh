@@ -40,7 +40,12 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 WHAT=${1:-all}
-case "$WHAT" in all|tests|tests-triton|bench|compile|transformers|session|pdl|checks|tune|profile|remeasure) ;; *) echo "usage: bash benchmarks/gpu_run.sh [all|tests|tests-triton|bench|compile|transformers|session|pdl|checks|tune|profile|remeasure]" >&2; exit 2 ;; esac
+WHATS=" ${*:-all} "  # the wave-2 steps below may be chained in one call: gpu-tests wave2-kernels ...
+MODES="all tests tests-triton bench compile transformers session pdl checks tune profile remeasure gpu-tests wave2-kernels fp8-matmul e2e-llama e2e-moe e2e-decoder invariance"
+for w in $WHATS; do
+  case " $MODES " in *" $w "*) ;; *) echo "usage: bash benchmarks/gpu_run.sh [MODE ...], MODE one of: $MODES" >&2; exit 2 ;; esac
+done
+want() { case "$WHATS" in *" $1 "*) return 0 ;; esac; return 1; }
 OUT=${OUT:-$ROOT/gpu_out}
 # Set-up logs (pip, builds, the environment) go to $SETUP, not $OUT: the device tool brings back
 # at most 8 files, and those should be the measurements; a failing set-up step says where to look.
@@ -95,7 +100,12 @@ PY
   echo "nvcc: $(command -v nvcc || echo none)"; nvcc --version 2>&1 | tail -2 || true
 } 2>&1 | tee -a "$OUT/gpu_run.log"
 
-DEADLINE=  # seconds since the start ($SECONDS) by which every step must be over; empty: none
+DEADLINE=${CALL_BUDGET_S:-}  # seconds since the start ($SECONDS) by which every step must be over; empty: none
+# JSON and markdown of the wave-2 steps: packed into $OUT/results.tgz after each step (the device
+# brings back 8 files at most).
+RES=${RES:-/tmp/gpu_results}
+mkdir -p "$RES"
+pack() { tar czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null; }
 SUMMARY=()
 run_step() {  # [--log FILE] name, timeout seconds, command...  (--log: append to $OUT/FILE.log)
   local log=
@@ -155,7 +165,7 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tests ] || [ "$WHAT" = tests-triton ]; then
   fi
   [ "$WHAT" != tests ] && run_step tests_triton 300 "${GPU_PASS[@]}" providers/triton/tests
   note "per-suite times:"; printf '   %s\n' "${SUMMARY[@]}" | tee -a "$OUT/gpu_run.log"
-  DEADLINE=
+  DEADLINE=${CALL_BUDGET_S:-}
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
   # --pdl-ab: the providers also without programmatic dependent launch, side by side, to show what
@@ -262,6 +272,68 @@ if [ "$WHAT" = remeasure ]; then  # SKIP_TESTS=1: the benchmark only
   fi
   run_step kernels_gpu 290 python3 benchmarks/kernels_gpu.py --no-do-bench --budget-s 250 \
     --json "$OUT/kernels_gpu.json" --markdown "$OUT/kernels_gpu.md"
+fi
+# ---- Wave-2 steps (issues 24-29), chainable: bash benchmarks/gpu_run.sh gpu-tests wave2-kernels ...
+# CALL_BUDGET_S caps the whole call (each step's cap is cut to what is left of it).
+left_s() {  # seconds a step may still plan for: $1, cut to what is left of CALL_BUDGET_S less 40 s
+  if [ -n "$DEADLINE" ]; then local l=$((DEADLINE - SECONDS - 40)); [ $l -lt $1 ] && { echo $((l > 10 ? l : 10)); return; }; fi
+  echo "$1"
+}
+WAVE_INSTALLED=
+wave_install() {  # once per call; a warm machine keeps the installs and the vllm_c build cache
+  [ -n "$WAVE_INSTALLED" ] && return 0
+  WAVE_INSTALLED=1
+  install_every_provider
+}
+if want gpu-tests; then
+  # The GPU-marked tests only (`-m gpu`): the CPU ones run in CI. vllm_c's (its conftest builds
+  # the CUDA kernels: nvcc on the CPU cores) and triton's (Triton compiles) side by side.
+  wave_install
+  GPU_ONLY=(python3 -m pytest -q -p no:cacheprovider -m gpu -rfE --tb=short --durations=15)
+  cap=${GPU_TESTS_CAP_S:-330}
+  note "gpu-tests: vllm_c, triton and core GPU tests side by side (cap ${cap}s each)"
+  t0=$SECONDS
+  timeout -k 10 "$cap" "${GPU_ONLY[@]}" providers/vllm_c/tests >"$OUT/tests_vllm_c.log" 2>&1 & P1=$!
+  timeout -k 10 "$cap" "${GPU_ONLY[@]}" providers/triton/tests >"$OUT/tests_triton.log" 2>&1 & P2=$!
+  wait $P1; r1=$?; wait $P2; r2=$?
+  note "gpu-tests: vllm_c rc=$r1 ($(tail -1 "$OUT/tests_vllm_c.log")), triton rc=$r2 ($(tail -1 "$OUT/tests_triton.log")) in $((SECONDS - t0))s"
+  run_step tests_core 60 "${GPU_ONLY[@]}" tests
+  for r in $r1 $r2; do [ "$r" -ne 0 ] && [ $STATUS -eq 0 ] && STATUS=$r; done
+fi
+if want wave2-kernels; then  # issue 24's RoPE and activation rows, issue 28's norm rows; bf16, graph replay
+  wave_install
+  KG=(python3 benchmarks/kernels_gpu.py --no-do-bench --dtypes bf16)
+  run_step kernels_rope 200 "${KG[@]}" --ops rotary_embedding rotary_pos_emb fused_qk_norm_rope --hidden 4096 \
+    --budget-s "$(left_s 180)" --json "$RES/kernels_rope.json" --markdown "$RES/kernels_rope.md"; pack
+  run_step kernels_act 200 "${KG[@]}" --ops gelu_and_mul gelu_tanh_and_mul mul_and_silu fatrelu_and_mul \
+    swigluoai_and_mul --hidden 14336 --budget-s "$(left_s 180)" --json "$RES/kernels_act.json" --markdown "$RES/kernels_act.md"; pack
+  run_step kernels_norms 200 "${KG[@]}" --ops rms_norm_gated rms_norm_gated_grouped layer_norm layer_norm_nobias \
+    --hidden 4096 8192 --budget-s "$(left_s 180)" --json "$RES/kernels_norms.json" --markdown "$RES/kernels_norms.md"; pack
+fi
+if want fp8-matmul; then  # issue 26: the fp8 matmuls against torch._scaled_mm
+  wave_install
+  run_step matmul_fp8 200 python3 benchmarks/matmul_fp8_gpu.py --json "$RES/matmul_fp8.json"; pack
+fi
+if want e2e-llama; then  # issues 24, 26, 29: the Llama rows, rope-routed and fp8 variants included
+  wave_install
+  run_step e2e_llama 360 python3 benchmarks/e2e_transformers.py --device cuda --budget-s "$(left_s "${E2E_BUDGET_S:-300}")" \
+    ${E2E_VARIANTS:+--variants "$E2E_VARIANTS"} --json "$RES/e2e_llama.json" --markdown "$RES/e2e_llama.md"; pack
+fi
+if want e2e-moe; then  # issue 28: the Qwen3-MoE-shaped model
+  wave_install
+  run_step e2e_moe 330 python3 benchmarks/e2e_transformers.py --device cuda --model qwen3_moe \
+    --budget-s "$(left_s "${E2E_BUDGET_S:-270}")" --json "$RES/e2e_moe.json" --markdown "$RES/e2e_moe.md"; pack
+fi
+if want e2e-decoder; then  # issue 29: copies per compiled layer and the decoder rows
+  wave_install
+  run_step e2e_decoder 300 python3 benchmarks/e2e_decoder.py --device cuda --dynamic \
+    --json "$RES/e2e_decoder.json" --markdown "$RES/e2e_decoder.md"; pack
+fi
+if want invariance; then  # issue 27: invariant kernels against the default ones, and the bitwise e2e
+  wave_install
+  run_step invariance_kernels 150 python3 benchmarks/batch_invariant_gpu.py --matmul \
+    --json "$RES/invariance.json" --markdown "$RES/invariance.md"; pack
+  run_step invariance_e2e 120 python3 benchmarks/e2e_batch_invariant.py --device cuda; pack
 fi
 note "done: status $STATUS; outputs in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit $STATUS

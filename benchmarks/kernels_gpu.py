@@ -174,8 +174,8 @@ APPLIES = {
     "compile": set(ALL_OPS),
     "liger": {"rms_norm", "fused_add_rms_norm", "layer_norm", "layer_norm_nobias", "gelu_tanh_and_mul"},
     "flashinfer": {"rms_norm", "fused_add_rms_norm"},
-    "vllm_c": set(OPS + NORM_OPS + ACT_OPS),
-    "triton": set(OPS + NORM_OPS + ACT_OPS),
+    "vllm_c": set(OPS + NORM_OPS + ROPE_OPS + ACT_OPS),
+    "triton": set(OPS + NORM_OPS + ROPE_OPS + ACT_OPS),
     "vllm_c_nopdl": set(OPS + NORM_OPS),  # the gated activations' CUDA kernels have no PDL yet
     "triton_nopdl": set(OPS + NORM_OPS + ACT_OPS),
 }
