@@ -57,7 +57,9 @@ def fp8_linear_forward(self: Any, input: torch.Tensor) -> torch.Tensor:
         )
     block_n, block_k = self.block_size
     x = input.reshape(-1, input.shape[-1])
-    q, scale = dynamic_group_quant_fp8(x, [1, block_k], False, False, self.weight.dtype)
+    # column-major scales: the layout cuBLASLt's blockwise matmul takes as it is (row-major ones
+    # cost vllm_c a transposing copy per call, 1-2 us: 1.04-1.11x of torch._scaled_mm on the H200)
+    q, scale = dynamic_group_quant_fp8(x, [1, block_k], True, False, self.weight.dtype)
     block = [block_n, block_k]
     out = block_scaled_mm_fp8(q, self.weight, scale, self.weight_scale_inv, block, input.dtype)
     if self.bias is not None:
