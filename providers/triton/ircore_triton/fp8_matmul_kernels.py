@@ -7,41 +7,98 @@ silently wrong), any strides. Block scales: each K tile is one activation group 
 block_k``), so the tile's partial product is scaled once per row (``scale_a``) and per column
 (``scale_b`` of the column's weight tile) before it is added, as DeepSeek-V3's and vLLM's
 ``w8a8_block_fp8_matmul`` do. Per-tensor / per-row / per-column scales multiply the finished fp32
-sum. The launch config is a heuristic by M (no autotuning yet; the GPU figures will say).
+sum.
+
+Launch configs. ``block_scaled_mm_fp8`` is tuned per (N, K, block, out dtype, M bucket) on its
+first call, as the norms are (``kernels._pick``: CUDA-graph replay of the candidates, the winner
+cached; never while a graph is captured nor under the interpreter, where the heuristic runs).
+The candidates include a split of K across programs for small M: at M = 1 one 16 x 64 tile per
+program gives N / 64 programs (64 for the H200's 132 SMs at N = 4096), and the weight was read
+at 33-89% of the bandwidth bound (2026-12-05, benchmarks/README.md 3d). A split writes fp32
+partial sums that a fixed-order sum adds (deterministic bits, no atomics). Larger tiles and
+more warps are candidates for large M, where the 64-wide tiles ran at 2-2.5x cuBLASLt's time.
+``scaled_mm_fp8`` keeps its heuristic by M.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import triton
 import triton.language as tl
 
+from . import kernels as _k
 from .kernels import _device_ctx, _off_current_device
 
-__all__ = ["block_scaled_mm_fp8", "scaled_mm_fp8"]
+__all__ = ["BlockMatmulConfig", "block_scaled_mm_fp8", "scaled_mm_fp8"]
 
 
 def _block_m(m: int) -> int:
     return 16 if m <= 16 else 32 if m <= 32 else 64
 
 
+@dataclass(frozen=True)
+class BlockMatmulConfig:
+    """Launch config of ``block_scaled_mm_fp8``: ``block_m x block_n`` output tiles, K split
+    across ``split_k`` programs (each takes every ``split_k``-th K tile)."""
+
+    block_m: int
+    block_n: int
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+def _block_heuristic(m: int) -> BlockMatmulConfig:
+    """The config before tuning (and under the interpreter, or while a graph is captured)."""
+    return BlockMatmulConfig(_block_m(m), 64)
+
+
+def _block_candidates(m: int, n: int, k_tiles: int) -> list[BlockMatmulConfig]:
+    """Tuning candidates, the heuristic first (ties go to the earlier one)."""
+    out = [_block_heuristic(m)]
+    if m <= 16:
+        for block_n in (32, 64, 128):
+            for split in (1, 2, 4, 8):
+                if split <= max(1, k_tiles // 4) and triton.cdiv(n, block_n) * split <= 4096:
+                    out.append(BlockMatmulConfig(16, block_n, split))
+    elif m <= 128:
+        for block_m in (16, 32, 64):
+            for block_n in (64, 128):
+                for split in (1, 2):
+                    if split <= max(1, k_tiles // 4):
+                        out.append(BlockMatmulConfig(block_m, block_n, split))
+    else:
+        for block_m, block_n, warps in ((64, 128, 4), (128, 128, 8), (128, 64, 4), (64, 64, 4)):
+            for stages in (3, 4):
+                out.append(BlockMatmulConfig(block_m, block_n, 1, warps, stages))
+    return list(dict.fromkeys(out))
+
+
 @triton.jit
 def _block_scaled_mm_kernel(
     A, B, SA, SB, C, M, N, K,
     stride_am, stride_ak, stride_bn, stride_bk, stride_sam, stride_sak, stride_sbn, stride_sbk,
-    stride_cm, stride_cn,
+    stride_cm, stride_cn, stride_cs,
     GROUP_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,
 ):  # fmt: skip
-    """``C[m, n] = sum over K tiles g of (A[m, g] . B[n, g]) * SA[m, g] * SB[n // GROUP_N, g]``."""
+    """``C[m, n] = sum over K tiles g of (A[m, g] . B[n, g]) * SA[m, g] * SB[n // GROUP_N, g]``.
+
+    With ``SPLIT_K > 1`` program ``(i, j, s)`` sums the tiles ``g = s, s + SPLIT_K, ...`` into
+    the fp32 partial ``C[s]`` (``stride_cs`` apart); the caller adds the partials."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     mask_m = offs_m < M
     mask_n = offs_n < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for g in range(0, tl.cdiv(K, BLOCK_K)):
+    for g in range(pid_k, tl.cdiv(K, BLOCK_K), SPLIT_K):
         k = g * BLOCK_K + offs_k
         mask_k = k < K
         a_mask = mask_m[:, None] & mask_k[None, :]
@@ -53,7 +110,8 @@ def _block_scaled_mm_kernel(
         acc += tl.dot(a, b) * sa[:, None] * sb[None, :]
     c = acc.to(C.dtype.element_ty)
     c_mask = mask_m[:, None] & mask_n[None, :]
-    tl.store(C + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, c, mask=c_mask)
+    c_ptrs = C + pid_k * stride_cs + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, c, mask=c_mask)
 
 
 @triton.jit
@@ -89,6 +147,60 @@ def _scaled_mm_kernel(
     tl.store(C + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, c, mask=c_mask)
 
 
+def _launch_block(
+    cfg: BlockMatmulConfig,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    block_size: list[int],
+    c: torch.Tensor,
+) -> None:
+    """One launch of the block-scaled kernel into ``c`` (``[M, N]``); with a split of K, into an
+    fp32 ``[split, M, N]`` scratch summed into ``c`` in a fixed order."""
+    (m, k), n = a.shape, b.shape[0]
+    out = c if cfg.split_k == 1 else torch.empty((cfg.split_k, m, n), dtype=torch.float32, device=a.device)
+    grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.block_n), cfg.split_k)
+    args = (
+        a, b, scale_a, scale_b, out, m, n, k,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), scale_a.stride(0), scale_a.stride(1),
+        scale_b.stride(0), scale_b.stride(1), out.stride(-2), out.stride(-1),
+        out.stride(0) if cfg.split_k > 1 else 0,
+    )  # fmt: skip
+    meta = {
+        "GROUP_N": block_size[0], "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": block_size[1],
+        "SPLIT_K": cfg.split_k, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
+    }  # fmt: skip
+    _block_scaled_mm_kernel[grid](*args, **meta)
+    if cfg.split_k > 1:
+        c.copy_(out.sum(dim=0))
+
+
+def _block_config(
+    a: torch.Tensor, b: torch.Tensor, scale_b: torch.Tensor, block_size: list[int], out_dtype: torch.dtype
+) -> BlockMatmulConfig:
+    """The cached config of this call's key; tuned on the key's first call where tuning runs."""
+    (m, k), n = a.shape, b.shape[0]
+    bucket = _k._bucket(m)
+    key = ("block_scaled_mm_fp8", n, k, tuple(block_size), out_dtype, bucket)
+    cfg = _k._CONFIGS.get(key)
+    if isinstance(cfg, BlockMatmulConfig):
+        return cfg
+    if not _k._AUTOTUNE or _k._capturing(a.device):
+        return _block_heuristic(m)
+    t_rows = _k._BUCKET_ROWS[bucket] if bucket < len(_k._BUCKET_ROWS) else 8192
+    k_tiles = triton.cdiv(k, block_size[1])
+    # the weight itself (only read), scratch activations of the bucket's size (values do not matter)
+    at = torch.zeros((t_rows, k), dtype=a.dtype, device=a.device)
+    sat = torch.ones((k_tiles, t_rows), dtype=torch.float32, device=a.device).t()
+    ct = torch.empty((t_rows, n), dtype=out_dtype, device=a.device)
+
+    def make(cfg: BlockMatmulConfig) -> Callable[[], None]:
+        return lambda: _launch_block(cfg, at, b, sat, scale_b, block_size, ct)
+
+    return _k._pick(key, _block_candidates(t_rows, n, k_tiles), make, a.device)
+
+
 def block_scaled_mm_fp8(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -96,27 +208,23 @@ def block_scaled_mm_fp8(
     scale_b: torch.Tensor,
     block_size: list[int],
     out_dtype: torch.dtype,
+    config: BlockMatmulConfig | None = None,
 ) -> torch.Tensor:
-    """Launch the block-scaled kernel (the predicate has checked ``block_size[1]``)."""
+    """Launch the block-scaled kernel (the predicate has checked ``block_size[1]``); ``config``
+    pins a launch config (tests, sweeps), else the tuned one of the call's key."""
     (m, k), n = a.shape, b.shape[0]
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if m == 0 or n == 0:
         return c
     if k == 0:
         return c.zero_()
-    block_m, block_n = _block_m(m), 64
-    grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
-    args = (
-        a, b, scale_a, scale_b, c, m, n, k,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), scale_a.stride(0), scale_a.stride(1),
-        scale_b.stride(0), scale_b.stride(1), c.stride(0), c.stride(1),
-    )  # fmt: skip
-    meta = {"GROUP_N": block_size[0], "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_size[1]}
     if _off_current_device(a):
         with _device_ctx(a):
-            _block_scaled_mm_kernel[grid](*args, **meta)
+            cfg = config or _block_config(a, b, scale_b, block_size, out_dtype)
+            _launch_block(cfg, a, b, scale_a, scale_b, block_size, c)
     else:
-        _block_scaled_mm_kernel[grid](*args, **meta)
+        cfg = config or _block_config(a, b, scale_b, block_size, out_dtype)
+        _launch_block(cfg, a, b, scale_a, scale_b, block_size, c)
     return c
 
 

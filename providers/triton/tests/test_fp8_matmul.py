@@ -60,3 +60,38 @@ def test_scaled_kernel_matches_native_per_row_and_per_tensor(bias):
         torch.testing.assert_close(
             mk.scaled_mm_fp8(*args).float(), scaled_mm_fp8.native(*args).float(), atol=2e-2, rtol=1.6e-2
         )
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        mk.BlockMatmulConfig(16, 32, split_k=2),  # K split across programs: fp32 partials, then their sum
+        mk.BlockMatmulConfig(16, 64, split_k=8),  # more splits than K tiles: the extra programs add zeros
+        mk.BlockMatmulConfig(32, 32, num_warps=8, num_stages=4),
+    ],
+)
+def test_block_kernel_launch_configs_match_native(config):
+    args = _block(3, 640, 70)  # 5 K tiles (ragged N tile)
+    out = mk.block_scaled_mm_fp8(*args, config=config)
+    torch.testing.assert_close(out.float(), block_scaled_mm_fp8.native(*args).float(), atol=2e-2, rtol=1.6e-2)
+
+
+def test_block_candidates_start_with_the_heuristic_and_split_k_only_for_small_m():
+    for m in (1, 16, 128, 1024):
+        got = mk._block_candidates(m, 4096, 112)
+        assert got[0] == mk._block_heuristic(m) and len(got) == len(set(got))
+        assert any(c.split_k > 1 for c in got) == (m <= 128)
+    assert all(c.split_k == 1 for c in mk._block_candidates(1, 4096, 4))  # too few K tiles to split
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPU != "cuda", reason="the launch-config tuning runs on a CUDA GPU (not in the interpreter)")
+@pytest.mark.parametrize("m", [1, 16, 300])
+def test_block_kernel_tunes_once_per_key_and_stays_right(m):
+    from ircore_triton import kernels
+
+    args = _block(m, 14336, 4096)  # Llama-3-8B's down projection: few programs at small M
+    out = mk.block_scaled_mm_fp8(*args)
+    key = ("block_scaled_mm_fp8", 4096, 14336, (128, 128), torch.bfloat16, kernels._bucket(m))
+    assert isinstance(kernels._CONFIGS.get(key), mk.BlockMatmulConfig)
+    torch.testing.assert_close(out.float(), block_scaled_mm_fp8.native(*args).float(), atol=2e-2, rtol=1.6e-2)
