@@ -11,9 +11,10 @@ from ircore import dispatch
 from ircore.config import read_environment
 from ircore.errors import BatchInvariantError, ImplRegistrationError, OpDeclarationError
 from ircore.testing import check_invariance, invariance_problem
-from ircore.testing._invariance import BATCH_SIZES
+from ircore.testing._invariance import BATCH_SIZES, invariance_samples
 
 OPS = ("fused_add_rms_norm", "layer_norm", "rms_norm", "rms_norm_gated", "silu_and_mul")
+ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only", "rotary_pos_emb")
 
 
 def _rms(
@@ -50,6 +51,26 @@ def test_native_invariant_form_is_invariant_and_close_to_native(op_name):
             for g, w in zip(*(o if isinstance(o, tuple) else (o,) for o in (got, want))):
                 tol = op.tolerance(dtype)
                 torch.testing.assert_close(g.float(), w.float(), atol=tol.atol, rtol=tol.rtol)
+
+
+@pytest.mark.parametrize("op_name", ROPE_OPS)
+def test_rope_natives_claim_invariance_and_the_check_batches_positions(op_name):
+    """The position ops' natives claim invariance (elementwise per token); the check finds their
+    row arguments (q, k and the integer per-token positions, resampled from the sample's own: they
+    index the cos/sin cache), and catches a RoPE whose rows move with the batch size."""
+    op = ircore.get_op(op_name)
+    assert op.invariant_entry("native").call is op.native
+    assert check_invariance("native", ops=[op_name], max_samples=3)[op_name] >= 3
+
+    def variant(*args):
+        out = op.native(*args)
+        outs = out if isinstance(out, tuple) else (out,)
+        bumped = tuple(o * (1 + 1e-2 * (o.shape[0] > 1)) for o in outs)
+        return bumped if isinstance(out, tuple) else bumped[0]
+
+    label, args = next(iter(invariance_samples(op, torch.float32, "cpu")))
+    status, problem = invariance_problem(op, "native", args, fn=variant)
+    assert status == "failed" and "is not batch-invariant" in problem, (label, problem)
 
 
 def test_torch_reduction_split_is_what_native_form_avoids():

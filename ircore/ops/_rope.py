@@ -473,6 +473,7 @@ def _make_rotary_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str,
     sample_inputs=_rotary_samples,
     make_inputs=_make_rotary_inputs,
     reference=_rotary_embedding_reference,
+    batch_invariant=True,  # elementwise per token: a token reads its own position's cos/sin only
 )
 def rotary_embedding(
     positions: torch.Tensor,
@@ -578,6 +579,7 @@ def _make_query_only_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: 
     sample_inputs=_query_only_samples,
     make_inputs=_make_query_only_inputs,
     reference=_query_only_reference,
+    batch_invariant=True,  # elementwise per token: a token reads its own position's cos/sin only
 )
 def rotary_embedding_query_only(
     positions: torch.Tensor,
@@ -764,6 +766,7 @@ def _make_rotary_pos_emb_inputs(
     sample_inputs=_rotary_pos_emb_samples,
     make_inputs=_make_rotary_pos_emb_inputs,
     reference=_rotary_pos_emb_reference,
+    batch_invariant=True,  # elementwise: each element reads its own position's cos/sin only
     # not cache_by_signature: the check compares q's, k's and cos's sizes (batch, sequence), which
     # a call signature does not hold (only each tensor's dims and last size)
 )

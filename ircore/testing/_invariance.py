@@ -10,9 +10,15 @@ row is computed alone (a batch of one), then placed at the start, the middle and
 batches of 1, 3, 64 and 1000 rows of other values, contiguous and with a padded row stride;
 every copy must equal the alone result exactly (``torch.equal``, NaNs never expected).
 
-The row arguments of a call are its 2-D tensors with the first tensor's row count (``x``, a
-residual, a gate); 1-D tensors and scalars are per call. Nothing here knows an op by name: an op
-declared tomorrow is checked the same way, from its ``sample_inputs`` and ``make_inputs``.
+The batch dimension is the first dimension of the call's first floating tensor of two or more
+dimensions (``x``; the RoPE ops' ``query``, or Hugging Face's ``(B, H, S, D)`` q). The row
+arguments are the floating tensors of two or more dimensions with that many rows (``x``, a
+residual, a gate, ``key``) and the integer tensors with that many rows (per-token ``positions``,
+``offsets``); other tensors and scalars are per call. New rows for a floating argument come from
+the op's ``make_inputs`` (or normal values); for an integer one, from the sample's own rows (they
+index other arguments, such as a cos/sin cache, so only the sample's values are known valid).
+Nothing here knows an op by name: an op declared tomorrow is checked the same way, from its
+``sample_inputs`` and ``make_inputs``.
 """
 
 from __future__ import annotations
@@ -40,14 +46,18 @@ def claimed_entry(op: IrOp[..., Any], provider: str) -> dispatch.Entry | None:
     return entry
 
 
+def _is_row(a: Any, rows: int) -> bool:
+    if not isinstance(a, torch.Tensor) or a.dim() == 0 or a.shape[0] != rows:
+        return False
+    return a.dim() >= 2 if a.is_floating_point() else not a.is_complex()
+
+
 def _row_indices(args: tuple[Any, ...]) -> tuple[int, ...]:
-    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-    if first is None or first.dim() != 2:
+    floats = (a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() >= 2)
+    first = next(floats, None)
+    if first is None or first.shape[0] == 0:
         return ()
-    rows = first.shape[0]
-    return tuple(
-        i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dim() == 2 and a.shape[0] == rows
-    )
+    return tuple(i for i, a in enumerate(args) if _is_row(a, first.shape[0]))
 
 
 def call_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -57,18 +67,20 @@ def call_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
     key: list[Any] = []
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
-            key.append(("row", a.shape[1], a.dtype) if i in rows else ("t", tuple(a.shape), a.dtype))
+            key.append(("row", tuple(a.shape[1:]), a.dtype) if i in rows else ("t", tuple(a.shape), a.dtype))
         else:
             key.append(tuple(a) if isinstance(a, list) else a)  # a group shape or block size
     return tuple(key)
 
 
 def _layout(t: torch.Tensor, strided: bool) -> torch.Tensor:
-    """``t`` (2-D) as a contiguous tensor, or as a view with a padded row stride."""
-    if not strided:
-        return t.contiguous()
-    wide = torch.zeros((t.shape[0], t.shape[1] + _PAD), dtype=t.dtype, device=t.device)
-    view = wide[:, : t.shape[1]]
+    """A copy of ``t``, contiguous or (floating, two or more dimensions) a view whose last
+    dimension is padded: a copy, so an implementation that works in place changes no other call's
+    rows."""
+    if not strided or t.dim() < 2 or not t.is_floating_point():
+        return t.clone(memory_format=torch.contiguous_format)
+    wide = torch.zeros((*t.shape[:-1], t.shape[-1] + _PAD), dtype=t.dtype, device=t.device)
+    view = wide[..., : t.shape[-1]]
     view.copy_(t)
     return view
 
@@ -80,20 +92,26 @@ def _outputs(out: Any) -> list[torch.Tensor]:
 def _draw(
     op: IrOp[..., Any], args: tuple[Any, ...], rows: tuple[int, ...], count: int, seed: int
 ) -> list[torch.Tensor]:
-    """``count`` rows for each row argument: from the op's ``make_inputs`` (its values' domain),
-    else normal values."""
-    made: tuple[Any, ...] = ()
+    """``count`` rows for each row argument (see the module docstring): floating ones from the
+    op's ``make_inputs`` where it makes a tensor of the same row shape and dtype, else normal
+    values; integer ones resampled from the sample's own rows."""
+    made: list[torch.Tensor] = []
+    first = args[next(i for i in rows if args[i].is_floating_point())]
     if op.make_inputs is not None:
-        a = args[rows[0]]
-        made = op.make_inputs((count, a.shape[1]), a.dtype, str(a.device), seed)
-    candidates = [m for m in made if isinstance(m, torch.Tensor) and m.dim() == 2 and m.shape[0] == count]
+        made_all = op.make_inputs((count, *first.shape[1:]), first.dtype, str(first.device), seed)
+        made = [m for m in made_all if isinstance(m, torch.Tensor) and m.dim() >= 2 and m.shape[0] == count]
     drawn = []
-    for n, i in enumerate(rows):
+    for i in rows:
         a = args[i]
-        pick = candidates[n] if n < len(candidates) else None
-        if pick is None or pick.shape[1] != a.shape[1] or pick.dtype != a.dtype:
-            gen = torch.Generator(device=a.device).manual_seed(seed + i)
-            pick = torch.randn((count, a.shape[1]), generator=gen, device=a.device).to(a.dtype)
+        gen = torch.Generator(device=a.device).manual_seed(seed + i)
+        if not a.is_floating_point():
+            pick = a[torch.randint(0, a.shape[0], (count,), generator=gen, device=a.device)]
+        else:
+            pick = next((m for m in made if m.shape[1:] == a.shape[1:] and m.dtype == a.dtype), None)
+            if pick is None:
+                pick = torch.randn((count, *a.shape[1:]), generator=gen, device=a.device).to(a.dtype)
+            else:
+                made = [m for m in made if m is not pick]
         drawn.append(pick)
     return drawn
 
@@ -132,7 +150,7 @@ def invariance_problem(
     """
     rows = _row_indices(args)
     if not rows:
-        return "declined", "the call has no 2-D row arguments"
+        return "declined", "the call has no row arguments (a floating tensor of two or more dimensions)"
     entry = claimed_entry(op, provider)
     if fn is None:
         if entry is None:

@@ -50,7 +50,7 @@ MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
 
 # Batch invariance: the norms and silu_and_mul; rms_norm and fused_add_rms_norm through their
 # invariant variants (a launch fixed per hidden size, invariant_kernels.py), whose default launch
-# is tuned per row-count bucket. The position ops and the fp8 matmuls claim nothing yet. The
+# is tuned per row-count bucket; the position ops as they are. The fp8 matmuls claim nothing. The
 # matmul layer of ircore.batch_invariant(matmul=True): matmul_layer.py.
 IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table(
@@ -63,7 +63,12 @@ IRCORE_IMPLEMENTATIONS = {
         invariant_fns=("rms_norm", "fused_add_rms_norm"),
     ),
     **ircore.impl_table(
-        "ircore_triton.impls", ROPE_OPS, inplace=ROPE_OPS, cache_by_signature=False, rank=DEFAULT_RANK
+        "ircore_triton.impls",
+        ROPE_OPS,
+        inplace=ROPE_OPS,
+        cache_by_signature=False,
+        rank=DEFAULT_RANK,
+        batch_invariant=True,  # one program per token (and head): no row reads another
     ),
     **ircore.impl_table("ircore_triton.impls", MATMUL_OPS, rank=DEFAULT_RANK),
 }

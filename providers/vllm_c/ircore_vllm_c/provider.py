@@ -51,13 +51,12 @@ DEFAULT_RANK = 10
 # claim no batch invariance (cuBLAS picks its split by M).
 MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
 
-# Batch invariance: the activations are elementwise, on every device; the norms claim their CPU
-# kernels only (impls.py says why). The position ops claim nothing yet: the generic check
-# (ircore.testing.check_invariance) cannot yet build batches of their per-token positions.
+# Batch invariance: the activations are elementwise and the position ops computed per token (and
+# fused_qk_norm_rope's norm per head of a token), on every device; the norms claim their CPU
+# kernels only (impls.py says why).
 _CPU_CLAIMED = ("rms_norm", "fused_add_rms_norm", "rms_norm_gated", "layer_norm")
-_ROPE = ("rotary_embedding", "rotary_embedding_query_only", "rotary_pos_emb", "fused_qk_norm_rope")
 BATCH_INVARIANT = {
-    **dict.fromkeys((op for op in OPS if op not in _CPU_CLAIMED + _ROPE), True),
+    **dict.fromkeys((op for op in OPS if op not in _CPU_CLAIMED), True),
     **{op: f"ircore_vllm_c.impls:{op}_batch_invariant" for op in _CPU_CLAIMED},
 }
 
