@@ -18,6 +18,9 @@
 # Liger), then both providers' PDL and forced-config GPU tests. (remeasure, ~9 min) triton's GPU
 # tests (SKIP_TESTS=1: not), then benchmarks/kernels_gpu.py over every row, graph replay only
 # (no no-PDL columns).
+# (gpu-tests, wave2-kernels, fp8-matmul, e2e-llama, e2e-moe, e2e-decoder, invariance) the wave-2
+# steps, chainable in one call and capped together by CALL_BUDGET_S (see the end of this file and
+# benchmarks/README.md); their JSON and markdown come back in $OUT/results.tgz.
 # A failing step does not stop the next one; the exit status is the first failure's.
 #
 # (tests, tests-triton) The GPU pass, in two 10-minute device calls (one no longer holds it: the
