@@ -14,7 +14,8 @@ Run:  .venv/bin/python benchmarks/kernels_cpu.py            (ours only)
 
 The gated activations (``--ops gelu_and_mul gelu_tanh_and_mul mul_and_silu fatrelu_and_mul
 swigluoai_and_mul``) are compared with the op's native (eager torch in fp32: what a CPU user gets
-without ircore) and, with ``--inductor``, the native compiled by Inductor.
+without ircore) and, with ``--compile``, the native compiled by Inductor, as the RoPE ops are
+(``--inductor`` is the same flag's older name).
 
 Method: per case, rounds of back-to-back calls (calls per round calibrated to ~20 ms), median of
 the per-round means, candidates interleaved round by round; inference_mode on; in-place
@@ -63,7 +64,7 @@ def _load_vllm() -> bool:
     return hasattr(torch.ops._C, "rms_norm")
 
 
-def _cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, with_vllm: bool, inductor: bool = False):
+def _cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, with_vllm: bool, compile_native: bool = False):
     """{name: (call, restore)} for one op and size."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(tokens, hidden, dtype=dtype, generator=gen)
@@ -122,16 +123,16 @@ def _cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, with_vllm: boo
         native = ircore.get_op(name).native
         cases["ours"] = (lambda: kernel(x2, *params), None)
         cases["torch"] = (lambda: native(x2, *params), None)  # the op's native, eager
-        if inductor:
+        if compile_native:
             compiled = torch.compile(native, dynamic=False)
-            cases["inductor"] = (lambda: compiled(x2, *params), None)
+            cases["compile"] = (lambda: compiled(x2, *params), None)
         vname = {"gelu_tanh_and_mul": "gelu_tanh_and_mul"}.get(op, name)
         if with_vllm and hasattr(torch.ops._C, vname) and name != "swigluoai_and_mul":
             vfn = getattr(torch.ops._C, vname)
             vparams = params if name == "fatrelu_and_mul" else ()
             cases["vllm"] = (lambda: vfn(out2, x2, *vparams), None)
     elif op in ROPE_OPS:
-        cases.update(_rope_cases(op, tokens, hidden, dtype, gen))
+        cases.update(_rope_cases(op, tokens, hidden, dtype, gen, compile_native))
     return cases
 
 
@@ -142,10 +143,11 @@ def _cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, with_vllm: boo
 # torch.compile (Inductor's C++ backend). Rotating the same buffers again and again keeps their
 # magnitudes (a rotation), so no restore is needed.
 ROPE_OPS = ("rotary_embedding", "rotary_pos_emb", "fused_qk_norm_rope")
-COMPILE = {"on": False}
 
 
-def _rope_cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, gen: torch.Generator) -> dict:
+def _rope_cases(
+    op: str, tokens: int, hidden: int, dtype: torch.dtype, gen: torch.Generator, compile_native: bool
+) -> dict:
     import ircore
     from ircore.ops import _rope
 
@@ -173,7 +175,7 @@ def _rope_cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, gen: torc
         args = (qkv, hq, hk, hk, d, EPS, wq, wk, cache, True, pos)
         kernel, native = ours.fused_qk_norm_rope.default, ircore.ops.fused_qk_norm_rope.native
     cases = {"ours": (lambda: kernel(*args), None), "torch": (lambda: native(*args), None)}
-    if COMPILE["on"]:
+    if compile_native:
         compiled = torch.compile(native, dynamic=False)
         cases["compile"] = (lambda: compiled(*args), None)
     return cases
@@ -226,7 +228,7 @@ def bench_cpu(
     max_calls: int = 5000,
     isa: str = "auto",
     vllm: bool = True,
-    inductor: bool = False,
+    compile_native: bool = False,
 ) -> list[dict]:
     """Time our CPU ops (and vLLM's when importable); returns one row per case."""
     _load_ours()
@@ -238,7 +240,7 @@ def bench_cpu(
         with torch.inference_mode():
             for nt, op, dname, t in itertools.product(threads, ops, dtypes, tokens):
                 torch.set_num_threads(nt)
-                cases = _cases(op, t, hidden, DTYPES[dname], with_vllm, inductor)
+                cases = _cases(op, t, hidden, DTYPES[dname], with_vllm, compile_native)
                 med = _time_interleaved(cases, rounds, target_ms, max_calls)
                 row = {"op": op, "dtype": dname, "tokens": t, "hidden": hidden, "threads": nt}
                 row.update({f"{k}_us": v / 1e3 for k, v in med.items()})
@@ -246,8 +248,6 @@ def bench_cpu(
                     row["speedup"] = med["vllm"] / med.get("ours_out", med["ours"])
                 if "torch" in med:  # both allocate their output (RoPE: ours in place)
                     row["torch_speedup"] = med["torch"] / med["ours"]
-                if "inductor" in med:
-                    row["inductor_speedup"] = med["inductor"] / med["ours"]
                 if "compile" in med:
                     row["compile_speedup"] = med["compile"] / med["ours"]
                 rows.append(row)
@@ -271,9 +271,7 @@ def format_rows(rows: list[dict]) -> str:
             line += f" {r['vllm_us']:9.2f} {r['speedup']:9.2f}"
         if "torch_us" in r:  # rms_norm_gated, layer_norm: torch's own as the anchor
             line += f"  torch {r['torch_us']:9.2f} us, torch/ours {r['torch_speedup']:5.2f}"
-        if "inductor_us" in r:  # the gated activations with --inductor: torch.compile'd native
-            line += f"  inductor {r['inductor_us']:9.2f} us, inductor/ours {r['inductor_speedup']:5.2f}"
-        if "compile_us" in r:  # RoPE with --compile: the native under torch.compile
+        if "compile_us" in r:  # --compile: the op's native under torch.compile
             line += f"  compile {r['compile_us']:9.2f} us, compile/ours {r['compile_speedup']:5.2f}"
         lines.append(line)
     lines.append("ours_out: the out-variant op (no allocation); vllm/ours compares it (else ours) with vLLM")
@@ -290,13 +288,18 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=["rms_norm", "fused_add_rms_norm"],
         help="also silu_and_mul, rms_norm_gated, layer_norm (these two against torch's own: vLLM has no CPU kernel), "
-        f"the gated activations {', '.join(GATED)} (against the op's native, eager, and with --inductor "
+        f"the gated activations {', '.join(GATED)} (against the op's native, eager, and with --compile "
         "compiled; vLLM's _C where it has the op; hidden is then the output width, x: 2 * hidden), and the RoPE "
         "ops rotary_embedding, rotary_pos_emb, fused_qk_norm_rope (against the op's native, with --compile "
         "also compiled; --hidden is the query width, head size 128)",
     )
-    p.add_argument("--inductor", action="store_true", help="gated activations: also torch.compile'd native")
-    p.add_argument("--compile", action="store_true", help="RoPE ops: also the native under torch.compile")
+    p.add_argument(
+        "--compile",
+        "--inductor",
+        dest="compile",
+        action="store_true",
+        help="the gated activations and the RoPE ops: also the op's native under torch.compile (Inductor)",
+    )
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--rounds", type=int, default=11)
     p.add_argument("--isa", default="auto", choices=["auto", "scalar", "avx2", "avx512"])
@@ -309,7 +312,6 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{py} missing: run bash benchmarks/setup_vllm_venv.sh")
         rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--vllm"]
         return subprocess.call([str(py), str(Path(__file__).resolve()), *rest])
-    COMPILE["on"] = args.compile
     rows = bench_cpu(
         tokens=tuple(args.tokens),
         dtypes=tuple(args.dtypes),
@@ -318,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         hidden=args.hidden,
         rounds=args.rounds,
         isa=args.isa,
-        inductor=args.inductor,
+        compile_native=args.compile,
     )
     print(json.dumps(rows, indent=1) if args.json else format_rows(rows))
     return 0
