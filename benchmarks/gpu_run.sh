@@ -325,7 +325,8 @@ fi
 if want e2e-moe; then  # issue 28: the Qwen3-MoE-shaped model
   wave_install
   run_step e2e_moe 330 python3 benchmarks/e2e_transformers.py --device cuda --model qwen3_moe \
-    --budget-s "$(left_s "${E2E_BUDGET_S:-270}")" --json "$RES/e2e_moe.json" --markdown "$RES/e2e_moe.md"; pack
+    --budget-s "$(left_s "${E2E_BUDGET_S:-270}")" ${E2E_MOE_VARIANTS:+--variants "$E2E_MOE_VARIANTS"} \
+    --json "$RES/e2e_moe.json" --markdown "$RES/e2e_moe.md"; pack
 fi
 if want e2e-decoder; then  # issue 29: copies per compiled layer and the decoder rows
   wave_install
