@@ -219,6 +219,10 @@ def rotary_embedding_query_only(
     return query
 
 
+#: None where this AITER lacks the kernel (the quant predicates then decline every call).
+_STATIC_QUANT = getattr(aiter, "static_per_tensor_quant", None)
+
+
 def _arch_fp8() -> torch.dtype:
     """AITER's fp8 on this platform's arch (``aiter.dtypes.fp8``): the only dtype its quant
     kernels write: e4m3fnuz on gfx942, e4m3fn on gfx950. Read per call (simulated platforms)."""
@@ -248,7 +252,7 @@ def static_quant_fp8(
     out, rows = _quant_out(x, fp8_dtype, num_token_padding)
     if x.numel():
         scale32 = scale.reshape(1) if scale.dtype is torch.float32 else scale.float().reshape(1)
-        aiter.static_per_tensor_quant(rows, _aligned(x), scale32)
+        _STATIC_QUANT(rows, _aligned(x), scale32)  # type: ignore[misc]
     return out
 
 
@@ -264,7 +268,7 @@ def dynamic_quant_fp8(
     amax = torch.linalg.vector_norm(x, float("inf"), dtype=torch.float32).reshape(1)
     scale = (amax / fp8_max(fp8_dtype)).clamp_(min=min_scale(fp8_dtype))
     out, rows = _quant_out(x, fp8_dtype, num_token_padding)
-    aiter.static_per_tensor_quant(rows, _aligned(x), scale)
+    _STATIC_QUANT(rows, _aligned(x), scale)  # type: ignore[misc]
     return out, scale
 
 
@@ -378,7 +382,13 @@ def rotary_embedding_query_only_supports(
 def _quant_x(x: Tensor) -> bool:
     """fp16/bf16 on the platform's device, contiguous rows of a multiple of 16 elements (the
     kernel's 16-byte vectors; conservative, from its source)."""
-    return x.dtype in _HALF and x.device.type == _DEVICE and x.is_contiguous() and x.shape[-1] % 16 == 0
+    return (
+        _STATIC_QUANT is not None
+        and x.dtype in _HALF
+        and x.device.type == _DEVICE
+        and x.is_contiguous()
+        and x.shape[-1] % 16 == 0
+    )
 
 
 def static_quant_fp8_supports(

@@ -195,3 +195,13 @@ def test_empty_input_never_launches(gfx950):
     q = ircore.ops.static_quant_fp8(*args)
     assert q.shape == (4, 64) and q.dtype is E4M3FN and q.float().eq(0).all()
     assert dict(gfx950.CALLS) == calls
+
+
+def test_a_release_without_the_kernel_declines_every_quant_call(gfx942, monkeypatch):
+    """static_per_tensor_quant is optional per release: without it the quant predicates decline."""
+    from ircore_aiter import impls
+
+    args = ACCEPTED_942["per-tensor e4m3fnuz 2-D"]()
+    assert impls.dynamic_quant_fp8_supports(*args)
+    monkeypatch.setattr(impls, "_STATIC_QUANT", None)
+    assert not impls.dynamic_quant_fp8_supports(*args)
