@@ -205,3 +205,4 @@ def test_a_release_without_the_kernel_declines_every_quant_call(gfx942, monkeypa
     assert impls.dynamic_quant_fp8_supports(*args)
     monkeypatch.setattr(impls, "_STATIC_QUANT", None)
     assert not impls.dynamic_quant_fp8_supports(*args)
+

@@ -90,3 +90,12 @@ def test_standin_refuses_what_the_adapter_never_passes(kernels):
         kernels.static_scaled_fp8_quant(torch.empty(4, 64, dtype=E4M3FN), x, torch.tensor([0.1], dtype=BF16), None)
     with pytest.raises(RuntimeError, match="contiguous"):
         kernels.dynamic_per_token_scaled_fp8_quant(torch.empty(4, 32, dtype=E4M3FN), x[:, :32], torch.empty(4, 1), None)
+
+
+def test_ops_ircore_built_pass_opcheck(kernels):
+    """The op compiled graphs hold for the group quant: schema, the provider's fake (column-major
+    scales, strides (1, M)) and the kernel agree (the conformance kit checks the others' outputs
+    against their fakes)."""
+    ops = torch.ops.ircore_xpu
+    torch.library.opcheck(ops.dynamic_group_quant_fp8.default, (randn(4, 128), [1, 32], True, False, E4M3FN, 1))
+    torch.library.opcheck(ops.dynamic_group_quant_fp8.default, (randn(2, 3, 64), [1, 32], False, False, E4M3FN, 1))
