@@ -54,7 +54,8 @@ OPS = NORM_OPS + ROPE_OPS + QUANT_OPS
 #: Ahead of vllm_c (10) and triton (20) on the GPUs this provider runs on. The norms first (vLLM
 #: puts AITER's rmsnorm first on ROCm under CUDA graphs); silu_and_mul after the norms' rank
 #: but still ahead of triton. Not measured by ircore (no ROCm machine).
-#: The rotary ops as silu_and_mul: ahead of triton, behind nothing measured.
+#: The rotary ops as silu_and_mul: ahead of triton, behind nothing measured. The quant ops too
+#: (one HIP kernel pass, plus a torch reduction for per-tensor dynamic; not measured).
 RANKS = {
     "rms_norm": 5,
     "fused_add_rms_norm": 5,
