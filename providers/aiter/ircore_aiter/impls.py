@@ -29,6 +29,19 @@ Imported by ircore only after :func:`ircore_aiter.provider.ircore_check_platform
   vLLM's AITER path asserts), standard format, no ``inverse`` or ``rope_dim_offset``; strides
   must fit the kernel's int32. A position outside the cache leaves its token unrotated (the
   kernel skips it): ircore's check refuses such positions on CPU only (docs/ops.md).
+- fp8 quant goes through the HIP ``static_per_tensor_quant(out, input, scale)`` only: it reads
+  ``input`` and writes ``out`` as contiguous rows of ``cols`` (``blockIdx.x * cols`` from the
+  data pointers) with 16-byte vectors, a float32 scale, and saturates at ``finfo(out).max``,
+  which is **240 for e4m3fnuz** where the op (as vLLM) clamps at 224; its output dtype is
+  AITER's ``dtypes.fp8`` for the arch (e4m3fnuz on gfx942, e4m3fn on gfx950). So
+  ``static_quant_fp8`` runs on gfx950 with e4m3fn (448 on both sides) and is declined for
+  e4m3fnuz (a value beyond 232 scale units would give 240, the op 224). ``dynamic_quant_fp8``
+  per tensor takes its scale in torch (``max(amax / fp8_max, 1 / (fp8_max * 512))``, the op's,
+  with 224 for e4m3fnuz) and quantises with that kernel: ``|x / scale| <= fp8_max`` then, so the
+  kernel's 240 never applies and e4m3fnuz is right on gfx942. AITER's own dynamic kernels
+  (``dynamic_per_tensor_quant``, ``dynamic_per_token_scaled_quant``, the group quant, the CK
+  ``rmsnorm2d_fwd_with_dynamicquant`` family) divide by ``finfo.max`` (240) and floor no scale
+  (an all-zero row gets scale 0 and NaN values): not used (README).
 - Empty inputs never reach a kernel (a launch with no rows is an invalid launch on HIP).
 - The first call of each kernel builds it (hipcc, minutes, under a file lock in AITER's JIT
   directory): warm up before capturing CUDA graphs.
@@ -47,9 +60,12 @@ from torch import Tensor
 
 import ircore
 from ircore.kit import unit_weight
+from ircore.ops._quant import E4M3FN, E4M3FNUZ, fp8_max, min_scale
 
 __all__ = [
     "fused_add_rms_norm",
+    "dynamic_quant_fp8",
+    "dynamic_quant_fp8_supports",
     "fused_add_rms_norm_supports",
     "rms_norm",
     "rms_norm_supports",
@@ -59,6 +75,8 @@ __all__ = [
     "rotary_embedding_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
+    "static_quant_fp8",
+    "static_quant_fp8_supports",
 ]
 
 # The platform's tensors (``cuda`` on ROCm builds of torch; ``cpu`` under a simulated platform
@@ -201,6 +219,59 @@ def rotary_embedding_query_only(
     return query
 
 
+#: None where this AITER lacks the kernel (the quant predicates then decline every call).
+_STATIC_QUANT = getattr(aiter, "static_per_tensor_quant", None)
+
+
+def _arch_fp8() -> torch.dtype:
+    """AITER's fp8 on this platform's arch (``aiter.dtypes.fp8``): the only dtype its quant
+    kernels write: e4m3fnuz on gfx942, e4m3fn on gfx950. Read per call (simulated platforms)."""
+    arch = (ircore.current_platform().gcn_arch or "").split(":")[0]
+    return E4M3FNUZ if arch == "gfx942" else E4M3FN
+
+
+def _quant_out(x: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None) -> tuple[Tensor, Tensor]:
+    """``(out, rows)``: the fp8 output with the op's zero padding rows along dimension 0, and the
+    contiguous view of its first ``x.shape[0]`` rows that the kernel writes."""
+    if num_token_padding is None or num_token_padding <= x.shape[0]:
+        out = torch.empty(x.shape, dtype=fp8_dtype, device=x.device)
+        return out, out
+    out = torch.empty((num_token_padding, *x.shape[1:]), dtype=fp8_dtype, device=x.device)
+    out[x.shape[0] :].zero_()
+    return out, out[: x.shape[0]]
+
+
+def _aligned(x: Tensor) -> Tensor:
+    return x if x.data_ptr() % 16 == 0 else x.clone()
+
+
+def static_quant_fp8(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> Tensor:
+    """``aiter.static_per_tensor_quant(out, x, scale)`` (per-tensor scale, as float32)."""
+    out, rows = _quant_out(x, fp8_dtype, num_token_padding)
+    if x.numel():
+        scale32 = scale.reshape(1) if scale.dtype is torch.float32 else scale.float().reshape(1)
+        _STATIC_QUANT(rows, _aligned(x), scale32)  # type: ignore[misc]
+    return out
+
+
+def dynamic_quant_fp8(
+    x: Tensor,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Per tensor: the op's scale from one max-abs reduction (no temporary), then
+    ``aiter.static_per_tensor_quant`` with it (never the 240 clamp, never a zero scale)."""
+    amax = torch.linalg.vector_norm(x, float("inf"), dtype=torch.float32).reshape(1)
+    scale = (amax / fp8_max(fp8_dtype)).clamp_(min=min_scale(fp8_dtype))
+    out, rows = _quant_out(x, fp8_dtype, num_token_padding)
+    _STATIC_QUANT(rows, _aligned(x), scale)  # type: ignore[misc]
+    return out, scale
+
+
 # The predicates run after the core's own argument check (float x with a non-empty last dim,
 # weight 1-D of size hidden on x's device, residual like x, even last dim for silu_and_mul), so
 # they test only what AITER adds.
@@ -306,3 +377,34 @@ def rotary_embedding_query_only_supports(
         positions, query, None, head_size, rotary_dim, cos_sin_cache, offsets, cos_sin_format, inverse,
         rope_dim_offset,
     )  # fmt: skip
+
+
+def _quant_x(x: Tensor) -> bool:
+    """fp16/bf16 on the platform's device, contiguous rows of a multiple of 16 elements (the
+    kernel's 16-byte vectors; conservative, from its source)."""
+    return (
+        _STATIC_QUANT is not None
+        and x.dtype in _HALF
+        and x.device.type == _DEVICE
+        and x.is_contiguous()
+        and x.shape[-1] % 16 == 0
+    )
+
+
+def static_quant_fp8_supports(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> bool:
+    """A per-tensor scale, and an fp8 dtype the kernel clamps as the op does: e4m3fn (448) where
+    AITER writes e4m3fn (gfx950); never e4m3fnuz (the kernel's maximum is 240, the op's 224)."""
+    return scale.numel() == 1 and fp8_dtype is E4M3FN and _arch_fp8() is E4M3FN and _quant_x(x)
+
+
+def dynamic_quant_fp8_supports(
+    x: Tensor,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """Per tensor only, in the arch's fp8 (either: the scale is the op's, see above)."""
+    return per_token is False and fp8_dtype is _arch_fp8() and _quant_x(x)

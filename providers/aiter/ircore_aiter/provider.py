@@ -40,21 +40,30 @@ CALL_FORMS = {
         "input", "cos", "sin", "positions", "rotate_style", "reuse_freqs_front_part", "nope_first"
     ),
 }
+#: Checked where the release has it (the quant ops' predicates decline every call where it does
+#: not): read at AITER's head of 2026, not verified in the 0.1.7 wheel.
+OPTIONAL_CALL_FORMS = {"static_per_tensor_quant": ("out", "input", "scale")}
 
 NORM_OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
 #: In place through AITER's HIP sbhd RoPE kernels (see impls.py).
 ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only")
-OPS = NORM_OPS + ROPE_OPS
+#: fp8 quant through the HIP static_per_tensor_quant kernel (see impls.py: which calls and
+#: fp8 dtypes, and why AITER's dynamic kernels are not used).
+QUANT_OPS = ("static_quant_fp8", "dynamic_quant_fp8")
+OPS = NORM_OPS + ROPE_OPS + QUANT_OPS
 #: Ahead of vllm_c (10) and triton (20) on the GPUs this provider runs on. The norms first (vLLM
 #: puts AITER's rmsnorm first on ROCm under CUDA graphs); silu_and_mul after the norms' rank
 #: but still ahead of triton. Not measured by ircore (no ROCm machine).
-#: The rotary ops as silu_and_mul: ahead of triton, behind nothing measured.
+#: The rotary ops as silu_and_mul: ahead of triton, behind nothing measured. The quant ops too
+#: (one HIP kernel pass, plus a torch reduction for per-tensor dynamic; not measured).
 RANKS = {
     "rms_norm": 5,
     "fused_add_rms_norm": 5,
     "silu_and_mul": 15,
     "rotary_embedding": 15,
     "rotary_embedding_query_only": 15,
+    "static_quant_fp8": 15,
+    "dynamic_quant_fp8": 15,
 }
 
 # cache_by_signature: the predicates read devices, dtypes, dims, contiguity, unit last stride
@@ -66,6 +75,9 @@ IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table(
         "ircore_aiter.impls", ROPE_OPS, inplace=ROPE_OPS, cache_by_signature=False, rank=RANKS
     ),
+    # The quant predicates read dtypes, contiguity, the last dim, the scale's numel and the
+    # platform's arch (fixed for a process outside tests; simulated platforms reload providers).
+    **ircore.impl_table("ircore_aiter.impls", QUANT_OPS, cache_by_signature=True, rank=RANKS),
 }
 
 
@@ -87,6 +99,12 @@ def ircore_check_platform(platform: Platform) -> str | None:
             return f"this AITER has no aiter.{name} (supported: amd-aiter 0.1.7 to 0.1.20)"
         # the public functions are (*args, **kwargs) wrappers; the torch op keeps the parameters
         problem = call_form_problem(f"aiter.{name}", torch_op("aiter", name) or fn, expected)
+        if problem:
+            return f"{problem} (supported: amd-aiter 0.1.7 to 0.1.20)"
+    for name, expected in OPTIONAL_CALL_FORMS.items():
+        fn = getattr(aiter, name, None)
+        op = torch_op("aiter", name) or fn
+        problem = fn is not None and call_form_problem(f"aiter.{name}", op, expected)
         if problem:
             return f"{problem} (supported: amd-aiter 0.1.7 to 0.1.20)"
     return None

@@ -37,6 +37,21 @@ the kernels' sources (``csrc/layernorm.cpp``, ``activation.cpp``):
   the cache contiguous in fp32/fp16/bf16; head_dim 64, 128, 256 or 512. RMSNorm and RoPE in fp32,
   rounded once (native rounds after the norm and after each RoPE operation: within the op's
   tolerance). Optional per release, like the activations.
+- fp8 quant (``csrc/quantization/fp8/fp8_quant.cpp``, read at commit 004c5c1; optional per
+  release): e4m3fn only (the kernels define no e4m3fnuz), maximum 448 as the op's, ``x * (1 /
+  scale)`` clamped before the cast, float32 scales. ``static_quant_fp8`` with a per-tensor
+  scale through ``static_scaled_fp8_quant`` (rows at ``stride(-2)`` with a unit last stride:
+  2-D with any row stride, or contiguous); per-token, per-channel and group scales declined
+  (the 1-D ones need the release's group_shape argument, and its multi-group vector path passes
+  ``get_local_range(gj)`` for ``gj > 0``). ``dynamic_quant_fp8`` per token through
+  ``dynamic_per_token_scaled_fp8_quant`` (contiguous; its scale is the op's:
+  ``max(min(amax, ub) / 448, 1 / (448 * 512))``); per tensor with the op's scale from one torch
+  reduction, then the static kernel (``dynamic_scaled_fp8_quant`` floors no scale: an all-zero
+  tensor gives scale 0 and, through ``fmin``/``fmax`` of NaN, 448 where the op gives 0).
+  ``dynamic_group_quant_fp8`` through ``per_token_group_fp8_quant`` with ``eps = 0``
+  (contiguous, groups dividing K, a multiple of 4 elements; row-major scales, or column-major on
+  2-D): not with ``use_ue8m0`` (the kernel rounds to a power of two after the floor, the op
+  before: a zero group differs) nor ``scale_alignment > 1``.
 - Releases before the optional weight (``Tensor weight``) get a cached tensor of ones for
   ``weight=None``. Empty inputs never reach a kernel.
 
@@ -50,8 +65,16 @@ from torch import Tensor
 
 import ircore
 from ircore.kit import unit_weight
+from ircore.ops._quant import E4M3FN, fp8_max, min_scale
 
 __all__ = [
+    "dynamic_group_quant_fp8",
+    "dynamic_group_quant_fp8_fake",
+    "dynamic_group_quant_fp8_supports",
+    "dynamic_quant_fp8",
+    "dynamic_quant_fp8_supports",
+    "static_quant_fp8",
+    "static_quant_fp8_supports",
     "fatrelu_and_mul",
     "fatrelu_and_mul_supports",
     "fused_add_rms_norm",
@@ -106,6 +129,11 @@ ACTIVATIONS = {
         "swigluoai_and_mul",
         "fused_qk_norm_rope",
     )
+}
+#: The fp8 quant kernels, None where this release lacks one.
+QUANT = {
+    name: _optional(name)
+    for name in ("static_scaled_fp8_quant", "dynamic_per_token_scaled_fp8_quant", "per_token_group_fp8_quant")
 }
 
 
@@ -452,4 +480,151 @@ def fused_qk_norm_rope_supports(
         and q_weight.is_contiguous()
         and k_weight.is_contiguous()
         and cos_sin_cache.is_contiguous()
+    )
+
+
+# ---------------------------------------------------------------------- fp8 quant
+def _quant_out(x: Tensor, num_token_padding: int | None) -> tuple[Tensor, Tensor]:
+    """``(out, rows)``: the e4m3fn output with the op's zero padding rows along dimension 0, and
+    the contiguous view of its first ``x.shape[0]`` rows that a kernel writes."""
+    if num_token_padding is None or num_token_padding <= x.shape[0]:
+        out = torch.empty(x.shape, dtype=E4M3FN, device=x.device)
+        return out, out
+    out = torch.empty((num_token_padding, *x.shape[1:]), dtype=E4M3FN, device=x.device)
+    out[x.shape[0] :].zero_()
+    return out, out[: x.shape[0]]
+
+
+def _fp32(t: Tensor) -> Tensor:
+    return t if t.dtype is torch.float32 else t.float()
+
+
+def static_quant_fp8(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> Tensor:
+    """``_C.static_scaled_fp8_quant(out, x, scale, None)``, per-tensor scale."""
+    out, rows = _quant_out(x, num_token_padding)
+    if x.numel():
+        QUANT["static_scaled_fp8_quant"](rows, x, _fp32(scale).reshape(1), None)  # type: ignore[misc]
+    return out
+
+
+def dynamic_quant_fp8(
+    x: Tensor,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Per token: ``_C.dynamic_per_token_scaled_fp8_quant(out, x, scale, scale_ub)``. Per tensor:
+    the op's scale from one max-abs reduction, then ``_C.static_scaled_fp8_quant``."""
+    out, rows = _quant_out(x, num_token_padding)
+    if per_token:
+        scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+        if x.numel():
+            ub = None if scale_ub is None else _fp32(scale_ub).reshape(1)
+            QUANT["dynamic_per_token_scaled_fp8_quant"](rows, x, scale, ub)  # type: ignore[misc]
+        return out, scale
+    amax = torch.linalg.vector_norm(x, float("inf"), dtype=torch.float32).reshape(1)
+    scale = (amax / fp8_max(E4M3FN)).clamp_(min=min_scale(E4M3FN))
+    QUANT["static_scaled_fp8_quant"](rows, x, scale, None)  # type: ignore[misc]
+    return out, scale
+
+
+def dynamic_group_quant_fp8(
+    x: Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """``_C.per_token_group_fp8_quant(x, q, scales, g, 0.0, -448, 448, False)`` into scales of
+    the op's shape and layout (the kernel reads the layout from their strides)."""
+    q, scales = dynamic_group_quant_fp8_fake(
+        x, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment
+    )
+    if x.numel():
+        m = fp8_max(E4M3FN)
+        flat = scales if column_major else scales.view(-1, scales.shape[-1])
+        QUANT["per_token_group_fp8_quant"](x, q, flat, int(group_shape[-1]), 0.0, -m, m, False)  # type: ignore[misc]
+    return q, scales
+
+
+def dynamic_group_quant_fp8_fake(
+    x: Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """The outputs, unfilled, in the op's layout: column-major scales have strides ``(1, M)``
+    (compiled graphs are told so: the op's own fake says contiguous)."""
+    groups = x.shape[-1] // int(group_shape[-1])
+    q = torch.empty(x.shape, dtype=E4M3FN, device=x.device)
+    if column_major:  # 2-D x (the predicate)
+        return q, torch.empty((groups, x.shape[0]), dtype=torch.float32, device=x.device).t()
+    return q, torch.empty((*x.shape[:-1], groups), dtype=torch.float32, device=x.device)
+
+
+def _quant_x(x: Tensor) -> bool:
+    return x.device.type == _DEVICE and x.dtype in _FLOATS
+
+
+def static_quant_fp8_supports(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> bool:
+    """This release has the kernel; e4m3fn; a per-tensor scale; a unit last stride with rows at
+    ``stride(-2)`` (2-D, or contiguous)."""
+    return (
+        QUANT["static_scaled_fp8_quant"] is not None
+        and fp8_dtype is E4M3FN
+        and scale.numel() == 1
+        and _quant_x(x)
+        and x.stride(-1) == 1
+        and (x.dim() == 2 or x.is_contiguous())
+    )
+
+
+def dynamic_quant_fp8_supports(
+    x: Tensor,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """e4m3fn; per token: contiguous x; per tensor: as :func:`static_quant_fp8_supports`."""
+    if fp8_dtype is not E4M3FN or not _quant_x(x):
+        return False
+    if per_token:
+        return QUANT["dynamic_per_token_scaled_fp8_quant"] is not None and x.is_contiguous()
+    return (
+        QUANT["static_scaled_fp8_quant"] is not None
+        and x.stride(-1) == 1
+        and (x.dim() == 2 or x.is_contiguous())
+    )
+
+
+def dynamic_group_quant_fp8_supports(
+    x: Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> bool:
+    """e4m3fn, no ue8m0, ``scale_alignment == 1``; contiguous x whose last dim the group (a
+    multiple of 4 elements) divides; column-major scales on 2-D x only."""
+    g = int(group_shape[-1])
+    return (
+        QUANT["per_token_group_fp8_quant"] is not None
+        and fp8_dtype is E4M3FN
+        and not use_ue8m0
+        and scale_alignment == 1
+        and g % 4 == 0
+        and x.shape[-1] % g == 0
+        and _quant_x(x)
+        and x.is_contiguous()
+        and (not column_major or x.dim() == 2)
     )

@@ -43,6 +43,11 @@ OPTIONAL_CALL_FORMS = {
         "qkv", "num_heads_q", "num_heads_k", "num_heads_v", "head_dim", "eps", "q_weight", "k_weight",
         "cos_sin_cache", "is_neox", "position_ids",
     ),
+    "static_scaled_fp8_quant": ("result", "input", "scale"),
+    "dynamic_per_token_scaled_fp8_quant": ("result", "input", "scale", "scale_ub"),
+    "per_token_group_fp8_quant": (
+        "input", "output_q", "output_s", "group_size", "eps", "fp8_min", "fp8_max", "scale_ue8m0"
+    ),
 }
 
 NORM_OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
@@ -50,7 +55,9 @@ ACT_OPS = ("gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul
 #: Both rotary ops call ``torch.ops._C.rotary_embedding`` (in place; key=None for query-only);
 #: fused_qk_norm_rope ``torch.ops._C.fused_qk_norm_rope`` (in place, optional per release).
 ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only", "fused_qk_norm_rope")
-OPS = NORM_OPS + ACT_OPS + ROPE_OPS
+#: fp8 quant through vllm-xpu-kernels' _C quant kernels, optional per release (see impls.py).
+QUANT_OPS = ("static_quant_fp8", "dynamic_quant_fp8", "dynamic_group_quant_fp8")
+OPS = NORM_OPS + ACT_OPS + ROPE_OPS + QUANT_OPS
 #: Ahead of triton (20) on Intel GPUs: hand-written SYCL kernels. Not measured by ircore.
 DEFAULT_RANK = 10
 
@@ -70,6 +77,16 @@ _ROWS = {
     **ircore.impl_table("ircore_xpu.impls", ("gelu_and_mul",), cache_by_signature=False, rank=DEFAULT_RANK),
     **ircore.impl_table(
         "ircore_xpu.impls", ROPE_OPS, inplace=ROPE_OPS, cache_by_signature=False, rank=DEFAULT_RANK
+    ),
+    # The quant predicates read dtypes, dims, contiguity, the last dim and stride, the scale's
+    # numel and group_shape (a list the signature cache cannot key on: not cached).
+    # dynamic_group_quant_fp8's column-major scales: a fake that says so.
+    **ircore.impl_table(
+        "ircore_xpu.impls",
+        QUANT_OPS,
+        cache_by_signature=False,
+        rank=DEFAULT_RANK,
+        fakes=("dynamic_group_quant_fp8",),
     ),
 }
 IRCORE_IMPLEMENTATIONS = {op: _ROWS[op] for op in OPS}  # in OPS's order (ircore list names them so)

@@ -62,7 +62,8 @@ def test_active_on_an_intel_gpu(penv):
     assert result["state"] == "active", result
     assert result["reason"] == (
         "implements rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, mul_and_silu, fatrelu_and_mul, "
-        "swigluoai_and_mul, rotary_embedding, rotary_embedding_query_only, fused_qk_norm_rope on XPU "
+        "swigluoai_and_mul, rotary_embedding, rotary_embedding_query_only, fused_qk_norm_rope, static_quant_fp8, "
+        "dynamic_quant_fp8, dynamic_group_quant_fp8 on XPU "
         "(stand-in Intel(R) Data Center GPU Max 1550)"
     )
 

@@ -23,6 +23,17 @@ or an error here as it would on the GPU:
   channels at the front of each head, or at the back with ``nope_first``, the others copied;
   fp32 maths from the input's and the cache's own dtypes (any of fp32/fp16/bf16 each), one
   rounding per output. The ``*_inplace`` Python functions pass the input as the output;
+- fp8 quant (``aiter/ops/quant.py``, HIP ``csrc/kernels/quant_kernels.cu``, read at AITER's head
+  of 2026): ``static_per_tensor_quant(out, input, scale)``, ``dynamic_per_tensor_quant(out, input,
+  scale)``, ``dynamic_per_token_scaled_quant(out, input, scales, scale_ub=None, shuffle_scale=False,
+  num_rows=None, num_rows_factor=1)``, and the CK ``rmsnorm2d_fwd_with_dynamicquant(out, input,
+  yscale, weight, epsilon, use_model_sensitive_rmsnorm=0)``: output buffers passed in; input and
+  out read as contiguous rows of ``cols = size(-1)`` from their data pointers (``blockIdx.x *
+  cols``), 16-byte vectors; ``out`` must have AITER's ``dtypes.fp8`` for the arch (``GPU_ARCHS``,
+  as AITER's chip_info reads it: e4m3fnuz on gfx942, e4m3fn otherwise); scales fp32. Maths as
+  the kernels: the fp8 maximum is ``finfo(out.dtype).max`` (**240** for e4m3fnuz, not vLLM's
+  224), ``x * (1/scale)`` saturated to it; dynamic scales ``amax / max`` with **no floor** (an
+  all-zero row or tensor gets scale 0 and NaN values, 0 * inf);
 - a launch with no rows fails, as an empty grid does on HIP.
 
 ``IRCORE_STANDIN_AITER_FORM`` picks the release modelled: ``0.1.7`` (default), ``head``
@@ -206,6 +217,97 @@ def rope_cached_positions_2c_fwd_impl(
 ) -> None: ...
 
 
+# ---------------------------------------------------------------------- fp8 quant (CPU)
+def _arch_fp8() -> torch.dtype:
+    """AITER's ``dtypes.fp8``: e4m3fnuz on gfx942, e4m3fn on the other archs (gfx950)."""
+    arch = os.environ.get("GPU_ARCHS", "gfx942").split(";")[0].split(":")[0]
+    return torch.float8_e4m3fnuz if arch == "gfx942" else torch.float8_e4m3fn
+
+
+def _quant_rows(name: str, out: Tensor, input: Tensor) -> tuple[Tensor, Tensor]:
+    """The contiguous ``(rows, cols)`` an AITER quant kernel reads and writes (``blockIdx.x * cols``
+    from the data pointers, whatever the strides), after the kernel's checks."""
+    if input.dtype not in _HALF:
+        raise RuntimeError(f"stand-in aiter.{name}: input dtype {input.dtype} not supported (fp16/bf16)")
+    if out.dtype != _arch_fp8():
+        raise RuntimeError(f"stand-in aiter.{name}: out dtype {out.dtype} is not this arch's fp8 {_arch_fp8()}")
+    cols = input.shape[-1]
+    rows = input.numel() // cols
+    _launch(name, rows)
+    if input.data_ptr() % 16 or out.data_ptr() % 16 or (cols * input.element_size()) % 16 or cols % 16:
+        raise RuntimeError(f"stand-in aiter.{name}: misaligned 16-byte vector access")
+    return out.as_strided((rows, cols), (cols, 1)), input.as_strided((rows, cols), (cols, 1))
+
+
+def _check_fp32(name: str, t: Tensor) -> None:
+    if t.dtype != torch.float32:
+        raise RuntimeError(f"stand-in aiter.{name}: scale must be float32 (read as float*), got {t.dtype}")
+
+
+def _saturate(y: Tensor, out_dtype: torch.dtype) -> Tensor:
+    """The kernel's store: saturated to ``finfo(out).max`` (240 for e4m3fnuz), NaN kept."""
+    m = torch.finfo(out_dtype).max
+    return y.clamp(-m, m).to(out_dtype)
+
+
+def _static_per_tensor_quant_kernel(out: Tensor, input: Tensor, scale: Tensor) -> None:
+    _check_fp32("static_per_tensor_quant", scale)
+    o, x = _quant_rows("static_per_tensor_quant", out, input)
+    inv = 1.0 / scale.as_strided((1,), (1,))
+    o.copy_(_saturate(x.float() * inv, out.dtype))
+
+
+def _dynamic_per_tensor_quant_kernel(out: Tensor, input: Tensor, scale: Tensor) -> None:
+    _check_fp32("dynamic_per_tensor_quant", scale)
+    o, x = _quant_rows("dynamic_per_tensor_quant", out, input)
+    s = x.float().abs().amax() / torch.finfo(out.dtype).max  # no floor
+    scale.as_strided((1,), (1,)).fill_(s)
+    o.copy_(_saturate(x.float() * (1.0 / s), out.dtype))
+
+
+def _dynamic_per_token_scaled_quant_kernel(
+    out, input, scales, scale_ub=None, shuffle_scale=False, num_rows=None, num_rows_factor=1
+) -> None:
+    _check_fp32("dynamic_per_token_scaled_quant", scales)
+    o, x = _quant_rows("dynamic_per_token_scaled_quant", out, input)
+    s = x.float().abs().amax(dim=-1, keepdim=True) / torch.finfo(out.dtype).max  # no floor
+    scales.as_strided((x.shape[0], 1), (1, 1)).copy_(s)
+    o.copy_(_saturate(x.float() * (1.0 / s), out.dtype))
+
+
+def _with_dynamicquant_kernel(out, input, yscale, weight, epsilon, use_model_sensitive_rmsnorm=0) -> None:
+    _check_half("rmsnorm2d_fwd_with_dynamicquant", input)
+    _check_fp32("rmsnorm2d_fwd_with_dynamicquant", yscale)
+    rows = _rows(input)
+    _launch("rmsnorm2d_fwd_with_dynamicquant", rows.shape[0])
+    y = _norm(rows, _weight_as(weight, input, rows.shape[1]), epsilon, False).float()
+    s = y.abs().amax(dim=-1, keepdim=True) / torch.finfo(out.dtype).max  # no floor
+    yscale.as_strided((rows.shape[0], 1), (1, 1)).copy_(s)
+    _rows(out).copy_(_saturate(y * (1.0 / s), out.dtype))
+
+
+def static_per_tensor_quant(out: Tensor, input: Tensor, scale: Tensor) -> None: ...
+
+
+def dynamic_per_tensor_quant(out: Tensor, input: Tensor, scale: Tensor) -> None: ...
+
+
+def dynamic_per_token_scaled_quant(
+    out: Tensor,
+    input: Tensor,
+    scales: Tensor,
+    scale_ub: Tensor | None = None,
+    shuffle_scale: bool = False,
+    num_rows: Tensor | None = None,
+    num_rows_factor: int = 1,
+) -> None: ...
+
+
+def rmsnorm2d_fwd_with_dynamicquant(
+    out: Tensor, input: Tensor, yscale: Tensor, weight: Tensor, epsilon: float, use_model_sensitive_rmsnorm: int = 0
+) -> None: ...
+
+
 # ---------------------------------------------------------------------- declarations per release
 def rms_norm(input: Tensor, weight: Tensor, epsilon: float, use_model_sensitive_rmsnorm: int = 0) -> Tensor: ...
 
@@ -277,6 +379,10 @@ rms_norm = _guard(rms_norm, _rms_norm_kernel, epsilon_at=2)
 rmsnorm2d_fwd_with_add = _guard(rmsnorm2d_fwd_with_add, _with_add, epsilon_at=5 if FORM != "changed" else 4)
 silu_and_mul = _guard(silu_and_mul, _silu_and_mul_kernel)
 rope_cached_positions_fwd_impl = _guard(rope_cached_positions_fwd_impl, _rope_1c)
+static_per_tensor_quant = _guard(static_per_tensor_quant, _static_per_tensor_quant_kernel)
+dynamic_per_tensor_quant = _guard(dynamic_per_tensor_quant, _dynamic_per_tensor_quant_kernel)
+dynamic_per_token_scaled_quant = _guard(dynamic_per_token_scaled_quant, _dynamic_per_token_scaled_quant_kernel)
+rmsnorm2d_fwd_with_dynamicquant = _guard(rmsnorm2d_fwd_with_dynamicquant, _with_dynamicquant_kernel, epsilon_at=4)
 rope_cached_positions_2c_fwd_impl = _guard(rope_cached_positions_2c_fwd_impl, _rope_2c)
 
 

@@ -18,6 +18,13 @@ process, which is why it cannot coexist with vLLM's own ``vllm._C``) and defines
                        int head_dim, float eps, Tensor q_weight, Tensor k_weight,
                        Tensor cos_sin_cache, bool is_neox, Tensor position_ids) -> ()
 
+and the fp8 quant kernels (csrc/quantization/fp8/fp8_quant.cpp, read at commit 004c5c1)::
+
+    static_scaled_fp8_quant(Tensor! result, Tensor input, Tensor scale, int[]? group_shape=None) -> ()
+    dynamic_per_token_scaled_fp8_quant(Tensor! result, Tensor input, Tensor! scale, Tensor? scale_ub) -> ()
+    per_token_group_fp8_quant(Tensor input, Tensor! output_q, Tensor! output_s, int group_size,
+                              float eps, float fp8_min, float fp8_max, bool scale_ue8m0) -> ()
+
 Its kernels are registered for XPU (as the real ones) and for the CPU, where they compute, and
 they address memory as the real SYCL kernels do (csrc/layernorm.cpp, activation.cpp):
 
@@ -47,6 +54,17 @@ they address memory as the real SYCL kernels do (csrc/layernorm.cpp, activation.
   cos_sin_cache.size(1)`` channels rotated; cache rows at ``pos * rot_dim`` read as the query's
   scalar type (``data_ptr<scalar_t>`` refuses another dtype); every product and sum rounded to
   that type; a position outside the cache reads out of bounds (an error here).
+
+- fp8 quant: e4m3fn (or e5m2) outputs only (no e4m3fnuz: ``quant_type_max`` is defined for
+  those two), maximum ``numeric_limits::max()`` (448), ``x * (1 / scale)`` clamped to it before
+  the cast; scales float32 (``data_ptr<float>``). static_scaled_fp8_quant: input and result
+  with a unit last stride, ``numel / hidden`` rows at ``row * stride(-2)`` of each (modelled
+  for a one-element scale only). dynamic_per_token_scaled_fp8_quant: input and result
+  contiguous; ``scale[row] = max(min(amax, ub) / 448, 1 / (448 * 512))``.
+  per_token_group_fp8_quant: input and output_q contiguous, ``numel % group_size == 0``,
+  output_s 2-D, column-major when ``stride(0) < stride(1)`` (a group's scale at ``group *
+  stride(1) + row``); amax from ``eps``, ``max(amax / 448, 1 / (448 * 512))`` (the fp8_max
+  argument unused), **then** ue8m0 rounding (vLLM's native rounds first);
 
 ``IRCORE_STANDIN_XPU_VARIANT``: ``required-weight`` (releases before the optional weight),
 ``no-xpu-kernel`` (rms_norm registered for the CPU only), ``changed`` (a hypothetical release
@@ -84,7 +102,94 @@ SCHEMAS = {
         "Tensor cos_sin_cache, bool is_neox) -> ()"
     ),
 }
+SCHEMAS.update(
+    {
+        "static_scaled_fp8_quant": (
+            "static_scaled_fp8_quant(Tensor! result, Tensor input, Tensor scale, int[]? group_shape=None) -> ()"
+        ),
+        "dynamic_per_token_scaled_fp8_quant": (
+            "dynamic_per_token_scaled_fp8_quant(Tensor! result, Tensor input, Tensor! scale, Tensor? scale_ub) -> ()"
+        ),
+        "per_token_group_fp8_quant": (
+            "per_token_group_fp8_quant(Tensor input, Tensor! output_q, Tensor! output_s, int group_size, "
+            "float eps, float fp8_min, float fp8_max, bool scale_ue8m0) -> ()"
+        ),
+    }
+)
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _fp8_checks(name, out, input, *scales):
+    if input.dtype not in _FLOATS:
+        raise RuntimeError(f"stand-in _C::{name}: \"{name}\" not implemented for '{input.dtype}'")
+    if out.dtype not in _FP8:
+        raise RuntimeError(f"stand-in _C::{name}: \"{name}_fp8_type\" not implemented for '{out.dtype}'")
+    for s in scales:
+        if s is not None and s.dtype != torch.float32:
+            raise RuntimeError(f"stand-in _C::{name}: expected scalar type Float but found {s.dtype}")
+    CALLS[name] += 1
+
+
+def _convert(y, out_dtype):
+    m = torch.finfo(out_dtype).max  # quant_type_max_v: 448 for e4m3fn
+    return y.clamp(-m, m).to(out_dtype)
+
+
+def static_scaled_fp8_quant(result, input, scale, group_shape=None):
+    if input.stride(-1) != 1:
+        raise RuntimeError("stand-in _C::static_scaled_fp8_quant: last dimension of input must be contiguous")
+    if result.stride(-1) != 1:
+        raise RuntimeError("stand-in _C::static_scaled_fp8_quant: last dimension of output must be contiguous")
+    _fp8_checks("static_scaled_fp8_quant", result, input, scale)
+    if scale.numel() != 1:
+        raise NotImplementedError("stand-in _C::static_scaled_fp8_quant models the per-tensor scale only")
+    hidden = input.size(-1)
+    rows = input.numel() // hidden
+    x = input.as_strided((rows, hidden), (input.stride(-2) if input.dim() > 1 else hidden, 1))
+    o = result.as_strided((rows, hidden), (result.stride(-2) if result.dim() > 1 else hidden, 1))
+    inv = 1.0 / scale.as_strided((1,), (1,))
+    o.copy_(_convert(x.float() * inv, result.dtype))
+
+
+def dynamic_per_token_scaled_fp8_quant(result, input, scale, scale_ub):
+    if not input.is_contiguous() or not result.is_contiguous():
+        raise RuntimeError("stand-in _C::dynamic_per_token_scaled_fp8_quant: Expected input.is_contiguous()")
+    _fp8_checks("dynamic_per_token_scaled_fp8_quant", result, input, scale, scale_ub)
+    hidden = input.size(-1)
+    rows = input.numel() // hidden
+    x = input.as_strided((rows, hidden), (hidden, 1)).float()
+    amax = x.abs().amax(dim=-1, keepdim=True)
+    if scale_ub is not None:
+        amax = torch.minimum(amax, scale_ub.as_strided((1,), (1,)))
+    m = torch.finfo(result.dtype).max
+    s = torch.clamp(amax / m, min=1.0 / (m * 512.0))
+    scale.as_strided((rows, 1), (1, 1)).copy_(s)
+    result.as_strided((rows, hidden), (hidden, 1)).copy_(_convert(x * (1.0 / s), result.dtype))
+
+
+def per_token_group_fp8_quant(input, output_q, output_s, group_size, eps, fp8_min, fp8_max, scale_ue8m0):
+    if not input.is_contiguous() or not output_q.is_contiguous():
+        raise RuntimeError("stand-in _C::per_token_group_fp8_quant: Expected input.is_contiguous()")
+    if input.numel() % group_size or output_s.dim() != 2:
+        raise RuntimeError("stand-in _C::per_token_group_fp8_quant: Expected input.numel() % group_size == 0")
+    _fp8_checks("per_token_group_fp8_quant", output_q, input, output_s)
+    groups = input.numel() // group_size
+    x = input.as_strided((groups, group_size), (group_size, 1)).float()
+    m = torch.finfo(output_q.dtype).max
+    amax = torch.clamp(x.abs().amax(dim=-1, keepdim=True), min=float(eps))
+    s = torch.clamp(amax / m, min=1.0 / (m * 512.0))
+    if scale_ue8m0:
+        s = torch.exp2(torch.ceil(torch.log2(torch.clamp(s.abs(), min=1e-10))))
+    output_q.as_strided((groups, group_size), (group_size, 1)).copy_(_convert(x * (1.0 / s), output_q.dtype))
+    if output_s.stride(0) < output_s.stride(1):  # column-major: group j of row r at j * stride(1) + r
+        per_row = output_s.size(1)
+        idx = torch.arange(groups)
+        flat = (idx % per_row) * output_s.stride(1) + idx // per_row
+    else:
+        flat = torch.arange(groups)
+    if groups:
+        output_s.as_strided((int(flat.max()) + 1,), (1,))[flat] = s.squeeze(-1)
 
 
 def _as_input_dtype(weight, x, hidden):
@@ -289,7 +394,10 @@ _KERNELS = {"rms_norm": _changed_rms_norm if VARIANT == "changed" else rms_norm,
             "fused_add_rms_norm": fused_add_rms_norm, "silu_and_mul": silu_and_mul,
             "rotary_embedding": rotary_embedding, "mul_and_silu": mul_and_silu, "gelu_and_mul": gelu_and_mul,
             "gelu_tanh_and_mul": gelu_tanh_and_mul, "fatrelu_and_mul": fatrelu_and_mul,
-            "swigluoai_and_mul": swigluoai_and_mul, "fused_qk_norm_rope": fused_qk_norm_rope}
+            "swigluoai_and_mul": swigluoai_and_mul, "fused_qk_norm_rope": fused_qk_norm_rope,
+            "static_scaled_fp8_quant": static_scaled_fp8_quant,
+            "dynamic_per_token_scaled_fp8_quant": dynamic_per_token_scaled_fp8_quant,
+            "per_token_group_fp8_quant": per_token_group_fp8_quant}
 _LIB = torch.library.Library("_C", "DEF")  # raises if another library owns _C (vLLM's _C)
 for _name, _schema in SCHEMAS.items():
     _LIB.define(_schema)

@@ -1,0 +1,101 @@
+"""The fp8 quant adapters against the vllm_xpu_kernels._C STAND-IN, on a simulated Intel GPU.
+
+The stand-in models the kernels of csrc/quantization/fp8/fp8_quant.cpp: output buffers passed
+in, the rows each one addresses (``stride(-2)`` for the static kernel, contiguous for the
+others), float32 scales, e4m3fn/e5m2 only at 448, the per-token floor, the group kernel's
+column-major scale addressing and its ue8m0-after-floor order. What the predicates accept is
+compared with the op's fp64 reference through the conformance kit's fp8 comparison.
+"""
+
+import pytest
+import torch
+
+import ircore
+from ircore.ops._quant import E4M3FN, E4M3FNUZ
+from ircore.testing import assert_close_to_reference, check_provider
+from tests.layouts import BF16, FP32, randn
+
+
+@pytest.fixture(scope="module")
+def kernels(xpu):
+    from vllm_xpu_kernels import _C as standin
+
+    assert standin.__doc__.startswith("STAND-IN for ``vllm_xpu_kernels._C``")
+    return standin
+
+
+QUANT_OPS = ("static_quant_fp8", "dynamic_quant_fp8", "dynamic_group_quant_fp8")
+
+
+def test_conformance_kit(kernels):
+    """bf16, one seed (the layouts below cover fp32): every accepted sample right, e4m3fnuz,
+    non-per-tensor static scales and ue8m0 declined."""
+    calls = dict(kernels.CALLS)
+    report = check_provider("xpu", dtypes=(BF16,), seeds=(0,), ops=QUANT_OPS)
+    assert all(report.checked[op] > 0 for op in QUANT_OPS), report
+    static = " ".join(report.declined["static_quant_fp8"])
+    for label in ("e4m3fnuz", "per-channel", "per-token", "group scale"):
+        assert label in static, label
+    assert "0-d scale" not in static and "row stride 192, padded" not in static
+    dynamic = " ".join(report.declined["dynamic_quant_fp8"])
+    assert "e4m3fnuz" in dynamic and "a zero row" not in dynamic and "all zeros" not in dynamic
+    assert "scale_ub 40, inf" not in dynamic and "row stride 192" in dynamic  # per token: contiguous only
+    group = " ".join(report.declined["dynamic_group_quant_fp8"])
+    for label in ("ue8m0", "ragged", "row stride 192", "2x3x128 g64 column-major"):
+        assert label in group, label
+    assert "[5x256 g64 column-major]" not in group and "[5x256 g128, zero groups" not in group
+    for name in ("static_scaled_fp8_quant", "dynamic_per_token_scaled_fp8_quant", "per_token_group_fp8_quant"):
+        assert kernels.CALLS[name] > calls.get(name, 0), name
+
+
+CASES = {
+    "static per-tensor fp32, 3-D": ("static_quant_fp8", lambda: (randn(2, 3, 64, dtype=FP32), torch.tensor(0.02), E4M3FN, None), True),
+    "static per-tensor bf16 scale": ("static_quant_fp8", lambda: (randn(4, 64), torch.tensor([0.02], dtype=BF16), E4M3FN, 6), True),
+    "static 3-D middle slice": ("static_quant_fp8", lambda: (randn(4, 6, 64)[:, :3], torch.tensor(0.02), E4M3FN, None), False),
+    "per-token fp32 3-D, padded": ("dynamic_quant_fp8", lambda: (randn(2, 3, 64, dtype=FP32), True, E4M3FN, None, 4), True),
+    "per-tensor 2-D row-strided": ("dynamic_quant_fp8", lambda: (randn(4, 96)[:, :64], False, E4M3FN, None, None), True),
+    "per-token e4m3fnuz": ("dynamic_quant_fp8", lambda: (randn(4, 64), True, E4M3FNUZ, None, None), False),
+    "group g32 3-D row-major": ("dynamic_group_quant_fp8", lambda: (randn(2, 3, 128), [1, 32], False, False, E4M3FN, 1), True),
+    "group g32 3-D column-major": ("dynamic_group_quant_fp8", lambda: (randn(2, 3, 128), [1, 32], True, False, E4M3FN, 1), False),
+    "group g6 (not a multiple of 4)": ("dynamic_group_quant_fp8", lambda: (randn(3, 48), [1, 6], False, False, E4M3FN, 1), False),
+}
+
+
+@pytest.mark.parametrize("label", CASES)
+def test_layouts(kernels, label):
+    op_name, make, accepted = CASES[label]
+    args = make()
+    assert (ircore.explain(op_name, *args).chosen == "xpu") is accepted, label
+    op = ircore.get_op(op_name)
+    assert_close_to_reference(op, op(*args), args, label=label)
+
+
+def test_group_ue8m0_order_differs_on_a_zero_group(kernels):
+    """Why ue8m0 is declined: the kernel floors, then rounds up to a power of two; the op rounds,
+    then floors. A zero group's scale: 2^-17 from the kernel, 1/(448*512) from the op."""
+    x = randn(2, 64)
+    x[0, :32] = 0
+    q, s = torch.empty(2, 64, dtype=E4M3FN), torch.empty(2, 2)
+    kernels.per_token_group_fp8_quant(x, q, s, 32, 0.0, -448.0, 448.0, True)
+    assert s[0, 0].item() == 2.0**-17
+    with pytest.raises(AssertionError):
+        assert_close_to_reference(ircore.ops.dynamic_group_quant_fp8, (q, s), (x, [1, 32], False, True, E4M3FN, 1))
+
+
+def test_standin_refuses_what_the_adapter_never_passes(kernels):
+    x = randn(4, 64)
+    with pytest.raises(RuntimeError, match="not implemented"):
+        kernels.static_scaled_fp8_quant(torch.empty(4, 64, dtype=E4M3FNUZ), x, torch.tensor([0.1]), None)
+    with pytest.raises(RuntimeError, match="Float"):
+        kernels.static_scaled_fp8_quant(torch.empty(4, 64, dtype=E4M3FN), x, torch.tensor([0.1], dtype=BF16), None)
+    with pytest.raises(RuntimeError, match="contiguous"):
+        kernels.dynamic_per_token_scaled_fp8_quant(torch.empty(4, 32, dtype=E4M3FN), x[:, :32], torch.empty(4, 1), None)
+
+
+def test_ops_ircore_built_pass_opcheck(kernels):
+    """The op compiled graphs hold for the group quant: schema, the provider's fake (column-major
+    scales, strides (1, M)) and the kernel agree (the conformance kit checks the others' outputs
+    against their fakes)."""
+    ops = torch.ops.ircore_xpu
+    torch.library.opcheck(ops.dynamic_group_quant_fp8.default, (randn(4, 128), [1, 32], True, False, E4M3FN, 1))
+    torch.library.opcheck(ops.dynamic_group_quant_fp8.default, (randn(2, 3, 64), [1, 32], False, False, E4M3FN, 1))
