@@ -76,8 +76,9 @@ IRCORE_IMPLEMENTATIONS = {
         "ircore_aiter.impls", ROPE_OPS, inplace=ROPE_OPS, cache_by_signature=False, rank=RANKS
     ),
     # The quant predicates read dtypes, contiguity, the last dim, the scale's numel and the
-    # platform's arch (fixed for a process outside tests; simulated platforms reload providers).
-    **ircore.impl_table("ircore_aiter.impls", QUANT_OPS, cache_by_signature=True, rank=RANKS),
+    # platform's arch, and the fp8_dtype argument, which a call signature does not hold (the
+    # signature helper knows tensors, ints, floats and bools): not cached by signature.
+    **ircore.impl_table("ircore_aiter.impls", QUANT_OPS, cache_by_signature=False, rank=RANKS),
 }
 
 
