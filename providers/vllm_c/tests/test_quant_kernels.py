@@ -191,4 +191,6 @@ def test_dispatch_picks_vllm_c_on_cuda():
         q2, s2 = ircore.ops.dynamic_quant_fp8(x, True, FNUZ)
     assert q.dtype == torch.float8_e4m3fn and s.shape == (16, 1)
     assert q2.dtype == FNUZ
-    assert_close_to_reference(ircore.get_op("dynamic_quant_fp8"), (q, s), (x, True, torch.float8_e4m3fn))
+    op = ircore.get_op("dynamic_quant_fp8")
+    assert_close_to_reference(op, (q, s), (x, True, torch.float8_e4m3fn))
+    assert_close_to_reference(op, (q2, s2), (x, True, FNUZ))
