@@ -181,6 +181,7 @@ APPLIES = {
 }
 APPLIES["liger"].add("rotary_pos_emb")
 APPLIES["flashinfer"].add("rotary_embedding")
+APPLIES["vllm_c"].update(QUANT_OPS)  # csrc/cuda_quant.cu (e4m3fn)
 # Measuring order: columns needing a background build go last, so their builds overlap the rest.
 ORDER = ("eager", "triton", "triton_nopdl", "liger", "compile", "vllm_c", "vllm_c_nopdl", "flashinfer")
 # Display order in the tables: anchors, then ours.
@@ -789,8 +790,20 @@ class Impls:
             f = self.compiled.get(name)
             if f is None:
                 f = self.compiled[name] = torch.compile(mod[name], fullgraph=True, dynamic=False)
-        else:
-            raise RuntimeError(f"{impl} has no kernel for {name} yet")
+        else:  # a provider's kernel, through ircore's registration (as _rope_fn)
+            import ircore
+
+            ircore.get_priority(name)  # loads the providers
+            registered = ircore.get_op(name).impls.get(impl)
+            if registered is None:
+                raise RuntimeError(f"{impl} has no kernel for {name} yet")
+            run, supports = registered.run, registered.supports_args
+
+            def f(*a):
+                if supports is not None and not supports(*a):
+                    raise RuntimeError(f"{impl}'s supports_args declines {name} here")
+                return run(*a)
+
         def call(*ts):
             it = iter(ts)  # the tensors in order, epsilon where QUANT_SPEC puts it
             out = f(*(EPS if a == "eps" else next(it) for a in tensors), *args)

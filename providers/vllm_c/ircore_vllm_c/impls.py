@@ -85,6 +85,31 @@ __all__ = [
     "rotary_pos_emb_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
+    "static_quant_fp8",
+    "static_quant_fp8_supports",
+    "static_group_quant_fp8",
+    "static_group_quant_fp8_supports",
+    "dynamic_quant_fp8",
+    "dynamic_quant_fp8_supports",
+    "dynamic_group_quant_fp8",
+    "dynamic_group_quant_fp8_supports",
+    "rms_norm_static_fp8_quant",
+    "rms_norm_static_fp8_quant_supports",
+    "fused_add_rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant_supports",
+    "rms_norm_dynamic_quant_fp8",
+    "rms_norm_dynamic_quant_fp8_supports",
+    "fused_add_rms_norm_dynamic_quant_fp8",
+    "fused_add_rms_norm_dynamic_quant_fp8_supports",
+    "rms_norm_group_quant_fp8",
+    "rms_norm_group_quant_fp8_supports",
+    "fused_add_rms_norm_group_quant_fp8",
+    "fused_add_rms_norm_group_quant_fp8_supports",
+    "silu_and_mul_static_quant_fp8",
+    "silu_and_mul_static_quant_fp8_supports",
+    "silu_and_mul_group_quant_fp8",
+    "silu_and_mul_group_quant_fp8_supports",
+    "quant_row_fits",
 ]
 
 _F32 = torch.float32
@@ -279,3 +304,226 @@ def fused_qk_norm_rope_supports(
     return (cos_sin_cache.dtype is qkv.dtype or cos_sin_cache.dtype is _F32) and (
         (qkv.is_cpu and kernels.CPU_LOADED) or (qkv.is_cuda and kernels.CUDA_LOADED)
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# FP8 quantisation and the fused norm/activation + quant ops (ircore/ops/_quant.py, _norm_quant.py):
+# CUDA kernels only (csrc/cuda_quant.cu); the schemas exist on every machine, and CPU calls are
+# declined (they run the natives). What the kernels take, on top of the core's checks:
+#
+# - a CUDA tensor x with the CUDA kernels loaded, float32/float16/bfloat16 (the core's rule);
+# - fp8_dtype torch.float8_e4m3fn only: e4m3fnuz (vLLM's ROCm format, max 224) is declined, since
+#   the kernels cast with CUDA's e4m3 conversion, which has no fnuz encoding;
+# - the fused ops (norm or silu_and_mul first) keep the row they quantise in shared memory: a
+#   quantised row of at most 96 KiB (QUANT_ROW_BYTES: hidden <= 49152 in 16-bit dtypes, 24576 in
+#   float32; silu_and_mul counts half of x's last dimension); the plain quant ops take any row;
+# - anything else the core accepts: any layout (rows with one stride read in place, others from a
+#   contiguous copy), every static scale form (per tensor, channel, token, group), per-token and
+#   per-tensor dynamic scales with scale_ub and num_token_padding, groups of any size (a ragged
+#   last group), row- or column-major scales with any scale_alignment, use_ue8m0, a norm weight of
+#   any float dtype or none.
+#
+# The predicates read a dtype argument (fp8_dtype) and, for the fused ops, a size: they are not
+# cached by call signature (provider.py), and run in one expression on every eager call.
+
+_E4M3FN = torch.float8_e4m3fn
+#: The longest quantised row the fused kernels keep in shared memory (bytes; cuda_quant.h's
+#: kMaxRowBytes).
+QUANT_ROW_BYTES = 96 * 1024
+
+static_quant_fp8 = torch.ops.ircore_vllm_c.static_quant_fp8.default
+static_group_quant_fp8 = torch.ops.ircore_vllm_c.static_group_quant_fp8.default
+dynamic_quant_fp8 = torch.ops.ircore_vllm_c.dynamic_quant_fp8.default
+dynamic_group_quant_fp8 = torch.ops.ircore_vllm_c.dynamic_group_quant_fp8.default
+rms_norm_static_fp8_quant = torch.ops.ircore_vllm_c.rms_norm_static_fp8_quant.default
+fused_add_rms_norm_static_fp8_quant = torch.ops.ircore_vllm_c.fused_add_rms_norm_static_fp8_quant.default
+rms_norm_dynamic_quant_fp8 = torch.ops.ircore_vllm_c.rms_norm_dynamic_quant_fp8.default
+fused_add_rms_norm_dynamic_quant_fp8 = torch.ops.ircore_vllm_c.fused_add_rms_norm_dynamic_quant_fp8.default
+rms_norm_group_quant_fp8 = torch.ops.ircore_vllm_c.rms_norm_group_quant_fp8.default
+fused_add_rms_norm_group_quant_fp8 = torch.ops.ircore_vllm_c.fused_add_rms_norm_group_quant_fp8.default
+silu_and_mul_static_quant_fp8 = torch.ops.ircore_vllm_c.silu_and_mul_static_quant_fp8.default
+silu_and_mul_group_quant_fp8 = torch.ops.ircore_vllm_c.silu_and_mul_group_quant_fp8.default
+
+
+def quant_row_fits(x: torch.Tensor, halve: bool = False) -> bool:
+    """Whether a fused kernel can keep x's quantised row (half of it for silu_and_mul) in shared
+    memory: the device-independent half of the fused ops' predicates."""
+    return (x.shape[-1] >> halve) * x.element_size() <= QUANT_ROW_BYTES
+
+
+def static_quant_fp8_supports(
+    x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> bool:
+    """e4m3fn on CUDA (see the block comment above)."""
+    return fp8_dtype is _E4M3FN and x.is_cuda and kernels.CUDA_LOADED
+
+
+def static_group_quant_fp8_supports(
+    x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> bool:
+    """e4m3fn on CUDA."""
+    return fp8_dtype is _E4M3FN and x.is_cuda and kernels.CUDA_LOADED
+
+
+def dynamic_quant_fp8_supports(
+    x: torch.Tensor,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: torch.Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """e4m3fn on CUDA, per token or per tensor (two launches)."""
+    return fp8_dtype is _E4M3FN and x.is_cuda and kernels.CUDA_LOADED
+
+
+def dynamic_group_quant_fp8_supports(
+    x: torch.Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> bool:
+    """e4m3fn on CUDA, any group size and scale layout."""
+    return fp8_dtype is _E4M3FN and x.is_cuda and kernels.CUDA_LOADED
+
+
+def rms_norm_static_fp8_quant_supports(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    scale: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> bool:
+    """e4m3fn on CUDA, a row of at most QUANT_ROW_BYTES."""
+    return bool(fp8_dtype is _E4M3FN and x.is_cuda and kernels.CUDA_LOADED and quant_row_fits(x))
+
+
+def fused_add_rms_norm_static_fp8_quant_supports(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    scale: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> bool:
+    """e4m3fn on CUDA, a row of at most QUANT_ROW_BYTES."""
+    return bool(fp8_dtype is _E4M3FN and x.is_cuda and kernels.CUDA_LOADED and quant_row_fits(x))
+
+
+def rms_norm_dynamic_quant_fp8_supports(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: torch.Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """e4m3fn on CUDA, a row of at most QUANT_ROW_BYTES."""
+    return bool(fp8_dtype is _E4M3FN and x.is_cuda and kernels.CUDA_LOADED and quant_row_fits(x))
+
+
+def fused_add_rms_norm_dynamic_quant_fp8_supports(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: torch.Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """e4m3fn on CUDA, a row of at most QUANT_ROW_BYTES."""
+    return bool(fp8_dtype is _E4M3FN and x.is_cuda and kernels.CUDA_LOADED and quant_row_fits(x))
+
+
+def rms_norm_group_quant_fp8_supports(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> bool:
+    """e4m3fn on CUDA, a row of at most QUANT_ROW_BYTES."""
+    return bool(fp8_dtype is _E4M3FN and x.is_cuda and kernels.CUDA_LOADED and quant_row_fits(x))
+
+
+def fused_add_rms_norm_group_quant_fp8_supports(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> bool:
+    """e4m3fn on CUDA, a row of at most QUANT_ROW_BYTES."""
+    return bool(fp8_dtype is _E4M3FN and x.is_cuda and kernels.CUDA_LOADED and quant_row_fits(x))
+
+
+def silu_and_mul_static_quant_fp8_supports(
+    x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> bool:
+    """e4m3fn on CUDA, an output row of at most QUANT_ROW_BYTES."""
+    return bool(fp8_dtype is _E4M3FN and x.is_cuda and kernels.CUDA_LOADED and quant_row_fits(x, True))
+
+
+def silu_and_mul_group_quant_fp8_supports(
+    x: torch.Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> bool:
+    """e4m3fn on CUDA, an output row of at most QUANT_ROW_BYTES."""
+    return bool(fp8_dtype is _E4M3FN and x.is_cuda and kernels.CUDA_LOADED and quant_row_fits(x, True))
+
+
+# Batch invariance of the quant kernels: one block per row with its threads fixed by the row
+# length (every reduction's order is the row's alone), so each output row depends on its input
+# row only, except per-tensor dynamic scales (per_token=False), whose amax is the whole batch's.
+def dynamic_quant_fp8_batch_invariant(
+    x: torch.Tensor,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: torch.Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """Per token only."""
+    return per_token is True
+
+
+def rms_norm_dynamic_quant_fp8_batch_invariant(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: torch.Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """Per token only."""
+    return per_token is True
+
+
+def fused_add_rms_norm_dynamic_quant_fp8_batch_invariant(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: torch.Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """Per token only."""
+    return per_token is True

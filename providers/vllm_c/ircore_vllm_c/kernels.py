@@ -47,6 +47,7 @@ CPU_SOURCES = (
     "cpu_rope.cpp",
     "cpu_rope_kernels.cpp",
     "rope_checks.cpp",
+    "cpu_quant.cpp",
 )
 CUDA_SOURCES = (
     "cuda_ops.cu",
@@ -56,6 +57,8 @@ CUDA_SOURCES = (
     "cuda_rope.cu",
     "cuda_rope_ops.cpp",
     "rope_checks.cpp",
+    "cuda_quant.cu",
+    "cuda_quant_ops.cpp",
 )
 HEADERS = (
     "cpu_kernels.h",
@@ -70,6 +73,7 @@ HEADERS = (
     "cpu_rope_isa.inc",
     "rope_common.h",
     "cuda_rope.h",
+    "cuda_quant.h",
 )
 CPU_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wno-unused-parameter")
 CPU_LDFLAGS = ("-fopenmp",)

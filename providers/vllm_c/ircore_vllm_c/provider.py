@@ -60,6 +60,34 @@ BATCH_INVARIANT = {
     **{op: f"ircore_vllm_c.impls:{op}_batch_invariant" for op in _CPU_CLAIMED},
 }
 
+# FP8 quantisation and the fused norm/activation + quant ops: CUDA kernels only (impls.py says what
+# they take; CPU calls are declined). Their predicates read fp8_dtype, a dtype value: no signature
+# cache. Batch invariance: every kernel is one block per row whose threads depend on the row
+# length only; the per-tensor dynamic forms (per_token=False) are claimed not (impls.py).
+QUANT_OPS = (
+    "static_quant_fp8",
+    "static_group_quant_fp8",
+    "dynamic_quant_fp8",
+    "dynamic_group_quant_fp8",
+    "rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant",
+    "rms_norm_dynamic_quant_fp8",
+    "fused_add_rms_norm_dynamic_quant_fp8",
+    "rms_norm_group_quant_fp8",
+    "fused_add_rms_norm_group_quant_fp8",
+    "silu_and_mul_static_quant_fp8",
+    "silu_and_mul_group_quant_fp8",
+)
+_PER_TENSOR_FORMS = (
+    "dynamic_quant_fp8",
+    "rms_norm_dynamic_quant_fp8",
+    "fused_add_rms_norm_dynamic_quant_fp8",
+)
+QUANT_BATCH_INVARIANT = {
+    **dict.fromkeys((op for op in QUANT_OPS if op not in _PER_TENSOR_FORMS), True),
+    **{op: f"ircore_vllm_c.impls:{op}_batch_invariant" for op in _PER_TENSOR_FORMS},
+}
+
 IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table(
         "ircore_vllm_c.impls",
@@ -70,6 +98,13 @@ IRCORE_IMPLEMENTATIONS = {
         batch_invariant=BATCH_INVARIANT,
     ),
     **ircore.impl_table("ircore_vllm_c.scaled_mm", MATMUL_OPS, rank=DEFAULT_RANK),
+    **ircore.impl_table(
+        "ircore_vllm_c.impls",
+        QUANT_OPS,
+        cache_by_signature=False,
+        rank=DEFAULT_RANK,
+        batch_invariant=QUANT_BATCH_INVARIANT,
+    ),
 }
 
 

@@ -26,3 +26,5 @@ def test_cuda_source_compiles_for_sm90(tmp_path):
     assert pdl_problems(ptx) == {}
     rope = (tmp_path / "cuda_rope.ptx").read_text()  # 2 kernels x 5 (dtype, cache dtype) pairs
     assert rope.count(".entry") == 10 and pdl_problems(rope) == {}
+    quant = (tmp_path / "cuda_quant.ptx").read_text()  # 4 sources x 3 dtypes
+    assert quant.count(".entry") == 12 and pdl_problems(quant) == {}

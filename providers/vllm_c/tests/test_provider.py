@@ -59,13 +59,15 @@ def test_table_registers_every_op_with_rank_10():
     kernels = ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm"]
     kernels += ["gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul", *rope]
     matmuls = ["scaled_mm_fp8", "block_scaled_mm_fp8"]
-    assert list(got) == kernels + matmuls
+    quant = list(provider.QUANT_OPS)
+    assert list(got) == kernels + matmuls + quant
     for name, impl in got.items():
-        module = impls if name in kernels else scaled_mm
+        module = scaled_mm if name in matmuls else impls
         assert impl.fn is getattr(module, name)
         assert impl.supports_args is getattr(module, f"{name}_supports")
         assert impl.inplace == (name in ("fused_add_rms_norm", *rope))
-        # the kernels' predicates read signature facts only; the matmuls' read block_size too
+        # the kernels' predicates read signature facts only; the matmuls' read block_size too,
+        # the quant ops' fp8_dtype (a dtype value)
         assert impl.cache_by_signature == (name in kernels)
     assert registrar.ranks == dict.fromkeys(got, 10)
 
@@ -223,8 +225,9 @@ def test_conformance_kit(device):
     report = testing.check_provider("vllm_c", device=device)
     if not report.checked:
         pytest.skip("ircore-provider-vllm-c is not installed (no entry point), or not active here")
-    # the fp8 matmuls (torch._scaled_mm) run on CUDA only: on the CPU every case is declined
-    cuda_only = provider.MATMUL_OPS if device == "cpu" else ()
+    # the fp8 matmuls (torch._scaled_mm) and the fp8 quant kernels run on CUDA only: on the CPU
+    # every case is declined
+    cuda_only = (*provider.MATMUL_OPS, *provider.QUANT_OPS) if device == "cpu" else ()
     assert all(n > 0 for op, n in report.checked.items() if op not in cuda_only), str(report)
     assert all(report.checked[op] == 0 for op in cuda_only), str(report)
 

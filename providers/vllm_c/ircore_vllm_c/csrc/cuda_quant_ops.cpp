@@ -1,0 +1,374 @@
+// CUDA bindings of the fp8 quant ops and the fused norm/activation + quant ops (schemas in
+// cpu_quant.cpp): the checks the kernels need on top of the core's, the outputs in the layouts
+// the ops promise, then the launches of cuda_quant.cu on the current stream. Built by the host
+// C++ compiler into the CUDA library (torch's CUDA headers here, none in the .cu). Inputs whose
+// rows do not share one stride are read from a contiguous copy.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cuda_quant.h"
+#include "ops_common.h"
+
+namespace ircore_vllm_c {
+namespace cuda_quant {
+namespace {
+
+using at::Tensor;
+using OptT = std::optional<Tensor>;
+
+// Numbers in messages via std::to_string, never the stream (see checks.cpp).
+std::string num(int64_t v) { return std::to_string(v); }
+
+QDType qdtype(at::ScalarType t) {
+  switch (t) {
+    case at::ScalarType::Half:
+      return QDType::kHalf;
+    case at::ScalarType::BFloat16:
+      return QDType::kBFloat16;
+    default:
+      return QDType::kFloat;
+  }
+}
+
+// 448 and 1 / (448 * 512), ircore's fp8_max / min_scale for e4m3fn (the only dtype taken).
+constexpr float kFp8Max = 448.0f;
+constexpr double kMinScale = 1.0 / (448.0 * 512.0);
+
+void check_common(const char* op, const Tensor& x, at::ScalarType fp8_dtype, int64_t k,
+                  bool row_in_smem) {
+  TORCH_CHECK(x.device().is_cuda(), "ircore_vllm_c.", op, ": expected CUDA tensors, got ",
+              x.device().str());
+  TORCH_CHECK(is_supported_dtype(x.scalar_type()), "ircore_vllm_c.", op,
+              ": x must be float32, float16 or bfloat16");
+  TORCH_CHECK(x.dim() >= 2 && k > 0, "ircore_vllm_c.", op,
+              ": x must have at least 2 dimensions and a non-empty last one");
+  TORCH_CHECK(fp8_dtype == at::ScalarType::Float8_e4m3fn, "ircore_vllm_c.", op,
+              ": only torch.float8_e4m3fn is computed here (e4m3fnuz runs native: the predicate "
+              "declines it)");
+  const int64_t bytes = k * static_cast<int64_t>(x.element_size());
+  TORCH_CHECK(!row_in_smem || bytes <= kMaxRowBytes, "ircore_vllm_c.", op, ": a row of ",
+              num(bytes), " bytes is over the ", num(kMaxRowBytes),
+              " bytes of shared memory this kernel keeps it in (the predicate declines it)");
+  const int64_t rows = k ? x.numel() / x.size(-1) : 0;
+  TORCH_CHECK(rows < (int64_t{1} << 31) - 1 && k < (int64_t{1} << 30), "ircore_vllm_c.", op,
+              ": too many rows or too long a row for one launch");
+}
+
+// x (or the residual) as rows sharing one stride, on a contiguous copy when they do not.
+Tensor rows_of(const Tensor& x, Rows& r) {
+  if (auto v = as_rows(x)) {
+    r = *v;
+    return x;
+  }
+  Tensor c = x.contiguous();
+  r = *as_rows(c);
+  return c;
+}
+
+std::vector<int64_t> q_sizes(const Tensor& x, int64_t k, std::optional<int64_t> padding) {
+  std::vector<int64_t> s(x.sizes().begin(), x.sizes().end());
+  s.back() = k;
+  if (padding && *padding > s[0]) s[0] = *padding;
+  return s;
+}
+
+// The quantised output, its padding rows (past x's first dimension) zeroed.
+Tensor new_q(const Tensor& x, int64_t k, std::optional<int64_t> padding) {
+  Tensor q = at::empty(q_sizes(x, k, padding), x.options().dtype(at::ScalarType::Float8_e4m3fn));
+  if (q.size(0) > x.size(0)) q.narrow(0, x.size(0), q.size(0) - x.size(0)).view(at::kByte).zero_();
+  return q;
+}
+
+struct Prepared {
+  QuantLaunch l{};
+  Tensor keep[6];  // what the launch points into
+};
+
+// The launch for x (rows of x's last dimension, k quantised values each), its source filled in.
+void set_source(Prepared& p, const char* op, QSource src, const Tensor& x, const Tensor* residual,
+                const OptT& weight, double eps, at::ScalarType fp8_dtype) {
+  const int64_t k = src == QSource::kSilu ? x.size(-1) / 2 : x.size(-1);
+  check_common(op, x, fp8_dtype, k, src != QSource::kPlain);
+  QuantLaunch& l = p.l;
+  Rows xr{};
+  p.keep[0] = rows_of(x, xr);
+  l.dtype = qdtype(x.scalar_type());
+  l.source = src;
+  l.rows = x.numel() / x.size(-1);
+  l.k = k;
+  l.x = p.keep[0].data_ptr();
+  l.x_stride = xr.stride;
+  l.fp8_max = kFp8Max;
+  l.min_scale = static_cast<float>(kMinScale);
+  l.eps = static_cast<float>(eps);
+  l.m_rows = x.size(-2) > 0 ? x.size(-2) : 1;
+  if (residual != nullptr) {
+    Rows rr{};
+    p.keep[1] = rows_of(*residual, rr);
+    l.residual = p.keep[1].data_ptr();
+    l.r_stride = rr.stride;
+    p.keep[2] = at::empty(x.sizes(), x.options());  // the residual output, contiguous
+    l.res_out = p.keep[2].data_ptr();
+  }
+  if (weight && weight->defined()) {
+    Tensor w = *weight;
+    if (w.scalar_type() != x.scalar_type() && w.scalar_type() != at::ScalarType::Float) {
+      w = w.to(at::ScalarType::Float);
+    }
+    p.keep[3] = w.contiguous();
+    l.weight = p.keep[3].data_ptr();
+    l.weight_f32 = p.keep[3].scalar_type() == at::ScalarType::Float;
+  }
+}
+
+void launch(const Prepared& p, const Tensor& x) {
+  C10_CUDA_CHECK(launch_quant(p.l, c10::cuda::getCurrentCUDAStream(x.get_device()).stream()));
+}
+
+// ------------------------------------------------------------------ static
+Tensor static_impl(const char* op, QSource src, const Tensor& x, const Tensor* residual,
+                   const OptT& weight, double eps, const Tensor& scale, at::ScalarType fp8_dtype,
+                   std::optional<int64_t> padding, Tensor* res_out) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  Prepared p;
+  set_source(p, op, src, x, residual, weight, eps, fp8_dtype);
+  QuantLaunch& l = p.l;
+  // vLLM's _prep_static_scale: one element -> (1, 1); 1-D of length k -> (1, k); other 1-D ->
+  // (L, 1); 2-D as given. Each size 1 or dividing (M, k) (the core checked it).
+  Tensor s = scale.to(at::ScalarType::Float);
+  if (s.numel() == 1) {
+    s = s.reshape({1, 1});
+  } else if (s.dim() == 1) {
+    s = s.size(0) == l.k ? s.unsqueeze(0) : s.unsqueeze(1);
+  }
+  TORCH_CHECK(s.dim() == 2 && l.m_rows % s.size(0) == 0 && l.k % s.size(1) == 0,
+              "ircore_vllm_c.", op, ": scale does not broadcast over x's last two dimensions");
+  p.keep[4] = s.contiguous();
+  l.mode = QMode::kStatic;
+  l.scale = p.keep[4].data_ptr<float>();
+  l.sa = s.size(0);
+  l.sb = s.size(1);
+  Tensor q = new_q(x, l.k, padding);
+  l.q = static_cast<uint8_t*>(q.data_ptr());
+  launch(p, x);
+  if (res_out) *res_out = p.keep[2];
+  return q;
+}
+
+Tensor static_quant_fp8(const Tensor& x, const Tensor& scale, at::ScalarType fp8_dtype,
+                        std::optional<int64_t> padding) {
+  return static_impl("static_quant_fp8", QSource::kPlain, x, nullptr, std::nullopt, 0.0, scale,
+                     fp8_dtype, padding, nullptr);
+}
+
+Tensor static_group_quant_fp8(const Tensor& x, const Tensor& scale, at::ScalarType fp8_dtype,
+                              std::optional<int64_t> padding) {
+  return static_impl("static_group_quant_fp8", QSource::kPlain, x, nullptr, std::nullopt, 0.0,
+                     scale, fp8_dtype, padding, nullptr);
+}
+
+Tensor rms_norm_static_fp8_quant(const Tensor& x, const OptT& weight, double eps,
+                                 const Tensor& scale, at::ScalarType fp8_dtype,
+                                 std::optional<int64_t> padding) {
+  return static_impl("rms_norm_static_fp8_quant", QSource::kNorm, x, nullptr, weight, eps, scale,
+                     fp8_dtype, padding, nullptr);
+}
+
+std::tuple<Tensor, Tensor> fused_add_rms_norm_static_fp8_quant(
+    const Tensor& x, const Tensor& residual, const OptT& weight, double eps, const Tensor& scale,
+    at::ScalarType fp8_dtype, std::optional<int64_t> padding) {
+  Tensor res;
+  Tensor q = static_impl("fused_add_rms_norm_static_fp8_quant", QSource::kAddNorm, x, &residual,
+                         weight, eps, scale, fp8_dtype, padding, &res);
+  return {q, res};
+}
+
+Tensor silu_and_mul_static_quant_fp8(const Tensor& x, const Tensor& scale,
+                                     at::ScalarType fp8_dtype, std::optional<int64_t> padding) {
+  return static_impl("silu_and_mul_static_quant_fp8", QSource::kSilu, x, nullptr, std::nullopt,
+                     0.0, scale, fp8_dtype, padding, nullptr);
+}
+
+// ------------------------------------------------------------------ dynamic (per token / tensor)
+std::tuple<Tensor, Tensor, Tensor> dynamic_impl(const char* op, QSource src, const Tensor& x,
+                                                const Tensor* residual, const OptT& weight,
+                                                double eps, bool per_token,
+                                                at::ScalarType fp8_dtype, const OptT& scale_ub,
+                                                std::optional<int64_t> padding) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  Prepared p;
+  set_source(p, op, src, x, residual, weight, eps, fp8_dtype);
+  QuantLaunch& l = p.l;
+  const auto fopt = x.options().dtype(at::ScalarType::Float);
+  Tensor q = new_q(x, l.k, padding);
+  l.q = static_cast<uint8_t*>(q.data_ptr());
+  Tensor scale;
+  if (per_token) {
+    std::vector<int64_t> ss(x.sizes().begin(), x.sizes().end());
+    ss.back() = 1;
+    scale = at::empty(ss, fopt);
+    l.mode = QMode::kToken;
+    l.scales = scale.data_ptr<float>();
+    if (scale_ub && scale_ub->defined()) {
+      p.keep[4] = scale_ub->to(at::ScalarType::Float).reshape({1}).contiguous();
+      l.scale_ub = p.keep[4].data_ptr<float>();
+    }
+    launch(p, x);
+  } else {
+    TORCH_CHECK(l.rows > 0, "ircore_vllm_c.", op, ": a per-tensor scale needs at least one row");
+    scale = at::empty({1}, fopt);
+    p.keep[5] = at::empty({1}, fopt);
+    l.amax = p.keep[5].data_ptr<float>();
+    l.scales = scale.data_ptr<float>();
+    l.mode = QMode::kAmax;  // every row's amax (and the residual) first
+    launch(p, x);
+    l.mode = QMode::kTensor;
+    if (src == QSource::kAddNorm) {  // then the norm of the residual just written
+      l.source = QSource::kNorm;
+      l.x = l.res_out;
+      l.x_stride = l.k;
+    }
+    launch(p, x);
+  }
+  return {q, scale, p.keep[2]};
+}
+
+std::tuple<Tensor, Tensor> dynamic_quant_fp8(const Tensor& x, bool per_token,
+                                             at::ScalarType fp8_dtype, const OptT& scale_ub,
+                                             std::optional<int64_t> padding) {
+  auto [q, s, r] = dynamic_impl("dynamic_quant_fp8", QSource::kPlain, x, nullptr, std::nullopt,
+                                0.0, per_token, fp8_dtype, scale_ub, padding);
+  return {q, s};
+}
+
+std::tuple<Tensor, Tensor> rms_norm_dynamic_quant_fp8(const Tensor& x, const OptT& weight,
+                                                      double eps, bool per_token,
+                                                      at::ScalarType fp8_dtype,
+                                                      const OptT& scale_ub,
+                                                      std::optional<int64_t> padding) {
+  auto [q, s, r] = dynamic_impl("rms_norm_dynamic_quant_fp8", QSource::kNorm, x, nullptr, weight,
+                                eps, per_token, fp8_dtype, scale_ub, padding);
+  return {q, s};
+}
+
+std::tuple<Tensor, Tensor, Tensor> fused_add_rms_norm_dynamic_quant_fp8(
+    const Tensor& x, const Tensor& residual, const OptT& weight, double eps, bool per_token,
+    at::ScalarType fp8_dtype, const OptT& scale_ub, std::optional<int64_t> padding) {
+  return dynamic_impl("fused_add_rms_norm_dynamic_quant_fp8", QSource::kAddNorm, x, &residual,
+                      weight, eps, per_token, fp8_dtype, scale_ub, padding);
+}
+
+// ------------------------------------------------------------------ group
+std::tuple<Tensor, Tensor, Tensor> group_impl(const char* op, QSource src, const Tensor& x,
+                                              const Tensor* residual, const OptT& weight,
+                                              double eps, c10::IntArrayRef group_shape,
+                                              bool column_major, bool use_ue8m0,
+                                              at::ScalarType fp8_dtype, int64_t scale_alignment) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  TORCH_CHECK(!group_shape.empty() && group_shape.back() >= 1, "ircore_vllm_c.", op,
+              ": group_shape must end in a group size >= 1");
+  Prepared p;
+  set_source(p, op, src, x, residual, weight, eps, fp8_dtype);
+  QuantLaunch& l = p.l;
+  const int64_t g = group_shape.back();
+  const int64_t groups = (l.k + g - 1) / g;
+  const int64_t m = l.m_rows;
+  std::vector<int64_t> ss(x.sizes().begin(), x.sizes().end());
+  ss.back() = groups;
+  const auto fopt = x.options().dtype(at::ScalarType::Float);
+  Tensor scales;
+  int64_t col = m;
+  if (!column_major) {
+    scales = at::empty(ss, fopt);
+  } else if (scale_alignment > 1 && x.dim() == 2) {
+    const int64_t stepa = 16 / scale_alignment;
+    col = (m + stepa - 1) / stepa * stepa;  // DeepGEMM's TMA-aligned column stride
+    scales = at::empty_strided({m, groups}, {1, col}, fopt);
+  } else {
+    std::vector<int64_t> t = ss;
+    std::swap(t[t.size() - 1], t[t.size() - 2]);
+    scales = at::empty(t, fopt).transpose(-2, -1);  // strides (..., 1, M)
+  }
+  Tensor q = new_q(x, l.k, std::nullopt);
+  l.q = static_cast<uint8_t*>(q.data_ptr());
+  l.mode = QMode::kGroup;
+  l.scales = scales.data_ptr<float>();
+  l.group = g;
+  l.groups = groups;
+  l.column_major = column_major;
+  l.ue8m0 = use_ue8m0;
+  l.col_stride = col;
+  l.batch_stride = groups * col;
+  launch(p, x);
+  return {q, scales, p.keep[2]};
+}
+
+std::tuple<Tensor, Tensor> dynamic_group_quant_fp8(const Tensor& x, c10::IntArrayRef group_shape,
+                                                   bool column_major, bool use_ue8m0,
+                                                   at::ScalarType fp8_dtype,
+                                                   int64_t scale_alignment) {
+  auto [q, s, r] = group_impl("dynamic_group_quant_fp8", QSource::kPlain, x, nullptr,
+                              std::nullopt, 0.0, group_shape, column_major, use_ue8m0, fp8_dtype,
+                              scale_alignment);
+  return {q, s};
+}
+
+std::tuple<Tensor, Tensor> rms_norm_group_quant_fp8(const Tensor& x, const OptT& weight,
+                                                    double eps, c10::IntArrayRef group_shape,
+                                                    bool column_major, bool use_ue8m0,
+                                                    at::ScalarType fp8_dtype,
+                                                    int64_t scale_alignment) {
+  auto [q, s, r] = group_impl("rms_norm_group_quant_fp8", QSource::kNorm, x, nullptr, weight, eps,
+                              group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment);
+  return {q, s};
+}
+
+std::tuple<Tensor, Tensor, Tensor> fused_add_rms_norm_group_quant_fp8(
+    const Tensor& x, const Tensor& residual, const OptT& weight, double eps,
+    c10::IntArrayRef group_shape, bool column_major, bool use_ue8m0, at::ScalarType fp8_dtype,
+    int64_t scale_alignment) {
+  return group_impl("fused_add_rms_norm_group_quant_fp8", QSource::kAddNorm, x, &residual, weight,
+                    eps, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment);
+}
+
+std::tuple<Tensor, Tensor> silu_and_mul_group_quant_fp8(const Tensor& x,
+                                                        c10::IntArrayRef group_shape,
+                                                        bool column_major, bool use_ue8m0,
+                                                        at::ScalarType fp8_dtype,
+                                                        int64_t scale_alignment) {
+  auto [q, s, r] = group_impl("silu_and_mul_group_quant_fp8", QSource::kSilu, x, nullptr,
+                              std::nullopt, 0.0, group_shape, column_major, use_ue8m0, fp8_dtype,
+                              scale_alignment);
+  return {q, s};
+}
+
+}  // namespace
+}  // namespace cuda_quant
+}  // namespace ircore_vllm_c
+
+TORCH_LIBRARY_IMPL(ircore_vllm_c, CUDA, m) {
+  namespace q = ircore_vllm_c::cuda_quant;
+  m.impl("static_quant_fp8", &q::static_quant_fp8);
+  m.impl("static_group_quant_fp8", &q::static_group_quant_fp8);
+  m.impl("dynamic_quant_fp8", &q::dynamic_quant_fp8);
+  m.impl("dynamic_group_quant_fp8", &q::dynamic_group_quant_fp8);
+  m.impl("rms_norm_static_fp8_quant", &q::rms_norm_static_fp8_quant);
+  m.impl("fused_add_rms_norm_static_fp8_quant", &q::fused_add_rms_norm_static_fp8_quant);
+  m.impl("rms_norm_dynamic_quant_fp8", &q::rms_norm_dynamic_quant_fp8);
+  m.impl("fused_add_rms_norm_dynamic_quant_fp8", &q::fused_add_rms_norm_dynamic_quant_fp8);
+  m.impl("rms_norm_group_quant_fp8", &q::rms_norm_group_quant_fp8);
+  m.impl("fused_add_rms_norm_group_quant_fp8", &q::fused_add_rms_norm_group_quant_fp8);
+  m.impl("silu_and_mul_static_quant_fp8", &q::silu_and_mul_static_quant_fp8);
+  m.impl("silu_and_mul_group_quant_fp8", &q::silu_and_mul_group_quant_fp8);
+}
