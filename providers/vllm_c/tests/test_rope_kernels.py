@@ -452,3 +452,25 @@ def test_cuda_fused_qk_norm_rope_paths(case, neox, many):
     assert torch.equal(runs["cuda"][:, v:], buf[:, v:]) and torch.equal(
         runs["cuda"][:, :shift], buf[:, :shift]
     )
+
+
+@requires_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
+def test_cuda_rope_paths_agree_bit_for_bit(neox):
+    """The vector and scalar paths (an aligned buffer and the same values one element off) and
+    the head split (one token alone against the same token among 4500) give the same bits: the
+    RoPE ops' batch-invariance claim on CUDA."""
+    tokens, head, dtype = 4500, 128, torch.bfloat16
+    cache = _cache(head, dtype, "cuda")
+    pos = _positions(tokens, "cuda", 3)
+    q, k = _randn((tokens, 20 * head), dtype, "cuda", 1), _randn((tokens, 5 * head), dtype, "cuda", 2)
+    qs, ks = (torch.empty((tokens, t.shape[1] + 1), dtype=dtype, device="cuda")[:, 1:] for t in (q, k))
+    qs.copy_(q)
+    ks.copy_(k)
+    q1, k1 = q[:1].clone(), k[:1].clone()
+    impls.rotary_embedding(pos, q, k, head, head, cache, neox, None, "standard", False, 0)  # vector
+    impls.rotary_embedding(pos, qs, ks, head, head, cache, neox, None, "standard", False, 0)  # scalar
+    impls.rotary_embedding(pos[:1], q1, k1, head, head, cache, neox, None, "standard", False, 0)  # split
+    assert torch.equal(q, qs) and torch.equal(k, ks)
+    assert torch.equal(q1, q[:1]) and torch.equal(k1, k[:1])

@@ -233,8 +233,11 @@ __global__ void __launch_bounds__(128) rope_kernel(const RopeArgs<T, CT> a) {
         const float sa = sign * Cvt<CT>::f32(s1[e]);
         const float cb = HF ? Cvt<CT>::f32(c2[e]) : ca;
         const float sb = HF ? sign * Cvt<CT>::f32(s2[e]) : sa;
-        u[e] = C::of(x1 * ca - x2 * sa);
-        v[e] = C::of(x2 * cb + x1 * sb);
+        // Explicit roundings (no contraction left to the compiler): every instantiation (vector
+        // or scalar, split or not) gives the same bits, so the path a layout or a token count
+        // picks never changes a result (the RoPE ops' batch-invariance claim).
+        u[e] = C::of(__fmaf_rn(x1, ca, __fmul_rn(-x2, sa)));
+        v[e] = C::of(__fmaf_rn(x2, cb, __fmul_rn(x1, sb)));
       }
       if (a.neox) {
         store_n<VEC, P>(head + p0, u);
