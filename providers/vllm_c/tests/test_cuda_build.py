@@ -24,9 +24,9 @@ def test_cuda_source_compiles_for_sm90(tmp_path):
     ptx = (tmp_path / "cuda_ops.ptx").read_text()
     assert ptx.count(".entry") > 100  # every kernel variant, checked below
     assert pdl_problems(ptx) == {}
-    # per (dtype, cache dtype) pair (5): rope_kernel x (vector, scalar) x (cache, HF) and the two
-    # fused_qk_norm_rope kernels (vector, scalar)
+    # per (dtype, cache dtype) pair (5): rope_kernel x (vector, scalar) x (cache, HF), and
+    # fused_qk_norm_rope's lane-group kernel x (vector, element-wise) and its warp kernel
     rope = (tmp_path / "cuda_rope.ptx").read_text()
-    assert rope.count(".entry") == 30 and pdl_problems(rope) == {}
+    assert rope.count(".entry") == 35 and pdl_problems(rope) == {}
     assert rope.count(".entry _ZN13ircore_vllm_c9cuda_rope11rope_kernel") == 20
-    assert rope.count(".entry _ZN13ircore_vllm_c9cuda_rope23qk_norm_rope_vec_kernel") == 5
+    assert rope.count(".entry _ZN13ircore_vllm_c9cuda_rope25qk_norm_rope_group_kernel") == 10

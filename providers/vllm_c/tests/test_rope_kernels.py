@@ -413,13 +413,15 @@ def test_cuda_rotary_pos_emb_paths(shift, many):
         assert torch.equal(got[..., :shift], before[..., :shift])
 
 
-# (id, head_dim, dtype, element shift of qkv in its buffer): vector groups of 8, 16 and 32 lanes
-# per head, and the scalar warp-per-head path on a misaligned view.
+# (id, head_dim, dtype, element shift of qkv in its buffer): the lane-group kernel with groups of
+# 8, 16 and 32 lanes per head, 16-byte accesses or (a misaligned view) element ones, and the
+# warp-per-head kernel (head_dim 96: 6 lanes of 16 bytes, not a power of two).
 _CUDA_QK = [
     ("vec-d128-bf16", 128, torch.bfloat16, 0),
     ("vec-d128-f32", 128, torch.float32, 0),
     ("vec-d512-bf16", 512, torch.bfloat16, 0),
-    ("scalar-shifted-d128-bf16", 128, torch.bfloat16, 1),
+    ("elementwise-shifted-d128-bf16", 128, torch.bfloat16, 1),
+    ("warp-d96-bf16", 96, torch.bfloat16, 0),
 ]
 
 
@@ -429,8 +431,8 @@ _CUDA_QK = [
 @pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
 @pytest.mark.parametrize("case", _CUDA_QK, ids=[c[0] for c in _CUDA_QK])
 def test_cuda_fused_qk_norm_rope_paths(case, neox, many):
-    """The CUDA fused_qk_norm_rope kernel's vector and scalar paths against the CPU kernel; v and
-    the shift untouched."""
+    """The CUDA fused_qk_norm_rope kernels' paths against the CPU kernel; v and the shift
+    untouched."""
     _, d, dtype, shift = case
     hq, hk, hv = (4, 2, 2) if d > 128 else (16, 4, 4)
     tokens = (3000 if d > 128 else 4500) if many else 1
@@ -459,8 +461,9 @@ def test_cuda_fused_qk_norm_rope_paths(case, neox, many):
 @pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
 def test_cuda_rope_paths_agree_bit_for_bit(neox):
     """The vector and scalar paths (an aligned buffer and the same values one element off) and
-    the head split (one token alone against the same token among 4500) give the same bits: the
-    RoPE ops' batch-invariance claim on CUDA."""
+    the head split (one token alone against the same token among 4500) give the same bits, and
+    so do fused_qk_norm_rope's vector and element-wise accesses: the RoPE ops' batch-invariance
+    claim on CUDA."""
     tokens, head, dtype = 4500, 128, torch.bfloat16
     cache = _cache(head, dtype, "cuda")
     pos = _positions(tokens, "cuda", 3)
@@ -474,3 +477,13 @@ def test_cuda_rope_paths_agree_bit_for_bit(neox):
     impls.rotary_embedding(pos[:1], q1, k1, head, head, cache, neox, None, "standard", False, 0)  # split
     assert torch.equal(q, qs) and torch.equal(k, ks)
     assert torch.equal(q1, q[:1]) and torch.equal(k1, k[:1])
+    # fused_qk_norm_rope's lane-group kernel: 16-byte and element accesses, all tokens and one
+    width = 32 * head
+    qkv = _randn((tokens, width), dtype, "cuda", 4)
+    shifted = torch.empty((tokens, width + 1), dtype=dtype, device="cuda")[:, 1:]
+    shifted.copy_(qkv)
+    one = qkv[:1].clone()
+    w = _randn((head,), dtype, "cuda", 5, scale=0.1) + 1
+    for x, p in ((qkv, pos), (shifted, pos), (one, pos[:1])):
+        impls.fused_qk_norm_rope(x, 20, 4, 8, head, 1e-6, w, w, cache, neox, p)
+    assert torch.equal(qkv, shifted) and torch.equal(one, qkv[:1])

@@ -15,10 +15,10 @@
 // flags; vector/scalar and cache/HF are template flags (4 kernels per dtype pair). Heads are
 // head_stride apart and tokens token-stride apart, so views of a qkv buffer and HF's transposed
 // (B, H, S, D) q/k are rotated where they lie.
-// fused_qk_norm_rope: vector path: L = head_dim / 2P lanes (a power of two <= 32) per (token,
-// q-or-k head), each holding P pairs in registers from 16-byte loads, the sum of squares reduced
-// across the L lanes; scalar path (other head dims or alignments): one warp per (token, head),
-// lanes strided over the channels. Either way a lane normalises and rotates the pairs it read
+// fused_qk_norm_rope: for head dims where L = head_dim / 2P is a power of two <= 32, L lanes per
+// (token, q-or-k head), each holding P pairs in registers (16-byte loads where aligned, else
+// element loads in the same order: the same bits), the sum of squares reduced across the L
+// lanes; other head dims: one warp per (token, head), lanes strided over the channels. Either way a lane normalises and rotates the pairs it read
 // and writes them back itself (in place is safe).
 // Plain launches on the given stream; each kernel waits on griddepcontrol before touching
 // memory, so a later PDL launch mode is safe. Compile-checked for sm_90; the first version of
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(128) rope_kernel(const RopeArgs<T, CT> a) {
   pdl_launch_dependents();
 }
 
-// Scalar path (any head_dim, stride, alignment): one warp per (token, head), lanes strided over
+// Warp path (head dims the lane-group kernel does not take): one warp per (token, head), lanes strided over
 // the channels; the sum of squares reduced across the warp, then each lane normalises and
 // rotates its own pairs (read, then written by the same lane: in place is safe).
 template <class T, class CT>
@@ -313,13 +313,17 @@ __global__ void __launch_bounds__(256)
   pdl_launch_dependents();
 }
 
-// Vector path: a group of L = half / P lanes (a power of two <= 32, so groups never straddle a
-// warp) per (token, head), each lane holding one slot of P pairs (as rope_kernel's) in
-// registers: 16-byte loads, the sum of squares reduced across the group with shuffles, then
-// normalised, weighted and rotated in registers and stored by the lane that loaded them.
-template <class T, class CT>
+// Lane-group path, for every head_dim with L = head_dim / 2P a power of two <= 32 (P = 16 bytes
+// of activations): a group of L lanes per (token, head) (groups never straddle a warp), each lane
+// holding P pairs in registers, read with 16-byte loads (VEC: every address aligned, checked by
+// the launcher) or element by element (otherwise: the same lanes, order and roundings, so the
+// same bits); the sum of squares reduced across the group with shuffles, then normalised,
+// weighted and rotated in registers and stored by the lane that loaded them. Which kernel runs
+// (this or the warp one) depends on head_dim and the dtype only, never on the token count or a
+// pointer: the batch-invariance claim.
+template <class T, class CT, bool VEC>
 __global__ void __launch_bounds__(128)
-    qk_norm_rope_vec_kernel(T* __restrict__ qkv, int64_t stride, int64_t rows, int heads_q,
+    qk_norm_rope_group_kernel(T* __restrict__ qkv, int64_t stride, int64_t rows, int heads_q,
                             int heads_k, int d, int lanes_log2, float eps,
                             const float* __restrict__ wq, const float* __restrict__ wk,
                             const CT* __restrict__ cache, int64_t cache_stride,
@@ -346,8 +350,8 @@ __global__ void __launch_bounds__(128)
     r = item / heads;
     h = static_cast<int>(item - r * heads);
     x = qkv + r * stride + static_cast<int64_t>(h) * d;
-    load_n<true, P>(x + o1, a);
-    load_n<true, P>(x + o2, a + P);
+    load_n<VEC, P>(x + o1, a);
+    load_n<VEC, P>(x + o2, a + P);
 #pragma unroll
     for (int e = 0; e < 2 * P; ++e) {
       const float v = C::f32(a[e]);
@@ -361,30 +365,30 @@ __global__ void __launch_bounds__(128)
     const float* __restrict__ w = h < heads_q ? wq : wk;
     // Weights from the same channels as a[] (the first P from o1, the rest from o2).
     float wt[2 * P], c[P], s[P];
-    load_n<true, P>(w + o1, wt);
-    load_n<true, P>(w + o2, wt + P);
+    load_n<VEC, P>(w + o1, wt);
+    load_n<VEC, P>(w + o2, wt + P);
     const CT* __restrict__ cs = cache + pos[r] * cache_stride;
-    load_f32<true, P>(cs + p0, 1.0f, c);
-    load_f32<true, P>(cs + half + p0, 1.0f, s);
+    load_f32<VEC, P>(cs + p0, 1.0f, c);
+    load_f32<VEC, P>(cs + half + p0, 1.0f, s);
     // neox: a[e] and a[P + e] are the pair; gptj: a[2e] and a[2e + 1] (constant indices
     // in both branches, so the arrays stay in registers).
     T out[2 * P];
 #pragma unroll
     for (int e = 0; e < P; ++e) {
       if (neox) {
-        const float x1 = C::f32(a[e]) * inv * wt[e];
-        const float x2 = C::f32(a[P + e]) * inv * wt[P + e];
-        out[e] = C::of(x1 * c[e] - x2 * s[e]);
-        out[P + e] = C::of(x2 * c[e] + x1 * s[e]);
+        const float x1 = __fmul_rn(__fmul_rn(C::f32(a[e]), inv), wt[e]);
+        const float x2 = __fmul_rn(__fmul_rn(C::f32(a[P + e]), inv), wt[P + e]);
+        out[e] = C::of(__fmaf_rn(x1, c[e], __fmul_rn(-x2, s[e])));
+        out[P + e] = C::of(__fmaf_rn(x2, c[e], __fmul_rn(x1, s[e])));
       } else {
-        const float x1 = C::f32(a[2 * e]) * inv * wt[2 * e];
-        const float x2 = C::f32(a[2 * e + 1]) * inv * wt[2 * e + 1];
-        out[2 * e] = C::of(x1 * c[e] - x2 * s[e]);
-        out[2 * e + 1] = C::of(x2 * c[e] + x1 * s[e]);
+        const float x1 = __fmul_rn(__fmul_rn(C::f32(a[2 * e]), inv), wt[2 * e]);
+        const float x2 = __fmul_rn(__fmul_rn(C::f32(a[2 * e + 1]), inv), wt[2 * e + 1]);
+        out[2 * e] = C::of(__fmaf_rn(x1, c[e], __fmul_rn(-x2, s[e])));
+        out[2 * e + 1] = C::of(__fmaf_rn(x2, c[e], __fmul_rn(x1, s[e])));
       }
     }
-    store_n<true, P>(x + o1, out);
-    store_n<true, P>(x + o2, out + P);
+    store_n<VEC, P>(x + o1, out);
+    store_n<VEC, P>(x + o2, out + P);
   }
   pdl_launch_dependents();
 }
@@ -469,32 +473,44 @@ void rope_launch_t(const RopeLaunch& l, cudaStream_t stream) {
   }
 }
 
-// log2 of the vector path's lanes per head, or -1 where it does not apply.
-template <class T, class CT>
-int qk_vector_lanes_log2(const QkNormRopeLaunch& l) {
+// log2 of the lane-group kernel's lanes per head (from head_dim and the dtype only), or -1
+// where it does not apply (the warp kernel runs).
+template <class T>
+int qk_group_lanes_log2(int64_t head_dim) {
   constexpr int P = pairs_per_slot<T, true>();
-  const int64_t half = l.head_dim / 2;
-  if (l.head_dim % 2 != 0 || half % P != 0) return -1;
+  const int64_t half = head_dim / 2;
+  if (head_dim % 2 != 0 || half % P != 0) return -1;
   const int64_t lanes = half / P;
   if (lanes > 32 || (lanes & (lanes - 1)) != 0) return -1;
-  if (!aligned16(l.qkv) || !stride16(l.stride, sizeof(T), l.rows) || !aligned16(l.wq) ||
-      !aligned16(l.wk) || !aligned16(l.cache) || !stride16(l.cache_stride, sizeof(CT), 2))
-    return -1;
   int lg = 0;
   while ((int64_t{1} << lg) < lanes) ++lg;
   return lg;
 }
 
+// The lane-group kernel's 16-byte accesses: every pointer aligned and every row stride too
+// (whatever the row count, so a token's path never depends on its batch).
+template <class T, class CT>
+bool qk_vectorizable(const QkNormRopeLaunch& l) {
+  return aligned16(l.qkv) && stride16(l.stride, sizeof(T), 2) && aligned16(l.wq) &&
+         aligned16(l.wk) && aligned16(l.cache) && stride16(l.cache_stride, sizeof(CT), 2);
+}
+
+template <class T, class CT, bool VEC>
+void qk_group_launch(const QkNormRopeLaunch& l, int lg, cudaStream_t stream) {
+  const int64_t threads = (l.rows * (l.heads_q + l.heads_k)) << lg;
+  const int64_t blocks = (threads + kRopeThreads - 1) / kRopeThreads;
+  qk_norm_rope_group_kernel<T, CT, VEC><<<static_cast<unsigned>(blocks), kRopeThreads, 0, stream>>>(
+      static_cast<T*>(l.qkv), l.stride, l.rows, static_cast<int>(l.heads_q),
+      static_cast<int>(l.heads_k), static_cast<int>(l.head_dim), lg, l.eps, l.wq, l.wk,
+      static_cast<const CT*>(l.cache), l.cache_stride, l.positions, l.neox);
+}
+
 template <class T, class CT>
 void qk_launch_t(const QkNormRopeLaunch& l, cudaStream_t stream) {
-  const int lg = qk_vector_lanes_log2<T, CT>(l);
+  const int lg = qk_group_lanes_log2<T>(l.head_dim);
   if (lg >= 0) {
-    const int64_t threads = (l.rows * (l.heads_q + l.heads_k)) << lg;
-    const int64_t blocks = (threads + kRopeThreads - 1) / kRopeThreads;
-    qk_norm_rope_vec_kernel<T, CT><<<static_cast<unsigned>(blocks), kRopeThreads, 0, stream>>>(
-        static_cast<T*>(l.qkv), l.stride, l.rows, static_cast<int>(l.heads_q),
-        static_cast<int>(l.heads_k), static_cast<int>(l.head_dim), lg, l.eps, l.wq, l.wk,
-        static_cast<const CT*>(l.cache), l.cache_stride, l.positions, l.neox);
+    qk_vectorizable<T, CT>(l) ? qk_group_launch<T, CT, true>(l, lg, stream)
+                              : qk_group_launch<T, CT, false>(l, lg, stream);
     return;
   }
   const int64_t blocks = (l.rows * (l.heads_q + l.heads_k) * 32 + kBlock - 1) / kBlock;
