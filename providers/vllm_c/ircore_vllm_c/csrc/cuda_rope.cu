@@ -18,8 +18,9 @@
 // fused_qk_norm_rope: for head dims where L = head_dim / 2P is a power of two <= 32, L lanes per
 // (token, q-or-k head), each holding P pairs in registers (16-byte loads where aligned, else
 // element loads in the same order: the same bits), the sum of squares reduced across the L
-// lanes; other head dims: one warp per (token, head), lanes strided over the channels. Either way a lane normalises and rotates the pairs it read
-// and writes them back itself (in place is safe).
+// lanes; other head dims: one warp per (token, head), lanes strided over the channels. Either
+// way a lane normalises and rotates the pairs it read and writes them back itself (in place is
+// safe).
 // Plain launches on the given stream; each kernel waits on griddepcontrol before touching
 // memory, so a later PDL launch mode is safe. Compile-checked for sm_90; the first version of
 // these kernels passed its GPU tests on an H200, this rewrite (vector paths, head split) has not
@@ -269,9 +270,9 @@ __global__ void __launch_bounds__(128) rope_kernel(const RopeArgs<T, CT> a) {
   pdl_launch_dependents();
 }
 
-// Warp path (head dims the lane-group kernel does not take): one warp per (token, head), lanes strided over
-// the channels; the sum of squares reduced across the warp, then each lane normalises and
-// rotates its own pairs (read, then written by the same lane: in place is safe).
+// Warp path (head dims the lane-group kernel does not take): one warp per (token, head), lanes
+// strided over the channels; the sum of squares reduced across the warp, then each lane
+// normalises and rotates its own pairs (read, then written by the same lane: in place is safe).
 template <class T, class CT>
 __global__ void __launch_bounds__(256)
     qk_norm_rope_kernel(T* __restrict__ qkv, int64_t stride, int64_t rows, int heads_q,
@@ -466,7 +467,8 @@ template <class T, class CT>
 void rope_launch_t(const RopeLaunch& l, cudaStream_t stream) {
   const bool vec = rope_vectorizable<T, CT>(l);
   if (l.positions == nullptr) {
-    vec ? rope_launch_v<T, CT, true, true>(l, stream) : rope_launch_v<T, CT, false, true>(l, stream);
+    vec ? rope_launch_v<T, CT, true, true>(l, stream)
+        : rope_launch_v<T, CT, false, true>(l, stream);
   } else {
     vec ? rope_launch_v<T, CT, true, false>(l, stream)
         : rope_launch_v<T, CT, false, false>(l, stream);
