@@ -24,7 +24,11 @@ def test_cuda_source_compiles_for_sm90(tmp_path):
     ptx = (tmp_path / "cuda_ops.ptx").read_text()
     assert ptx.count(".entry") > 100  # every kernel variant, checked below
     assert pdl_problems(ptx) == {}
-    rope = (tmp_path / "cuda_rope.ptx").read_text()  # 2 kernels x 5 (dtype, cache dtype) pairs
-    assert rope.count(".entry") == 10 and pdl_problems(rope) == {}
+    # per (dtype, cache dtype) pair (5): rope_kernel x (vector, scalar) x (cache, HF), and
+    # fused_qk_norm_rope's lane-group kernel x (vector, element-wise) and its warp kernel
+    rope = (tmp_path / "cuda_rope.ptx").read_text()
+    assert rope.count(".entry") == 35 and pdl_problems(rope) == {}
+    assert rope.count(".entry _ZN13ircore_vllm_c9cuda_rope11rope_kernel") == 20
+    assert rope.count(".entry _ZN13ircore_vllm_c9cuda_rope25qk_norm_rope_group_kernel") == 10
     quant = (tmp_path / "cuda_quant.ptx").read_text()  # 4 sources x 3 dtypes
     assert quant.count(".entry") == 12 and pdl_problems(quant) == {}

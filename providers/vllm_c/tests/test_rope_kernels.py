@@ -324,3 +324,166 @@ def test_cuda_matches_the_cpu_kernels(dtype):
                 torch.testing.assert_close(
                     gpu[i].cpu(), cpu[i], atol=tol.atol, rtol=tol.rtol, msg=sample.label
                 )
+
+
+# The CUDA kernels' paths (cuda_rope.cu), each at T = 1 (heads split over blocks) and at a T past
+# the split threshold (one block per token looping over its heads, two per step): the 16-byte
+# vector path and the scalar fallback (odd rotary dims, misaligned views), slots past one
+# block's 128 threads, q/k boundaries inside a head chunk and an odd head count per step.
+# (id, head_size, rotary_dim, rope_dim_offset, neox, q heads, k heads (0: query only), dtype,
+# cache dtype or None, deepseek offsets, inverse, element shift of q and k in their buffers)
+_CUDA_ROPE = [
+    ("vec-neox-bf16", 128, 128, 0, True, 20, 5, torch.bfloat16, None, False, False, 0),
+    (
+        "vec-gptj-off32-fp32cache-f16",
+        128,
+        64,
+        32,
+        False,
+        20,
+        5,
+        torch.float16,
+        torch.float32,
+        False,
+        False,
+        0,
+    ),
+    ("vec-deepseek-inverse-query-only-f32", 64, 64, 0, True, 20, 0, torch.float32, None, True, True, 0),
+    ("vec-rd2048-f32", 2048, 2048, 0, True, 2, 1, torch.float32, None, False, False, 0),
+    ("scalar-shifted-neox-bf16", 128, 128, 0, True, 20, 5, torch.bfloat16, None, False, False, 1),
+    ("scalar-rd258-gptj-f32", 258, 258, 0, False, 2, 1, torch.float32, None, False, False, 0),
+]
+
+
+@requires_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("many", [False, True], ids=["T1", "Tmany"])
+@pytest.mark.parametrize("case", _CUDA_ROPE, ids=[c[0] for c in _CUDA_ROPE])
+def test_cuda_rope_paths(case, many):
+    """Each path of the CUDA rotary_embedding kernel against the CPU kernel; the rest of the
+    buffers (pass-through channels, the shift) untouched."""
+    _, head, rd, off, neox, hq, hk, dtype, cdt, deepseek, inverse, shift = case
+    tokens = (3000 if head > 128 else 4500) if many else 1
+    fmt = "deepseek" if deepseek else "standard"
+    cache = _cache(rd, cdt or dtype, "cpu", scale=1.1 if deepseek else 1.0)
+    high = ROWS // 2 if deepseek else ROWS
+    pos = _positions(tokens, "cpu", 3, high=high)
+    offsets = _positions(tokens, "cpu", 4, high=ROWS // 2) if deepseek else None
+    bufs = [_randn((tokens, h * head + 2 * shift), dtype, "cpu", 1 + n) for n, h in enumerate((hq, hk)) if h]
+    runs = {}
+    for device in ("cpu", "cuda"):
+        b = [t.to(device) for t in bufs]
+        xs = [t[:, shift : t.shape[1] - shift] for t in b]
+        rest = (cache.to(device), neox, None if offsets is None else offsets.to(device), fmt, inverse, off)
+        if hk:
+            impls.rotary_embedding(pos.to(device), xs[0], xs[1], head, rd, *rest)
+        else:
+            impls.rotary_embedding_query_only(pos.to(device), xs[0], head, rd, *rest)
+        runs[device] = [t.cpu() for t in b]
+    tol = ircore.ops.rotary_embedding.tolerances[dtype]
+    for got, want, before in zip(runs["cuda"], runs["cpu"], bufs, strict=True):
+        torch.testing.assert_close(got, want, atol=tol.atol, rtol=tol.rtol)
+        x = before[:, shift : before.shape[1] - shift].reshape(tokens, -1, head)
+        g = got[:, shift : got.shape[1] - shift].reshape(tokens, -1, head)
+        assert torch.equal(g[..., :off], x[..., :off]) and torch.equal(g[..., off + rd :], x[..., off + rd :])
+        assert torch.equal(got[:, :shift], before[:, :shift]) and torch.equal(
+            got[:, got.shape[1] - shift :], before[:, before.shape[1] - shift :]
+        )
+
+
+@requires_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("many", [False, True], ids=["T1", "Tmany"])
+@pytest.mark.parametrize("shift", [0, 1], ids=["vec", "scalar-shifted"])
+def test_cuda_rotary_pos_emb_paths(shift, many):
+    """HF's transposed (B, H, S, D) views on the CUDA kernel's vector path and, a channel off
+    16-byte alignment, its scalar path, at S = 1 and past the head-split threshold."""
+    seq, d, dtype = (9000 if many else 1), 128, torch.bfloat16
+    cos, sin = _rope._hf_cos_sin(torch.arange(seq)[None, :], d, dtype)
+    bufs = [_randn((1, seq, h * d + shift), dtype, "cpu", 1 + h) for h in (8, 2)]
+    runs = {}
+    for device in ("cpu", "cuda"):
+        b = [t.to(device) for t in bufs]
+        q, k = (t[..., shift:].view(1, seq, h, d).transpose(1, 2) for t, h in zip(b, (8, 2), strict=True))
+        impls.rotary_pos_emb(q, k, cos.to(device), sin.to(device), 1)
+        runs[device] = [t.cpu() for t in b]
+    tol = ircore.ops.rotary_pos_emb.tolerances[dtype]
+    for got, want, before in zip(runs["cuda"], runs["cpu"], bufs, strict=True):
+        torch.testing.assert_close(got, want, atol=tol.atol, rtol=tol.rtol)
+        assert torch.equal(got[..., :shift], before[..., :shift])
+
+
+# (id, head_dim, dtype, element shift of qkv in its buffer): the lane-group kernel with groups of
+# 8, 16 and 32 lanes per head, 16-byte accesses or (a misaligned view) element ones, and the
+# warp-per-head kernel (head_dim 96: 6 lanes of 16 bytes, not a power of two).
+_CUDA_QK = [
+    ("vec-d128-bf16", 128, torch.bfloat16, 0),
+    ("vec-d128-f32", 128, torch.float32, 0),
+    ("vec-d512-bf16", 512, torch.bfloat16, 0),
+    ("elementwise-shifted-d128-bf16", 128, torch.bfloat16, 1),
+    ("warp-d96-bf16", 96, torch.bfloat16, 0),
+]
+
+
+@requires_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("many", [False, True], ids=["T1", "Tmany"])
+@pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("case", _CUDA_QK, ids=[c[0] for c in _CUDA_QK])
+def test_cuda_fused_qk_norm_rope_paths(case, neox, many):
+    """The CUDA fused_qk_norm_rope kernels' paths against the CPU kernel; v and the shift
+    untouched."""
+    _, d, dtype, shift = case
+    hq, hk, hv = (4, 2, 2) if d > 128 else (16, 4, 4)
+    tokens = (3000 if d > 128 else 4500) if many else 1
+    width = (hq + hk + hv) * d
+    buf = _randn((tokens, width + 2 * shift), dtype, "cpu", 1, scale=2.0)
+    wq = _randn((d,), dtype, "cpu", 2, scale=0.1) + 1
+    wk = _randn((d,), dtype, "cpu", 3, scale=0.1) + 1
+    cache = _cache(d, dtype, "cpu")
+    pos = _positions(tokens, "cpu", 4)
+    runs = {}
+    for device in ("cpu", "cuda"):
+        b = buf.to(device)
+        rest = (wq.to(device), wk.to(device), cache.to(device), neox, pos.to(device))
+        impls.fused_qk_norm_rope(b[:, shift : shift + width], hq, hk, hv, d, 1e-6, *rest)
+        runs[device] = b.cpu()
+    tol = ircore.ops.fused_qk_norm_rope.tolerances[dtype]
+    torch.testing.assert_close(runs["cuda"], runs["cpu"], atol=tol.atol, rtol=tol.rtol)
+    v = shift + (hq + hk) * d
+    assert torch.equal(runs["cuda"][:, v:], buf[:, v:]) and torch.equal(
+        runs["cuda"][:, :shift], buf[:, :shift]
+    )
+
+
+@requires_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
+def test_cuda_rope_paths_agree_bit_for_bit(neox):
+    """The vector and scalar paths (an aligned buffer and the same values one element off) and
+    the head split (one token alone against the same token among 4500) give the same bits, and
+    so do fused_qk_norm_rope's vector and element-wise accesses: the RoPE ops' batch-invariance
+    claim on CUDA."""
+    tokens, head, dtype = 4500, 128, torch.bfloat16
+    cache = _cache(head, dtype, "cuda")
+    pos = _positions(tokens, "cuda", 3)
+    q, k = _randn((tokens, 20 * head), dtype, "cuda", 1), _randn((tokens, 5 * head), dtype, "cuda", 2)
+    qs, ks = (torch.empty((tokens, t.shape[1] + 1), dtype=dtype, device="cuda")[:, 1:] for t in (q, k))
+    qs.copy_(q)
+    ks.copy_(k)
+    q1, k1 = q[:1].clone(), k[:1].clone()
+    impls.rotary_embedding(pos, q, k, head, head, cache, neox, None, "standard", False, 0)  # vector
+    impls.rotary_embedding(pos, qs, ks, head, head, cache, neox, None, "standard", False, 0)  # scalar
+    impls.rotary_embedding(pos[:1], q1, k1, head, head, cache, neox, None, "standard", False, 0)  # split
+    assert torch.equal(q, qs) and torch.equal(k, ks)
+    assert torch.equal(q1, q[:1]) and torch.equal(k1, k[:1])
+    # fused_qk_norm_rope's lane-group kernel: 16-byte and element accesses, all tokens and one
+    width = 32 * head
+    qkv = _randn((tokens, width), dtype, "cuda", 4)
+    shifted = torch.empty((tokens, width + 1), dtype=dtype, device="cuda")[:, 1:]
+    shifted.copy_(qkv)
+    one = qkv[:1].clone()
+    w = _randn((head,), dtype, "cuda", 5, scale=0.1) + 1
+    for x, p in ((qkv, pos), (shifted, pos), (one, pos[:1])):
+        impls.fused_qk_norm_rope(x, 20, 4, 8, head, 1e-6, w, w, cache, neox, p)
+    assert torch.equal(qkv, shifted) and torch.equal(one, qkv[:1])

@@ -22,7 +22,7 @@ struct RopeLaunch {
   bool cache_fp32;  // cos/sin (cache or HF's) in float32; else in the activations' dtype
   RopeActivation x[2];
   int nx;
-  int64_t tokens, n1;  // the grid: token k is (k / n1, k % n1); one block per token
+  int64_t tokens, n1;  // token k is (k / n1, k % n1)
   int64_t pairs;       // rotated pairs per token, over every head of every activation
   // cache mode (positions != nullptr): row positions[k] (+ offsets[k]) of cache, cos in the first
   // rotary_dim / 2 columns, sin in the rest; HF mode: rotary_dim values of cos and of sin at

@@ -194,7 +194,7 @@ void fused_qk_norm_rope_cuda(at::Tensor& qkv, int64_t heads_q, int64_t heads_k, 
   l.cache_stride = c.stride(0);
   l.positions = pos.data_ptr<int64_t>();
   l.neox = is_neox;
-  TORCH_CHECK(l.rows * (heads_q + heads_k) * 32 / 256 < (int64_t{1} << 31) - 1,
+  TORCH_CHECK(l.rows * (heads_q + heads_k) * 32 / 128 < (int64_t{1} << 31) - 1,
               "ircore_vllm_c.fused_qk_norm_rope: too many rows for one launch");
   C10_CUDA_CHECK(launch_qk_norm_rope(l, c10::cuda::getCurrentCUDAStream(qkv.get_device()).stream()));
   if (!work.is_same(qkv)) qkv.copy_(work);
