@@ -17,6 +17,7 @@ from . import act_kernels as _ak
 from . import fp8_matmul_kernels as _mk
 from . import kernels as _k
 from . import norm_kernels as _nk
+from . import quant_kernels as _qk
 from . import rope_kernels as _rk
 
 __all__ = [
@@ -53,6 +54,37 @@ __all__ = [
     "scaled_mm_fp8_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
+    "static_quant_fp8",
+    "static_quant_fp8_supports",
+    "static_group_quant_fp8",
+    "static_group_quant_fp8_supports",
+    "dynamic_quant_fp8",
+    "dynamic_quant_fp8_supports",
+    "dynamic_quant_fp8_per_token",
+    "dynamic_group_quant_fp8",
+    "dynamic_group_quant_fp8_supports",
+    "rms_norm_static_fp8_quant",
+    "rms_norm_static_fp8_quant_supports",
+    "fused_add_rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant_supports",
+    "rms_norm_dynamic_quant_fp8",
+    "rms_norm_dynamic_quant_fp8_supports",
+    "rms_norm_dynamic_quant_fp8_per_token",
+    "fused_add_rms_norm_dynamic_quant_fp8",
+    "fused_add_rms_norm_dynamic_quant_fp8_supports",
+    "fused_add_rms_norm_dynamic_quant_fp8_per_token",
+    "rms_norm_group_quant_fp8",
+    "rms_norm_group_quant_fp8_supports",
+    "fused_add_rms_norm_group_quant_fp8",
+    "fused_add_rms_norm_group_quant_fp8_supports",
+    "silu_and_mul_static_quant_fp8",
+    "silu_and_mul_static_quant_fp8_supports",
+    "silu_and_mul_group_quant_fp8",
+    "silu_and_mul_group_quant_fp8_supports",
+    "dynamic_group_quant_fp8_fake",
+    "rms_norm_group_quant_fp8_fake",
+    "fused_add_rms_norm_group_quant_fp8_fake",
+    "silu_and_mul_group_quant_fp8_fake",
 ]
 
 # CPU counts as a Triton device only under Triton's interpreter (tests).
@@ -425,3 +457,412 @@ def fused_add_rms_norm_invariant(
 
     invariant_kernels.fused_add_rms_norm_(x, x_residual, weight, epsilon, variance_size)
     return x, x_residual
+
+
+# ---------------------------------------------------------------------- fp8 quant (quant_kernels)
+# The quant ops and the fused RMSNorm / SiLU-and-mul + quant ops: one program per row, the row in
+# registers (at most quant_kernels.MAX_ROW_BLOCK elements as [groups, group width] padded to
+# powers of two). The predicates run after the ops' own checks (scale shapes that broadcast,
+# group_shape (1, g), scale_alignment, even silu width, weight and residual like x) and test what
+# the kernels add: a Triton device, an fp8 type this Triton lowers (_QUANT_FP8_OK), unit last-dim
+# stride of x (and the residual), and the row block. Weights, scales and scale_ub of any float
+# dtype (read in fp32). They read the fp8_dtype and group_shape arguments: not cached by signature.
+_QUANT_FP8_OK = (
+    (torch.float8_e4m3fnuz,)
+    if torch.version.hip
+    else (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+    if _INTERPRET
+    else (torch.float8_e4m3fn,)
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() >= (8, 9)
+    else ()
+)
+
+
+def _quant_ok(x: Tensor, fp8_dtype: torch.dtype, k: int, group: int | None = None) -> bool:
+    return (
+        fp8_dtype in _QUANT_FP8_OK
+        and _qk.row_block(k, group) <= _qk.MAX_ROW_BLOCK
+        and _device_ok(x)
+        and _rows_ok(x)
+    )
+
+
+def static_quant_fp8(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> Tensor:
+    """``clamp(x * (1/scale), ±fp8_max)`` in fp8 by the Triton kernel (any static scale layout)."""
+    return _qk.static_quant_fp8(x, scale, fp8_dtype, num_token_padding)
+
+
+def static_quant_fp8_supports(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> bool:
+    """GPU tensor, unit last-dim stride, a Triton fp8 type, a row of at most MAX_ROW_BLOCK."""
+    return _quant_ok(x, fp8_dtype, x.shape[-1])
+
+
+def static_group_quant_fp8(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> Tensor:
+    """The same kernel as :func:`static_quant_fp8` (the scale addressed per row and column group)."""
+    return _qk.static_quant_fp8(x, scale, fp8_dtype, num_token_padding)
+
+
+def static_group_quant_fp8_supports(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> bool:
+    """As :func:`static_quant_fp8_supports`."""
+    return _quant_ok(x, fp8_dtype, x.shape[-1])
+
+
+def dynamic_quant_fp8(
+    x: Tensor,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Dynamic fp8 quant by the Triton kernel: per token one launch, per tensor two."""
+    return _qk.dynamic_quant_fp8(x, per_token, fp8_dtype, scale_ub, num_token_padding)
+
+
+def dynamic_quant_fp8_supports(
+    x: Tensor,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """GPU tensor, unit last-dim stride, a Triton fp8 type, a row of at most MAX_ROW_BLOCK."""
+    return _quant_ok(x, fp8_dtype, x.shape[-1])
+
+
+def dynamic_quant_fp8_per_token(
+    x: Tensor,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """The batch-invariance claim: per token only (a per-tensor scale reads the whole batch)."""
+    return per_token is True
+
+
+def dynamic_group_quant_fp8(
+    x: Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """Per-group dynamic fp8 quant by the Triton kernel; scales in the op's layout."""
+    return _qk.dynamic_group_quant_fp8(x, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment)
+
+
+def dynamic_group_quant_fp8_supports(
+    x: Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> bool:
+    """GPU tensor, unit last-dim stride, a Triton fp8 type, any group size whose padded row block
+    (``next_pow2(groups) * next_pow2(g)``) is at most MAX_ROW_BLOCK."""
+    return _quant_ok(x, fp8_dtype, x.shape[-1], int(group_shape[-1]))
+
+
+def rms_norm_static_fp8_quant(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> Tensor:
+    """RMSNorm (fp32, rounded to x's dtype) then static quant, one pass over the row."""
+    return _qk.rms_norm_static_fp8_quant(x, weight, epsilon, scale, fp8_dtype, num_token_padding)
+
+
+def rms_norm_static_fp8_quant_supports(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> bool:
+    """GPU tensor, unit last-dim stride, a Triton fp8 type, a row of at most MAX_ROW_BLOCK."""
+    return _quant_ok(x, fp8_dtype, x.shape[-1])
+
+
+def fused_add_rms_norm_static_fp8_quant(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Add (rounded), RMSNorm and static quant in one pass: ``(q, residual)``, a new residual."""
+    return _qk.fused_add_rms_norm_static_fp8_quant(
+        x, x_residual, weight, epsilon, scale, fp8_dtype, num_token_padding
+    )
+
+
+def fused_add_rms_norm_static_fp8_quant_supports(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> bool:
+    """As :func:`rms_norm_static_fp8_quant_supports`, and the residual's last-dim stride 1."""
+    return _quant_ok(x, fp8_dtype, x.shape[-1]) and _rows_ok(x_residual)
+
+
+def rms_norm_dynamic_quant_fp8(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """RMSNorm then dynamic quant: one pass per token, two launches per tensor."""
+    return _qk.rms_norm_dynamic_quant_fp8(x, weight, epsilon, per_token, fp8_dtype, scale_ub, num_token_padding)
+
+
+def rms_norm_dynamic_quant_fp8_supports(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """GPU tensor, unit last-dim stride, a Triton fp8 type, a row of at most MAX_ROW_BLOCK."""
+    return _quant_ok(x, fp8_dtype, x.shape[-1])
+
+
+def rms_norm_dynamic_quant_fp8_per_token(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """The batch-invariance claim: per token only."""
+    return per_token is True
+
+
+def fused_add_rms_norm_dynamic_quant_fp8(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Add, RMSNorm and dynamic quant: ``(q, scale, residual)``."""
+    return _qk.fused_add_rms_norm_dynamic_quant_fp8(
+        x, x_residual, weight, epsilon, per_token, fp8_dtype, scale_ub, num_token_padding
+    )
+
+
+def fused_add_rms_norm_dynamic_quant_fp8_supports(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """As :func:`rms_norm_dynamic_quant_fp8_supports`, and the residual's last-dim stride 1."""
+    return _quant_ok(x, fp8_dtype, x.shape[-1]) and _rows_ok(x_residual)
+
+
+def fused_add_rms_norm_dynamic_quant_fp8_per_token(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """The batch-invariance claim: per token only."""
+    return per_token is True
+
+
+def rms_norm_group_quant_fp8(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """RMSNorm then per-group quant in one pass over the row."""
+    return _qk.rms_norm_group_quant_fp8(
+        x, weight, epsilon, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment
+    )
+
+
+def rms_norm_group_quant_fp8_supports(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> bool:
+    """As :func:`dynamic_group_quant_fp8_supports`."""
+    return _quant_ok(x, fp8_dtype, x.shape[-1], int(group_shape[-1]))
+
+
+def fused_add_rms_norm_group_quant_fp8(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Add, RMSNorm and per-group quant in one pass: ``(q, scales, residual)``."""
+    return _qk.fused_add_rms_norm_group_quant_fp8(
+        x, x_residual, weight, epsilon, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment
+    )
+
+
+def fused_add_rms_norm_group_quant_fp8_supports(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> bool:
+    """As :func:`dynamic_group_quant_fp8_supports`, and the residual's last-dim stride 1."""
+    return _quant_ok(x, fp8_dtype, x.shape[-1], int(group_shape[-1])) and _rows_ok(x_residual)
+
+
+def silu_and_mul_static_quant_fp8(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> Tensor:
+    """``silu(gate) * up`` (rounded to x's dtype) then static quant, one pass."""
+    return _qk.silu_and_mul_static_quant_fp8(x, scale, fp8_dtype, num_token_padding)
+
+
+def silu_and_mul_static_quant_fp8_supports(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> bool:
+    """GPU tensor, unit last-dim stride, a Triton fp8 type, an output row (half of x's) of at most
+    MAX_ROW_BLOCK."""
+    return _quant_ok(x, fp8_dtype, x.shape[-1] // 2)
+
+
+def silu_and_mul_group_quant_fp8(
+    x: Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """``silu(gate) * up`` then per-group quant, one pass."""
+    return _qk.silu_and_mul_group_quant_fp8(x, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment)
+
+
+def silu_and_mul_group_quant_fp8_supports(
+    x: Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> bool:
+    """As :func:`dynamic_group_quant_fp8_supports`, on the output row (half of x's)."""
+    return _quant_ok(x, fp8_dtype, x.shape[-1] // 2, int(group_shape[-1]))
+
+
+# The group ops return their scales in the op's promised layout (column-major, TMA-aligned), which
+# the op's own fake (contiguous outputs) does not say: these fakes do, for compiled graphs.
+def dynamic_group_quant_fp8_fake(
+    x: Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """What :func:`dynamic_group_quant_fp8` returns, on fake tensors (scales in the op's layout)."""
+    q, scales, _ = _qk.group_outputs(x, x.shape[-1], int(group_shape[-1]), column_major, scale_alignment, fp8_dtype)
+    return q, scales
+
+
+def rms_norm_group_quant_fp8_fake(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """What :func:`rms_norm_group_quant_fp8` returns, on fake tensors (scales in the op's layout)."""
+    q, scales, _ = _qk.group_outputs(x, x.shape[-1], int(group_shape[-1]), column_major, scale_alignment, fp8_dtype)
+    return q, scales
+
+
+def fused_add_rms_norm_group_quant_fp8_fake(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """What :func:`fused_add_rms_norm_group_quant_fp8` returns, on fake tensors (scales in the op's layout)."""
+    q, scales, _ = _qk.group_outputs(x, x.shape[-1], int(group_shape[-1]), column_major, scale_alignment, fp8_dtype)
+    return q, scales, torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def silu_and_mul_group_quant_fp8_fake(
+    x: Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """What :func:`silu_and_mul_group_quant_fp8` returns, on fake tensors (scales in the op's layout)."""
+    q, scales, _ = _qk.group_outputs(x, x.shape[-1] // 2, int(group_shape[-1]), column_major, scale_alignment, fp8_dtype)
+    return q, scales

@@ -48,6 +48,27 @@ DEFAULT_RANK = 20
 # The fp8 matmuls take a dtype argument and their predicates read block_size: no signature cache.
 MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
 
+# The fp8 quant ops and the fused norm/act + quant ops (quant_kernels.py): one program per row, a
+# launch fixed per hidden size and group size (no autotuning), so each row's scale and values
+# come from that row alone: batch-invariant, except per-tensor dynamic quant, whose scale is the
+# whole batch's amax (the claim is a predicate: per_token only). The predicates read the
+# fp8_dtype and group_shape arguments: no signature cache.
+QUANT_OPS = (
+    "static_quant_fp8",
+    "static_group_quant_fp8",
+    "dynamic_quant_fp8",
+    "dynamic_group_quant_fp8",
+    "rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant",
+    "rms_norm_dynamic_quant_fp8",
+    "fused_add_rms_norm_dynamic_quant_fp8",
+    "rms_norm_group_quant_fp8",
+    "fused_add_rms_norm_group_quant_fp8",
+    "silu_and_mul_static_quant_fp8",
+    "silu_and_mul_group_quant_fp8",
+)
+_PER_TOKEN_CLAIM = ("dynamic_quant_fp8", "rms_norm_dynamic_quant_fp8", "fused_add_rms_norm_dynamic_quant_fp8")
+
 # Batch invariance: the norms and silu_and_mul; rms_norm and fused_add_rms_norm through their
 # invariant variants (a launch fixed per hidden size, invariant_kernels.py), whose default launch
 # is tuned per row-count bucket; the position ops as they are. The fp8 matmuls claim nothing. The
@@ -71,6 +92,16 @@ IRCORE_IMPLEMENTATIONS = {
         batch_invariant=True,  # one program per token (and head): no row reads another
     ),
     **ircore.impl_table("ircore_triton.impls", MATMUL_OPS, rank=DEFAULT_RANK),
+    **ircore.impl_table(
+        "ircore_triton.impls",
+        QUANT_OPS,
+        cache_by_signature=False,
+        fakes=[op for op in QUANT_OPS if "group_quant" in op and "static" not in op],
+        rank=DEFAULT_RANK,
+        batch_invariant={
+            op: f"ircore_triton.impls:{op}_per_token" if op in _PER_TOKEN_CLAIM else True for op in QUANT_OPS
+        },
+    ),
 }
 IRCORE_MATMUL_LAYER = "ircore_triton.matmul_layer:LAYER"
 

@@ -19,7 +19,7 @@ DEVICE = GPU or "cpu"
 def _registered() -> dict:
     registrar = Registrar("triton")
     registrar.register_table(IRCORE_IMPLEMENTATIONS)  # validates every row as ircore does
-    return {impl.op_name: (impl.fn, impl.supports_args, impl.inplace) for impl in registrar.impls}
+    return {impl.op_name: (impl.fn, impl.supports_args, impl.inplace, impl.fake) for impl in registrar.impls}
 
 
 IMPLS = _registered()
@@ -31,8 +31,8 @@ def test_conformance_kit() -> None:
     graphs hold for each, run on fake copies, against the kernel's outputs). Registered under
     a test name: ``triton`` itself is an installed provider's name, and unavailable without a GPU."""
     testing = pytest.importorskip("ircore.testing")
-    for name, (fn, pred, inplace) in IMPLS.items():
-        ircore.get_op(name).register_impl("triton_under_test", fn, pred, inplace)
+    for name, (fn, pred, inplace, fake) in IMPLS.items():
+        ircore.get_op(name).register_impl("triton_under_test", fn, pred, inplace, fake=fake)
     try:
         report = testing.check_provider("triton_under_test", device=DEVICE, seeds=(0,))
     finally:

@@ -1,0 +1,507 @@
+"""Triton kernels and launchers for the fp8 quant ops and the fused RMSNorm / SiLU-and-mul + quant
+ops (``ircore.ops._quant``, ``ircore.ops._norm_quant``).
+
+One kernel, specialised by constexprs, and one program per row: the row (or, for silu_and_mul,
+both halves) is read once into registers laid out as ``[groups, group width]`` (one group of the
+whole row for the per-tensor and per-token ops), the input stage runs in fp32 (the plain row; the
+RMSNorm with the residual added and rounded first; silu(gate) * up) and is rounded to x's dtype as
+the unfused chain rounds it, then the quant stage:
+
+- static: ``y * (1/scale)``, the scale element addressed per row and column group (per tensor,
+  per channel, per token, 2-D group scales: ``prep_static_scale`` then ``group_broadcast``);
+- dynamic, per group (per token: one group of the row): ``amax / fp8_max`` (amax clamped by
+  ``scale_ub`` first), ue8m0 rounding up to a power of two (by the bits, not ``log2``), then the
+  ``min_scale`` floor; ``y * (1/scale)`` for the per-token ops, ``y / scale`` for the group ops,
+  as the natives;
+- per tensor: two launches around one ``amax`` of the per-row maxima (the second launch
+  recomputes the row from x, or from the residual written by the first).
+
+Every path clamps to ``±fp8_max`` (NaN kept) before the cast (vLLM's 224 for e4m3fnuz). The cast
+is the hardware's for e4m3fn on NVIDIA GPUs, else an exact round-to-nearest-even encoding by the
+bits (:func:`_encode_fp8`: e4m3fnuz on any GPU, and both types under the interpreter). The
+reciprocal and the division are IEEE round-to-nearest (``div_rn``), as torch computes them. Rows
+wider than :data:`MAX_ROW_BLOCK` elements in registers are left to other providers (predicates).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ircore.ops._quant import fp8_max, min_scale, prep_static_scale, tma_aligned
+
+from .kernels import _as_rows, _device_ctx, _launch_opts, _off_current_device
+from .norm_kernels import _round_to, _warps
+
+__all__ = [
+    "MAX_ROW_BLOCK",
+    "dynamic_group_quant_fp8",
+    "dynamic_quant_fp8",
+    "fused_add_rms_norm_dynamic_quant_fp8",
+    "fused_add_rms_norm_group_quant_fp8",
+    "fused_add_rms_norm_static_fp8_quant",
+    "row_block",
+    "rms_norm_dynamic_quant_fp8",
+    "rms_norm_group_quant_fp8",
+    "rms_norm_static_fp8_quant",
+    "silu_and_mul_group_quant_fp8",
+    "silu_and_mul_static_quant_fp8",
+    "static_quant_fp8",
+]
+
+#: Most elements of one row's register block (``groups_pow2 * group_pow2``).
+MAX_ROW_BLOCK = 32768
+
+# input stages
+_PLAIN, _NORM, _SILU = 0, 1, 2
+# quant stages
+_STATIC, _DYNAMIC, _AMAX, _FROM_AMAX = 0, 1, 2, 3
+
+
+@triton.jit
+def _ceil_pow2(s):
+    """``2 ** ceil(log2(s))`` for ``s >= 0`` by the bits (exact; NaN kept, 0 stays 0)."""
+    b = s.to(tl.uint32, bitcast=True)
+    r = ((b + 0x7FFFFF) & 0x7F800000).to(tl.float32, bitcast=True)
+    return tl.where(s != s, s, r)
+
+
+@triton.jit
+def _encode_fp8(v, BIAS: tl.constexpr, NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr):
+    """fp32 ``v`` (already clamped to the fp8 range, or NaN) as e4m3 bits, round to nearest even:
+    e4m3fn (``BIAS`` 7, NaN 0x7F, a -0) or e4m3fnuz (``BIAS`` 8, NaN 0x80, no -0). By the bits,
+    where the hardware cast is not used: Triton's interpreter rounds 127.99 to 64 and has no
+    e4m3fnuz; the bits work on every device."""
+    b = v.to(tl.uint32, bitcast=True)
+    sign = (b >> 31) << 7
+    a = tl.abs(v)
+    # normals: round the 23-bit mantissa to 3 bits (ties to even), re-bias the exponent
+    br = (b & 0x7FFFFFFF) + 0x7FFFF + ((b >> 20) & 1)
+    normal = ((((br >> 23) & 0xFF) - 127 + BIAS) << 3) | ((br >> 20) & 7)
+    # subnormals (and the smallest normal, code 8): a * 2**(BIAS + 2) rounded to an integer
+    sub = ((a * (2.0 ** (BIAS + 2)) + 8388608.0) - 8388608.0).to(tl.uint32)
+    code = tl.where(a < 2.0 ** (1 - BIAS), sub, normal)
+    if NEG_ZERO:
+        code = code | sign
+    else:
+        code = tl.where(code == 0, code, code | sign)
+    code = tl.where(v != v, NAN_CODE, code)
+    return code.to(tl.uint8)
+
+
+@triton.jit
+def _group_amax(y):
+    """``max |y|`` along axis 1, NaN where the group has a NaN (as torch's amax: the scale is then
+    NaN and so is the whole group, as the native gives; ``tl.max`` would skip it)."""
+    nan = tl.max((y != y).to(tl.int32), axis=1)
+    return tl.where(nan > 0, float("nan"), tl.max(tl.abs(y), axis=1))
+
+
+@triton.jit(do_not_specialize=["n_rows", "M", "eps"])
+def _quant_rows_kernel(
+    X, R, RO, W, S, UB, Q, SC, AMAX,
+    n_rows, K, M, G, stride_x, stride_r, stride_q, eps,
+    gm, gn, stride_sa, stride_sb,
+    stride_scb, stride_scm, stride_scg,
+    FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
+    IN_MODE: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
+    QUANT: tl.constexpr, DIVIDE: tl.constexpr, UE8M0: tl.constexpr, HAS_UB: tl.constexpr,
+    NG: tl.constexpr, BG: tl.constexpr, HW_CAST: tl.constexpr, BIAS: tl.constexpr, USE_PDL: tl.constexpr = False,
+):  # fmt: skip
+    """Program ``r`` quantises row ``r`` of ``K`` output elements, in groups of ``G`` (``NG`` x
+    ``BG`` the register block). ``M`` is the row count of one matrix (x.shape[-2]): static scale
+    rows and the scale output are addressed by ``(r // M, r % M)``."""
+    r = tl.program_id(0).to(tl.int64)
+    gi = tl.arange(0, NG)
+    j = tl.arange(0, BG)
+    col = gi[:, None] * G + j[None, :]
+    mask = (j[None, :] < G) & (col < K)
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+    xh = tl.load(X + r * stride_x + col, mask=mask, other=0.0)
+    if IN_MODE == 2:
+        up = tl.load(X + r * stride_x + K + col, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RES:
+        res = tl.load(R + r * stride_r + col, mask=mask, other=0.0).to(tl.float32)
+    if HAS_W:
+        w = tl.load(W + col, mask=mask, other=0.0).to(tl.float32)
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    DT: tl.constexpr = X.dtype.element_ty
+    x = xh.to(tl.float32)
+    if IN_MODE == 1:
+        if HAS_RES:
+            s = x + res
+            tl.store(RO + r * K + col, s.to(RO.dtype.element_ty), mask=mask)
+            x = _round_to(s, DT)
+        ss = tl.sum(tl.sum(x * x, axis=1), axis=0)
+        y = x * tl.rsqrt(ss / K + eps)
+        if HAS_W:
+            y = y * w
+        y = _round_to(y, DT)
+    elif IN_MODE == 2:
+        y = _round_to(x * tl.sigmoid(x) * up, DT)
+    else:
+        y = x
+    if QUANT == 2:
+        tl.store(AMAX + r, tl.max(_group_amax(y), axis=0))
+    else:
+        b = r // M
+        m = r % M
+        if QUANT == 0:
+            sc = tl.load(S + (m // gm) * stride_sa + (col // gn) * stride_sb, mask=mask, other=1.0)
+            q = y * tl.math.div_rn(tl.full(sc.shape, 1.0, tl.float32), sc.to(tl.float32))
+        else:
+            if QUANT == 3:
+                amax = tl.load(AMAX).to(tl.float32)
+                scale = tl.maximum(tl.math.div_rn(amax, tl.full([], FP8_MAX, tl.float32)), MIN_SCALE, propagate_nan=tl.PropagateNan.ALL)
+                if r == 0:
+                    tl.store(SC, scale)
+                q = y * tl.math.div_rn(tl.full([], 1.0, tl.float32), scale)
+            else:
+                amax = _group_amax(y)
+                if HAS_UB:
+                    amax = tl.minimum(amax, tl.load(UB).to(tl.float32), propagate_nan=tl.PropagateNan.ALL)
+                scale = tl.math.div_rn(amax, tl.full(amax.shape, FP8_MAX, tl.float32))
+                if UE8M0:
+                    scale = _ceil_pow2(scale)
+                scale = tl.maximum(scale, MIN_SCALE, propagate_nan=tl.PropagateNan.ALL)
+                tl.store(SC + b * stride_scb + m * stride_scm + gi * stride_scg, scale, mask=gi * G < K)
+                if DIVIDE:
+                    q = tl.math.div_rn(y, tl.broadcast_to(scale[:, None], y.shape))
+                else:
+                    inv = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
+                    q = y * inv[:, None]
+        q = tl.minimum(tl.maximum(q, -FP8_MAX, propagate_nan=tl.PropagateNan.ALL), FP8_MAX,
+                       propagate_nan=tl.PropagateNan.ALL)  # fmt: skip
+        if HW_CAST:  # e4m3fn on an NVIDIA GPU: the hardware's round-to-nearest-even cast
+            tl.store(Q + r * stride_q + col, q.to(tl.float8e4nv), mask=mask)
+        else:  # Q is the fp8 output viewed as uint8
+            code = _encode_fp8(q, BIAS, 0x7F if BIAS == 7 else 0x80, BIAS == 7)
+            tl.store(Q + r * stride_q + col, code, mask=mask)
+
+
+def row_block(k: int, group: int | None = None) -> int:
+    """Register block elements of a row of ``k`` outputs in groups of ``group`` (None: one group)."""
+    g = k if group is None else group
+    return triton.next_power_of_2(-(-k // g)) * triton.next_power_of_2(g)
+
+
+def _q_out(x_shape: tuple[int, ...], k: int, fp8_dtype: torch.dtype, pad: int | None, dev: torch.device):
+    """The fp8 output, ``x_shape`` with last dim ``k``, zero rows appended up to ``pad`` along dim 0."""
+    shape = (*x_shape[:-1], k)
+    if pad is not None and pad > shape[0]:
+        q = torch.empty((pad, *shape[1:]), dtype=fp8_dtype, device=dev)
+        rows_q = q[: shape[0]]
+        q[shape[0] :].view(torch.uint8).zero_()
+        return q, rows_q
+    q = torch.empty(shape, dtype=fp8_dtype, device=dev)
+    return q, q
+
+
+def _launch(
+    x: torch.Tensor,
+    *,
+    mode: int,
+    quant: int,
+    k: int,
+    q: torch.Tensor | None,
+    fp8_dtype: torch.dtype,
+    residual: torch.Tensor | None = None,
+    res_out: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+    eps: float = 0.0,
+    scale: torch.Tensor | None = None,
+    scale_ub: torch.Tensor | None = None,
+    scale_out: torch.Tensor | None = None,
+    scale_strides: tuple[int, int, int] = (0, 0, 0),
+    amax: torch.Tensor | None = None,
+    group: int | None = None,
+    divide: bool = False,
+    ue8m0: bool = False,
+) -> None:
+    """One launch over the rows of ``x`` (``k`` outputs a row; ``2k`` inputs for silu_and_mul)."""
+    n_in = x.shape[-1]
+    rows = x.numel() // n_in
+    if rows == 0:
+        return
+    m = x.shape[-2]
+    x2 = _as_rows(x, n_in)
+    r2 = _as_rows(residual, n_in) if residual is not None else x2
+    g = k if group is None else group
+    ng, bg = triton.next_power_of_2(-(-k // g)), triton.next_power_of_2(g)
+    gm = gn = 1
+    sa = sb = 0
+    if scale is not None:
+        s2 = prep_static_scale(scale, x[..., :k] if mode == _SILU else x)
+        gm, gn = m // s2.shape[0], k // s2.shape[1]
+        sa = s2.stride(0) if s2.shape[0] > 1 else 0
+        sb = s2.stride(1) if s2.shape[1] > 1 else 0
+    w = weight if weight is None or weight.stride(-1) == 1 else weight.contiguous()
+    hw_cast = fp8_dtype == torch.float8_e4m3fn and x.is_cuda and torch.version.hip is None
+    if q is not None and not hw_cast:
+        q = q.view(torch.uint8)
+    dummy = x2
+    _quant_rows_kernel.run(
+        x2, r2, dummy if res_out is None else res_out, dummy if w is None else w,
+        dummy if scale is None else s2, dummy if scale_ub is None else scale_ub,
+        dummy if q is None else q, dummy if scale_out is None else scale_out, dummy if amax is None else amax,
+        rows, k, m, g, x2.stride(0), r2.stride(0), k, eps,
+        gm, gn, sa, sb, *scale_strides,
+        FP8_MAX=fp8_max(fp8_dtype), MIN_SCALE=min_scale(fp8_dtype),
+        IN_MODE=mode, HAS_RES=residual is not None, HAS_W=w is not None,
+        QUANT=quant, DIVIDE=divide, UE8M0=ue8m0, HAS_UB=scale_ub is not None,
+        NG=ng, BG=bg, HW_CAST=hw_cast, BIAS=8 if fp8_dtype == torch.float8_e4m3fnuz else 7, num_warps=_warps(ng * bg, x.element_size()), grid=(rows,), warmup=False,
+        **_launch_opts(x.device),
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------- the ops' launchers
+def _static(
+    x: torch.Tensor,
+    mode: int,
+    scale: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    pad: int | None,
+    residual: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+    eps: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if _off_current_device(x):
+        with _device_ctx(x):
+            return _static(x, mode, scale, fp8_dtype, pad, residual, weight, eps)
+    k = x.shape[-1] // 2 if mode == _SILU else x.shape[-1]
+    q, q_rows = _q_out(tuple(x.shape), k, fp8_dtype, pad, x.device)
+    res_out = None if residual is None else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _launch(x, mode=mode, quant=_STATIC, k=k, q=q_rows, fp8_dtype=fp8_dtype, residual=residual,
+            res_out=res_out, weight=weight, eps=eps, scale=scale)  # fmt: skip
+    return q, res_out
+
+
+def _dynamic(
+    x: torch.Tensor,
+    mode: int,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: torch.Tensor | None,
+    pad: int | None,
+    residual: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+    eps: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    if _off_current_device(x):
+        with _device_ctx(x):
+            return _dynamic(x, mode, per_token, fp8_dtype, scale_ub, pad, residual, weight, eps)
+    k = x.shape[-1]
+    q, q_rows = _q_out(tuple(x.shape), k, fp8_dtype, pad, x.device)
+    res_out = None if residual is None else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    rows = x.numel() // k
+    if per_token:
+        scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+        _launch(x, mode=mode, quant=_DYNAMIC, k=k, q=q_rows, fp8_dtype=fp8_dtype, residual=residual,
+                res_out=res_out, weight=weight, eps=eps, scale_ub=scale_ub, scale_out=scale,
+                scale_strides=(x.shape[-2], 1, 0))  # fmt: skip
+        return q, scale, res_out
+    scale = torch.empty((1,), dtype=torch.float32, device=x.device)
+    row_max = torch.empty((rows,), dtype=torch.float32, device=x.device)
+    _launch(x, mode=mode, quant=_AMAX, k=k, q=None, fp8_dtype=fp8_dtype, residual=residual,
+            res_out=res_out, weight=weight, eps=eps, amax=row_max)  # fmt: skip
+    amax = row_max.amax().reshape(1)
+    src = x if res_out is None else res_out  # the second pass norms the rounded sum, as the op
+    _launch(src, mode=mode, quant=_FROM_AMAX, k=k, q=q_rows, fp8_dtype=fp8_dtype, weight=weight,
+            eps=eps, scale_out=scale, amax=amax)  # fmt: skip
+    return q, scale, res_out
+
+
+def group_outputs(
+    x: torch.Tensor, k: int, g: int, column_major: bool, scale_alignment: int, fp8_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int, int]]:
+    """The group ops' ``q`` and scales, the scales in the op's layout (row-major, column-major, or
+    TMA-aligned column-major), and the scale strides ``(matrix, row, group)`` the kernel writes by.
+    Also the fakes' outputs (impls.py), so that compiled graphs expect this layout."""
+    groups = -(-k // g)
+    q = torch.empty((*x.shape[:-1], k), dtype=fp8_dtype, device=x.device)
+    m = x.shape[-2]
+    if not column_major:
+        scales = torch.empty((*x.shape[:-1], groups), dtype=torch.float32, device=x.device)
+        return q, scales, (m * groups, groups, 1)
+    if scale_alignment > 1:  # 2-D x (the op's check)
+        step = tma_aligned(m, scale_alignment)
+        scales = torch.empty_strided((m, groups), (1, step), dtype=torch.float32, device=x.device)
+        return q, scales, (0, 1, step)
+    scales = torch.empty((*x.shape[:-2], groups, m), dtype=torch.float32, device=x.device).transpose(-2, -1)
+    return q, scales, (m * groups, 1, m)
+
+
+def _group(
+    x: torch.Tensor,
+    mode: int,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int,
+    residual: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+    eps: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    if _off_current_device(x):
+        with _device_ctx(x):
+            return _group(x, mode, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment,
+                          residual, weight, eps)  # fmt: skip
+    k = x.shape[-1] // 2 if mode == _SILU else x.shape[-1]
+    g = int(group_shape[-1])
+    q, scales, strides = group_outputs(x, k, g, column_major, scale_alignment, fp8_dtype)
+    res_out = None if residual is None else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _launch(x, mode=mode, quant=_DYNAMIC, k=k, q=q, fp8_dtype=fp8_dtype, residual=residual, res_out=res_out,
+            weight=weight, eps=eps, scale_out=scales, scale_strides=strides, group=g, divide=True,
+            ue8m0=use_ue8m0)  # fmt: skip
+    return q, scales, res_out
+
+
+def static_quant_fp8(
+    x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> torch.Tensor:
+    """``clamp(x * (1/scale), ±fp8_max)`` cast to fp8, any static scale layout; zero padding rows."""
+    return _static(x, _PLAIN, scale, fp8_dtype, num_token_padding)[0]
+
+
+def dynamic_quant_fp8(
+    x: torch.Tensor,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: torch.Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token (one launch) or per-tensor (two launches) dynamic quant: ``(q, scale)``."""
+    q, scale, _ = _dynamic(x, _PLAIN, per_token, fp8_dtype, scale_ub, num_token_padding)
+    return q, scale
+
+
+def dynamic_group_quant_fp8(
+    x: torch.Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-group dynamic quant, scales in the op's layout: ``(q, scales)``."""
+    q, scales, _ = _group(x, _PLAIN, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment)
+    return q, scales
+
+
+def rms_norm_static_fp8_quant(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    scale: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> torch.Tensor:
+    """RMSNorm then static quant in one pass over the row."""
+    return _static(x, _NORM, scale, fp8_dtype, num_token_padding, None, weight, epsilon)[0]
+
+
+def fused_add_rms_norm_static_fp8_quant(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    scale: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Add, RMSNorm and static quant in one pass: ``(q, residual)`` (the residual a new tensor)."""
+    q, res = _static(x, _NORM, scale, fp8_dtype, num_token_padding, x_residual, weight, epsilon)
+    assert res is not None
+    return q, res
+
+
+def rms_norm_dynamic_quant_fp8(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: torch.Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RMSNorm then dynamic quant: one pass per token, two per tensor."""
+    q, scale, _ = _dynamic(x, _NORM, per_token, fp8_dtype, scale_ub, num_token_padding, None, weight, epsilon)
+    return q, scale
+
+
+def fused_add_rms_norm_dynamic_quant_fp8(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: torch.Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Add, RMSNorm and dynamic quant: ``(q, scale, residual)``."""
+    q, scale, res = _dynamic(
+        x, _NORM, per_token, fp8_dtype, scale_ub, num_token_padding, x_residual, weight, epsilon
+    )
+    assert res is not None
+    return q, scale, res
+
+
+def rms_norm_group_quant_fp8(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RMSNorm then per-group quant in one pass over the row."""
+    q, scales, _ = _group(
+        x, _NORM, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment, None, weight, epsilon
+    )
+    return q, scales
+
+
+def fused_add_rms_norm_group_quant_fp8(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Add, RMSNorm and per-group quant in one pass: ``(q, scales, residual)``."""
+    q, scales, res = _group(
+        x, _NORM, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment, x_residual, weight, epsilon
+    )
+    assert res is not None
+    return q, scales, res
+
+
+def silu_and_mul_static_quant_fp8(
+    x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> torch.Tensor:
+    """``silu(gate) * up`` (rounded to x's dtype) then static quant, one pass."""
+    return _static(x, _SILU, scale, fp8_dtype, num_token_padding)[0]
+
+
+def silu_and_mul_group_quant_fp8(
+    x: torch.Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``silu(gate) * up`` then per-group quant, one pass."""
+    q, scales, _ = _group(x, _SILU, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment)
+    return q, scales
