@@ -92,10 +92,10 @@ def _encode_fp8(v, BIAS: tl.constexpr, NAN_CODE: tl.constexpr, NEG_ZERO: tl.cons
 
 @triton.jit
 def _group_amax(y):
-    """``max |y|`` along axis 1, NaN where the group has a NaN (as torch's amax: the scale is then
+    """``max |y|`` along the last axis (the group), NaN where the group has a NaN (as torch's amax: the scale is then
     NaN and so is the whole group, as the native gives; ``tl.max`` would skip it)."""
-    nan = tl.max((y != y).to(tl.int32), axis=1)
-    return tl.where(nan > 0, float("nan"), tl.max(tl.abs(y), axis=1))
+    nan = tl.max((y != y).to(tl.int32), axis=2)
+    return tl.where(nan > 0, float("nan"), tl.max(tl.abs(y), axis=2))
 
 
 @triton.jit(do_not_specialize=["n_rows", "M", "eps"])
@@ -107,16 +107,19 @@ def _quant_rows_kernel(
     FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
     IN_MODE: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
     QUANT: tl.constexpr, DIVIDE: tl.constexpr, UE8M0: tl.constexpr, HAS_UB: tl.constexpr,
-    NG: tl.constexpr, BG: tl.constexpr, HW_CAST: tl.constexpr, BIAS: tl.constexpr, USE_PDL: tl.constexpr = False,
+    NG: tl.constexpr, BG: tl.constexpr, BLOCK_R: tl.constexpr, HW_CAST: tl.constexpr, BIAS: tl.constexpr,
+    USE_PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """Program ``r`` quantises row ``r`` of ``K`` output elements, in groups of ``G`` (``NG`` x
-    ``BG`` the register block). ``M`` is the row count of one matrix (x.shape[-2]): static scale
-    rows and the scale output are addressed by ``(r // M, r % M)``."""
-    r = tl.program_id(0).to(tl.int64)
-    gi = tl.arange(0, NG)
-    j = tl.arange(0, BG)
-    col = gi[:, None] * G + j[None, :]
-    mask = (j[None, :] < G) & (col < K)
+    """Program ``p`` quantises rows ``p * BLOCK_R ...`` (one on a GPU; more under the interpreter,
+    where each program costs milliseconds) of ``K`` output elements, in groups of ``G``: the
+    register block is ``[BLOCK_R, NG, BG]``. ``M`` is the row count of one matrix (x.shape[-2]):
+    static scale rows and the scale output are addressed by ``(r // M, r % M)``."""
+    rr = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    r = rr[:, None, None]
+    gi = tl.arange(0, NG)[None, :, None]
+    j = tl.arange(0, BG)[None, None, :]
+    col = gi * G + j
+    mask = (j < G) & (col < K) & (r < n_rows)
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
     xh = tl.load(X + r * stride_x + col, mask=mask, other=0.0)
@@ -125,7 +128,7 @@ def _quant_rows_kernel(
     if HAS_RES:
         res = tl.load(R + r * stride_r + col, mask=mask, other=0.0).to(tl.float32)
     if HAS_W:
-        w = tl.load(W + col, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(W + col, mask=(j < G) & (col < K), other=0.0).to(tl.float32)
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
     DT: tl.constexpr = X.dtype.element_ty
@@ -135,8 +138,8 @@ def _quant_rows_kernel(
             s = x + res
             tl.store(RO + r * K + col, s.to(RO.dtype.element_ty), mask=mask)
             x = _round_to(s, DT)
-        ss = tl.sum(tl.sum(x * x, axis=1), axis=0)
-        y = x * tl.rsqrt(ss / K + eps)
+        ss = tl.sum(tl.sum(x * x, axis=2), axis=1)
+        y = x * tl.rsqrt(ss / K + eps)[:, None, None]
         if HAS_W:
             y = y * w
         y = _round_to(y, DT)
@@ -145,7 +148,7 @@ def _quant_rows_kernel(
     else:
         y = x
     if QUANT == 2:
-        tl.store(AMAX + r, tl.max(_group_amax(y), axis=0))
+        tl.store(AMAX + rr, tl.max(_group_amax(y), axis=1), mask=rr < n_rows)
     else:
         b = r // M
         m = r % M
@@ -155,24 +158,29 @@ def _quant_rows_kernel(
         else:
             if QUANT == 3:
                 amax = tl.load(AMAX).to(tl.float32)
-                scale = tl.maximum(tl.math.div_rn(amax, tl.full([], FP8_MAX, tl.float32)), MIN_SCALE, propagate_nan=tl.PropagateNan.ALL)
-                if r == 0:
+                scale = tl.maximum(tl.math.div_rn(amax, tl.full([], FP8_MAX, tl.float32)), MIN_SCALE,
+                                   propagate_nan=tl.PropagateNan.ALL)  # fmt: skip
+                if tl.program_id(0) == 0:
                     tl.store(SC, scale)
                 q = y * tl.math.div_rn(tl.full([], 1.0, tl.float32), scale)
             else:
-                amax = _group_amax(y)
+                amax = _group_amax(y)  # [BLOCK_R, NG]
                 if HAS_UB:
                     amax = tl.minimum(amax, tl.load(UB).to(tl.float32), propagate_nan=tl.PropagateNan.ALL)
                 scale = tl.math.div_rn(amax, tl.full(amax.shape, FP8_MAX, tl.float32))
                 if UE8M0:
                     scale = _ceil_pow2(scale)
                 scale = tl.maximum(scale, MIN_SCALE, propagate_nan=tl.PropagateNan.ALL)
-                tl.store(SC + b * stride_scb + m * stride_scm + gi * stride_scg, scale, mask=gi * G < K)
+                b2 = rr[:, None] // M
+                m2 = rr[:, None] % M
+                g2 = tl.arange(0, NG)[None, :]
+                tl.store(SC + b2 * stride_scb + m2 * stride_scm + g2 * stride_scg, scale,
+                         mask=(g2 * G < K) & (rr[:, None] < n_rows))  # fmt: skip
                 if DIVIDE:
-                    q = tl.math.div_rn(y, tl.broadcast_to(scale[:, None], y.shape))
+                    q = tl.math.div_rn(y, tl.broadcast_to(scale[:, :, None], y.shape))
                 else:
                     inv = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
-                    q = y * inv[:, None]
+                    q = y * inv[:, :, None]
         q = tl.minimum(tl.maximum(q, -FP8_MAX, propagate_nan=tl.PropagateNan.ALL), FP8_MAX,
                        propagate_nan=tl.PropagateNan.ALL)  # fmt: skip
         if HW_CAST:  # e4m3fn on an NVIDIA GPU: the hardware's round-to-nearest-even cast
@@ -242,6 +250,8 @@ def _launch(
     hw_cast = fp8_dtype == torch.float8_e4m3fn and x.is_cuda and torch.version.hip is None
     if q is not None and not hw_cast:
         q = q.view(torch.uint8)
+    # one row a program on a device; under the interpreter (CPU) up to 16, at most 4096 elements
+    block_r = 1 if not x.is_cpu else max(1, min(16, triton.next_power_of_2(rows), 4096 // (ng * bg)))
     dummy = x2
     _quant_rows_kernel.run(
         x2, r2, dummy if res_out is None else res_out, dummy if w is None else w,
@@ -252,7 +262,8 @@ def _launch(
         FP8_MAX=fp8_max(fp8_dtype), MIN_SCALE=min_scale(fp8_dtype),
         IN_MODE=mode, HAS_RES=residual is not None, HAS_W=w is not None,
         QUANT=quant, DIVIDE=divide, UE8M0=ue8m0, HAS_UB=scale_ub is not None,
-        NG=ng, BG=bg, HW_CAST=hw_cast, BIAS=8 if fp8_dtype == torch.float8_e4m3fnuz else 7, num_warps=_warps(ng * bg, x.element_size()), grid=(rows,), warmup=False,
+        NG=ng, BG=bg, BLOCK_R=block_r, HW_CAST=hw_cast, BIAS=8 if fp8_dtype == torch.float8_e4m3fnuz else 7,
+        num_warps=_warps(ng * bg, x.element_size()), grid=(triton.cdiv(rows, block_r),), warmup=False,
         **_launch_opts(x.device),
     )  # fmt: skip
 
