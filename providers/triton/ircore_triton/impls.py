@@ -464,18 +464,12 @@ def fused_add_rms_norm_invariant(
 # registers (at most quant_kernels.MAX_ROW_BLOCK elements as [groups, group width] padded to
 # powers of two). The predicates run after the ops' own checks (scale shapes that broadcast,
 # group_shape (1, g), scale_alignment, even silu width, weight and residual like x) and test what
-# the kernels add: a Triton device, an fp8 type this Triton lowers (_QUANT_FP8_OK), unit last-dim
+# the kernels add: a Triton device, an e4m3 type (_QUANT_FP8_OK), unit last-dim
 # stride of x (and the residual), and the row block. Weights, scales and scale_ub of any float
 # dtype (read in fp32). They read the fp8_dtype and group_shape arguments: not cached by signature.
-_QUANT_FP8_OK = (
-    (torch.float8_e4m3fnuz,)
-    if torch.version.hip
-    else (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
-    if _INTERPRET
-    else (torch.float8_e4m3fn,)
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() >= (8, 9)
-    else ()
-)
+# Both fp8 types on every device: the kernel encodes by the bits where the hardware's cast is not
+# used (quant_kernels._encode_fp8), so e4m3fnuz (vLLM's 224) runs on NVIDIA GPUs as on ROCm.
+_QUANT_FP8_OK = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 
 
 def _quant_ok(x: Tensor, fp8_dtype: torch.dtype, k: int, group: int | None = None) -> bool:

@@ -17,7 +17,7 @@ the unfused chain rounds it, then the quant stage:
   recomputes the row from x, or from the residual written by the first).
 
 Every path clamps to ``±fp8_max`` (NaN kept) before the cast (vLLM's 224 for e4m3fnuz). The cast
-is the hardware's for e4m3fn on NVIDIA GPUs, else an exact round-to-nearest-even encoding by the
+is the hardware's for e4m3fn on NVIDIA GPUs of sm_89 and later, else an exact round-to-nearest-even encoding by the
 bits (:func:`_encode_fp8`: e4m3fnuz on any GPU, and both types under the interpreter). The
 reciprocal and the division are IEEE round-to-nearest (``div_rn``), as torch computes them. Rows
 wider than :data:`MAX_ROW_BLOCK` elements in registers are left to other providers (predicates).
@@ -75,7 +75,7 @@ def _encode_fp8(v, BIAS: tl.constexpr, NAN_CODE: tl.constexpr, NEG_ZERO: tl.cons
     e4m3fnuz; the bits work on every device."""
     b = v.to(tl.uint32, bitcast=True)
     sign = (b >> 31) << 7
-    a = tl.abs(v)
+    a = tl.where(v == v, tl.abs(v), 0.0)  # NaN: its code is set last (no NaN into an int cast)
     # normals: round the 23-bit mantissa to 3 bits (ties to even), re-bias the exponent
     br = (b & 0x7FFFFFFF) + 0x7FFFF + ((b >> 20) & 1)
     normal = ((((br >> 23) & 0xFF) - 127 + BIAS) << 3) | ((br >> 20) & 7)
@@ -190,6 +190,20 @@ def _quant_rows_kernel(
             tl.store(Q + r * stride_q + col, code, mask=mask)
 
 
+_HW_E4M3FN: dict[int, bool] = {}
+
+
+def _hw_e4m3fn(device: torch.device) -> bool:
+    """Whether Triton casts to e4m3fn in hardware there: NVIDIA GPUs of sm_89 and later."""
+    if device.type != "cuda" or torch.version.hip is not None:
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    ok = _HW_E4M3FN.get(index)
+    if ok is None:
+        ok = _HW_E4M3FN[index] = torch.cuda.get_device_capability(index) >= (8, 9)
+    return ok
+
+
 def row_block(k: int, group: int | None = None) -> int:
     """Register block elements of a row of ``k`` outputs in groups of ``group`` (None: one group)."""
     g = k if group is None else group
@@ -247,7 +261,7 @@ def _launch(
         sa = s2.stride(0) if s2.shape[0] > 1 else 0
         sb = s2.stride(1) if s2.shape[1] > 1 else 0
     w = weight if weight is None or weight.stride(-1) == 1 else weight.contiguous()
-    hw_cast = fp8_dtype == torch.float8_e4m3fn and x.is_cuda and torch.version.hip is None
+    hw_cast = fp8_dtype == torch.float8_e4m3fn and _hw_e4m3fn(x.device)
     if q is not None and not hw_cast:
         q = q.view(torch.uint8)
     # one row a program on a device; under the interpreter (CPU) up to 16, at most 4096 elements

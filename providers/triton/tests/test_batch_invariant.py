@@ -7,7 +7,8 @@ import pytest
 import torch
 from conftest import GPU
 from ircore_triton.matmul_layer import MatmulConfig, matmul
-from ircore_triton.provider import IRCORE_IMPLEMENTATIONS, MATMUL_OPS, ROPE_OPS
+from ircore_triton import provider
+from ircore_triton.provider import IRCORE_IMPLEMENTATIONS, MATMUL_OPS, QUANT_OPS, ROPE_OPS
 
 import ircore
 from ircore.kit import Registrar
@@ -26,12 +27,14 @@ def test_every_claim_holds() -> None:
     claimed = [impl for impl in registrar.impls if impl.batch_invariant is not False]
     # the norms, the activations and the position ops claim it; the fp8 matmuls claim nothing
     assert {impl.op_name for impl in registrar.impls} - {impl.op_name for impl in claimed} == {*MATMUL_OPS}
-    assert set(ROPE_OPS) <= {impl.op_name for impl in claimed}
+    assert set(ROPE_OPS) | set(QUANT_OPS) <= {impl.op_name for impl in claimed}
     for impl in claimed:
-        assert impl.batch_invariant is True
+        # the dynamic quant ops claim it per token only (a per-tensor scale reads the whole batch)
+        per_token = impl.op_name in provider._PER_TOKEN_CLAIM
+        assert impl.batch_invariant is True or (per_token and callable(impl.batch_invariant))
         ircore.get_op(impl.op_name).register_impl(
             "triton_bi", impl.fn, impl.supports_args, impl.inplace,
-            batch_invariant=True, invariant_fn=impl.invariant_fn,
+            batch_invariant=impl.batch_invariant, invariant_fn=impl.invariant_fn, fake=impl.fake,
         )  # fmt: skip
     dtypes = (torch.float32, torch.bfloat16) if GPU else (torch.float32,)
     checked = check_invariance("triton_bi", device=DEVICE, dtypes=dtypes, sizes=SIZES, max_samples=1)
