@@ -96,7 +96,8 @@ ROPE_HEAD_DIM, ROPE_KV_HEADS = 128, 8
 # FP8 quant ops and the fused norm/act + quant ops (issue 25), also asked with --ops; run them at
 # --hidden 4096 8192 14336. Anchors: the op's native eager and Inductor-compiled (which, for a
 # fused op, is Inductor's own fusion of the unfused chain). Provider columns join as kernels land
-# (add the op to APPLIES[provider] and to Impls._quant_fn). Inputs: x (and residual, weight) of
+# (add the op to APPLIES[provider]; Impls._quant_fn runs what the provider registers through
+# ircore, as _rope_fn). Inputs: x (and residual, weight) of
 # the dtype; static scales 0.02 per tensor; groups of 128; e4m3fn.
 QUANT_OPS = (
     "static_quant_fp8",
@@ -182,6 +183,7 @@ APPLIES = {
 APPLIES["liger"].add("rotary_pos_emb")
 APPLIES["flashinfer"].add("rotary_embedding")
 APPLIES["vllm_c"].update(QUANT_OPS)  # csrc/cuda_quant.cu (e4m3fn)
+APPLIES["triton"].update(QUANT_OPS)  # quant_kernels.py (e4m3fn, e4m3fnuz)
 # Measuring order: columns needing a background build go last, so their builds overlap the rest.
 ORDER = ("eager", "triton", "triton_nopdl", "liger", "compile", "vllm_c", "vllm_c_nopdl", "flashinfer")
 # Display order in the tables: anchors, then ours.

@@ -629,7 +629,9 @@ def rms_norm_dynamic_quant_fp8(
     num_token_padding: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """RMSNorm then dynamic quant: one pass per token, two launches per tensor."""
-    return _qk.rms_norm_dynamic_quant_fp8(x, weight, epsilon, per_token, fp8_dtype, scale_ub, num_token_padding)
+    return _qk.rms_norm_dynamic_quant_fp8(
+        x, weight, epsilon, per_token, fp8_dtype, scale_ub, num_token_padding
+    )
 
 
 def rms_norm_dynamic_quant_fp8_supports(
@@ -788,7 +790,9 @@ def silu_and_mul_group_quant_fp8(
     scale_alignment: int = 1,
 ) -> tuple[Tensor, Tensor]:
     """``silu(gate) * up`` then per-group quant, one pass."""
-    return _qk.silu_and_mul_group_quant_fp8(x, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment)
+    return _qk.silu_and_mul_group_quant_fp8(
+        x, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment
+    )
 
 
 def silu_and_mul_group_quant_fp8_supports(
@@ -814,7 +818,9 @@ def dynamic_group_quant_fp8_fake(
     scale_alignment: int = 1,
 ) -> tuple[Tensor, Tensor]:
     """What :func:`dynamic_group_quant_fp8` returns, on fake tensors (scales in the op's layout)."""
-    q, scales, _ = _qk.group_outputs(x, x.shape[-1], int(group_shape[-1]), column_major, scale_alignment, fp8_dtype)
+    q, scales, _ = _qk.group_outputs(
+        x, x.shape[-1], int(group_shape[-1]), column_major, scale_alignment, fp8_dtype
+    )
     return q, scales
 
 
@@ -829,7 +835,9 @@ def rms_norm_group_quant_fp8_fake(
     scale_alignment: int = 1,
 ) -> tuple[Tensor, Tensor]:
     """What :func:`rms_norm_group_quant_fp8` returns, on fake tensors (scales in the op's layout)."""
-    q, scales, _ = _qk.group_outputs(x, x.shape[-1], int(group_shape[-1]), column_major, scale_alignment, fp8_dtype)
+    q, scales, _ = _qk.group_outputs(
+        x, x.shape[-1], int(group_shape[-1]), column_major, scale_alignment, fp8_dtype
+    )
     return q, scales
 
 
@@ -844,8 +852,11 @@ def fused_add_rms_norm_group_quant_fp8_fake(
     fp8_dtype: torch.dtype,
     scale_alignment: int = 1,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """What :func:`fused_add_rms_norm_group_quant_fp8` returns, on fake tensors (scales in the op's layout)."""
-    q, scales, _ = _qk.group_outputs(x, x.shape[-1], int(group_shape[-1]), column_major, scale_alignment, fp8_dtype)
+    """What :func:`fused_add_rms_norm_group_quant_fp8` returns, on fake tensors (scales in the
+    op's layout)."""
+    q, scales, _ = _qk.group_outputs(
+        x, x.shape[-1], int(group_shape[-1]), column_major, scale_alignment, fp8_dtype
+    )
     return q, scales, torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
@@ -858,5 +869,7 @@ def silu_and_mul_group_quant_fp8_fake(
     scale_alignment: int = 1,
 ) -> tuple[Tensor, Tensor]:
     """What :func:`silu_and_mul_group_quant_fp8` returns, on fake tensors (scales in the op's layout)."""
-    q, scales, _ = _qk.group_outputs(x, x.shape[-1] // 2, int(group_shape[-1]), column_major, scale_alignment, fp8_dtype)
+    q, scales, _ = _qk.group_outputs(
+        x, x.shape[-1] // 2, int(group_shape[-1]), column_major, scale_alignment, fp8_dtype
+    )
     return q, scales

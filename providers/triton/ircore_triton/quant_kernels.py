@@ -1,9 +1,10 @@
 """Triton kernels and launchers for the fp8 quant ops and the fused RMSNorm / SiLU-and-mul + quant
 ops (``ircore.ops._quant``, ``ircore.ops._norm_quant``).
 
-One kernel, specialised by constexprs, and one program per row: the row (or, for silu_and_mul,
-both halves) is read once into registers laid out as ``[groups, group width]`` (one group of the
-whole row for the per-tensor and per-token ops), the input stage runs in fp32 (the plain row; the
+One kernel, specialised by constexprs, and one program per row on a GPU (several under the
+interpreter, where each program costs milliseconds): the row (or, for silu_and_mul, both halves)
+is read once into registers laid out as ``[groups, group width]`` (one group of the whole row for
+the per-tensor and per-token ops), the input stage runs in fp32 (the plain row; the
 RMSNorm with the residual added and rounded first; silu(gate) * up) and is rounded to x's dtype as
 the unfused chain rounds it, then the quant stage:
 
@@ -17,10 +18,12 @@ the unfused chain rounds it, then the quant stage:
   recomputes the row from x, or from the residual written by the first).
 
 Every path clamps to ``±fp8_max`` (NaN kept) before the cast (vLLM's 224 for e4m3fnuz). The cast
-is the hardware's for e4m3fn on NVIDIA GPUs of sm_89 and later, else an exact round-to-nearest-even encoding by the
-bits (:func:`_encode_fp8`: e4m3fnuz on any GPU, and both types under the interpreter). The
-reciprocal and the division are IEEE round-to-nearest (``div_rn``), as torch computes them. Rows
-wider than :data:`MAX_ROW_BLOCK` elements in registers are left to other providers (predicates).
+is the hardware's for e4m3fn on NVIDIA GPUs of sm_89 and later, else an exact round-to-nearest-even
+encoding by the bits (:func:`_encode_fp8`: e4m3fnuz on any GPU, both types under the interpreter).
+The reciprocal and the division are IEEE round-to-nearest (``div_rn``), as torch computes them.
+Rows wider than :data:`MAX_ROW_BLOCK` elements in registers are left to other providers (the
+predicates). The launch is fixed per hidden size, group size and dtype (warps by the block; no
+autotuning): the per-row results do not depend on the batch.
 """
 
 from __future__ import annotations
@@ -92,8 +95,8 @@ def _encode_fp8(v, BIAS: tl.constexpr, NAN_CODE: tl.constexpr, NEG_ZERO: tl.cons
 
 @triton.jit
 def _group_amax(y):
-    """``max |y|`` along the last axis (the group), NaN where the group has a NaN (as torch's amax: the scale is then
-    NaN and so is the whole group, as the native gives; ``tl.max`` would skip it)."""
+    """``max |y|`` along the last axis (the group), NaN where the group has a NaN (as torch's
+    amax: the scale is then NaN and so is the whole group, as the native gives; ``tl.max`` would skip it)."""
     nan = tl.max((y != y).to(tl.int32), axis=2)
     return tl.where(nan > 0, float("nan"), tl.max(tl.abs(y), axis=2))
 
@@ -150,7 +153,6 @@ def _quant_rows_kernel(
     if QUANT == 2:
         tl.store(AMAX + rr, tl.max(_group_amax(y), axis=1), mask=rr < n_rows)
     else:
-        b = r // M
         m = r % M
         if QUANT == 0:
             sc = tl.load(S + (m // gm) * stride_sa + (col // gn) * stride_sb, mask=mask, other=1.0)
@@ -506,7 +508,16 @@ def fused_add_rms_norm_group_quant_fp8(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Add, RMSNorm and per-group quant in one pass: ``(q, scales, residual)``."""
     q, scales, res = _group(
-        x, _NORM, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment, x_residual, weight, epsilon
+        x,
+        _NORM,
+        group_shape,
+        column_major,
+        use_ue8m0,
+        fp8_dtype,
+        scale_alignment,
+        x_residual,
+        weight,
+        epsilon,
     )
     assert res is not None
     return q, scales, res

@@ -6,8 +6,8 @@ matrix (1, 3, 64 and 1000 rows) and the layer on aten::mm/addmm/bmm."""
 import pytest
 import torch
 from conftest import GPU
-from ircore_triton.matmul_layer import MatmulConfig, matmul
 from ircore_triton import provider
+from ircore_triton.matmul_layer import MatmulConfig, matmul
 from ircore_triton.provider import IRCORE_IMPLEMENTATIONS, MATMUL_OPS, QUANT_OPS, ROPE_OPS
 
 import ircore
