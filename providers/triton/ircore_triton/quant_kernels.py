@@ -104,13 +104,13 @@ def _group_amax(y):
 @triton.jit(do_not_specialize=["n_rows", "M", "eps"])
 def _quant_rows_kernel(
     X, R, RO, W, S, UB, Q, SC, AMAX,
-    n_rows, K, M, G, stride_x, stride_r, stride_q, eps,
+    n_rows, K, M, stride_x, stride_r, stride_q, eps,
     gm, gn, stride_sa, stride_sb,
     stride_scb, stride_scm, stride_scg,
     FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
     IN_MODE: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
     QUANT: tl.constexpr, DIVIDE: tl.constexpr, UE8M0: tl.constexpr, HAS_UB: tl.constexpr,
-    NG: tl.constexpr, BG: tl.constexpr, BLOCK_R: tl.constexpr, HW_CAST: tl.constexpr, BIAS: tl.constexpr,
+    G: tl.constexpr, NG: tl.constexpr, BG: tl.constexpr, SCALAR_SCALE: tl.constexpr, BLOCK_R: tl.constexpr, HW_CAST: tl.constexpr, BIAS: tl.constexpr,
     USE_PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Program ``p`` quantises rows ``p * BLOCK_R ...`` (one on a GPU; more under the interpreter,
@@ -121,8 +121,12 @@ def _quant_rows_kernel(
     r = rr[:, None, None]
     gi = tl.arange(0, NG)[None, :, None]
     j = tl.arange(0, BG)[None, None, :]
-    col = gi * G + j
-    mask = (j < G) & (col < K) & (r < n_rows)
+    if NG == 1:  # one group: the row (contiguous columns the compiler can vectorise)
+        col = j
+        mask = (j < K) & (r < n_rows)
+    else:
+        col = gi * G + j
+        mask = (j < G) & (col < K) & (r < n_rows)
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
     xh = tl.load(X + r * stride_x + col, mask=mask, other=0.0)
@@ -155,8 +159,12 @@ def _quant_rows_kernel(
     else:
         m = r % M
         if QUANT == 0:
-            sc = tl.load(S + (m // gm) * stride_sa + (col // gn) * stride_sb, mask=mask, other=1.0)
-            q = y * tl.math.div_rn(tl.full(sc.shape, 1.0, tl.float32), sc.to(tl.float32))
+            if SCALAR_SCALE:  # one scale: one load, one reciprocal
+                sc = tl.load(S).to(tl.float32)
+                q = y * tl.math.div_rn(tl.full([], 1.0, tl.float32), sc)
+            else:
+                sc = tl.load(S + (m // gm) * stride_sa + (col // gn) * stride_sb, mask=mask, other=1.0)
+                q = y * tl.math.div_rn(tl.full(sc.shape, 1.0, tl.float32), sc.to(tl.float32))
         else:
             if QUANT == 3:
                 amax = tl.load(AMAX).to(tl.float32)
@@ -273,12 +281,13 @@ def _launch(
         x2, r2, dummy if res_out is None else res_out, dummy if w is None else w,
         dummy if scale is None else s2, dummy if scale_ub is None else scale_ub,
         dummy if q is None else q, dummy if scale_out is None else scale_out, dummy if amax is None else amax,
-        rows, k, m, g, x2.stride(0), r2.stride(0), k, eps,
+        rows, k, m, x2.stride(0), r2.stride(0), k, eps,
         gm, gn, sa, sb, *scale_strides,
         FP8_MAX=fp8_max(fp8_dtype), MIN_SCALE=min_scale(fp8_dtype),
         IN_MODE=mode, HAS_RES=residual is not None, HAS_W=w is not None,
         QUANT=quant, DIVIDE=divide, UE8M0=ue8m0, HAS_UB=scale_ub is not None,
-        NG=ng, BG=bg, BLOCK_R=block_r, HW_CAST=hw_cast, BIAS=8 if fp8_dtype == torch.float8_e4m3fnuz else 7,
+        G=g, NG=ng, BG=bg, SCALAR_SCALE=scale is not None and scale.numel() == 1, BLOCK_R=block_r,
+        HW_CAST=hw_cast, BIAS=8 if fp8_dtype == torch.float8_e4m3fnuz else 7,
         num_warps=_warps(ng * bg, x.element_size()), grid=(triton.cdiv(rows, block_r),), warmup=False,
         **_launch_opts(x.device),
     )  # fmt: skip

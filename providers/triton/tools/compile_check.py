@@ -7,7 +7,8 @@ global loads/stores are 128-bit vectors and, from sm_90 on (where the provider l
 programmatic dependent launch), whether ``griddepcontrol.wait`` comes before every global access,
 so a config that would spill, race or fail to compile shows up before anyone reaches the GPU.
 The position ops' kernels (rope_kernels.py) are compiled too, as launched for 32 query and 8
-key heads of each ``--rope-head-dim``, both rotation styles.
+key heads of each ``--rope-head-dim``, both rotation styles, and the fp8 quant kernel
+(quant_kernels.py) in each input and quant stage at each ``--quant-hidden``.
 Run without ``TRITON_INTERPRET``::
 
     python providers/triton/tools/compile_check.py [--arch 90] [--hidden 4096 8192] [--quick]
@@ -33,6 +34,7 @@ if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
 import torch
 import triton
 from ircore_triton import kernels as K
+from ircore_triton import quant_kernels as Q
 from ircore_triton import rope_kernels as R
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -213,19 +215,80 @@ def check_rope(head_dim: int, dtype: torch.dtype, arch: int) -> list[tuple]:
     return out
 
 
+# The fp8 quant kernel's variants (quant_kernels.py): (label, IN_MODE, HAS_RES, QUANT, group or
+# None, UE8M0, HW_CAST): every input stage with each quant stage the ops launch.
+QUANT_VARIANTS = (
+    ("static_quant_fp8", 0, False, 0, None, False, True),
+    ("dynamic_quant_fp8 per-token", 0, False, 1, None, False, True),
+    ("dynamic_quant_fp8 per-tensor amax", 0, False, 2, None, False, True),
+    ("dynamic_quant_fp8 per-tensor quant", 0, False, 3, None, False, True),
+    ("dynamic_group_quant_fp8 g128 ue8m0", 0, False, 1, 128, True, True),
+    ("fused_add_rms_norm_static_fp8_quant", 1, True, 0, None, False, True),
+    ("fused_add_rms_norm_static_fp8_quant fnuz", 1, True, 0, None, False, False),
+    ("fused_add_rms_norm_dynamic_quant_fp8", 1, True, 1, None, False, True),
+    ("fused_add_rms_norm_group_quant_fp8 g128", 1, True, 1, 128, False, True),
+    ("rms_norm_group_quant_fp8 g128 fnuz", 1, False, 1, 128, False, False),
+    ("silu_and_mul_static_quant_fp8", 2, False, 0, None, False, True),
+    ("silu_and_mul_group_quant_fp8 g128", 2, False, 1, 128, False, True),
+)
+
+
+def quant_source(variant: tuple, k: int, dtype: torch.dtype, arch: int) -> tuple[str, ASTSource, int]:
+    """The quant kernel as a launch of ``variant`` on rows of ``k`` outputs compiles it."""
+    label, mode, has_res, quant, group, ue8m0, hw_cast = variant
+    ty = _TY[dtype]
+    fn = Q._quant_rows_kernel
+    g = k if group is None else group
+    ng, bg = triton.next_power_of_2(-(-k // g)), triton.next_power_of_2(g)
+    q_ty = "fp8e4nv" if hw_cast else "u8"
+    sig = {"X": f"*{ty}", "R": f"*{ty}", "RO": f"*{ty}", "W": f"*{ty}", "S": "*fp32", "UB": "*fp32"}
+    sig.update({"Q": f"*{q_ty}", "SC": "*fp32", "AMAX": "*fp32"})
+    ints = ("n_rows", "K", "M", "stride_x", "stride_r", "stride_q", "gm", "gn", "stride_sa", "stride_sb")
+    sig.update({n: "i32" for n in (*ints, "stride_scb", "stride_scm", "stride_scg")})
+    sig["eps"] = "fp32"
+    m = 448.0 if hw_cast else 224.0  # e4m3fn by the hardware's cast, else e4m3fnuz by the bits
+    cons = {"FP8_MAX": m, "MIN_SCALE": 1.0 / (m * 512), "IN_MODE": mode, "HAS_RES": has_res,
+            "HAS_W": mode == 1, "QUANT": quant, "DIVIDE": group is not None, "UE8M0": ue8m0, "HAS_UB": False, "G": g, "NG": ng,
+            "BG": bg, "SCALAR_SCALE": True, "BLOCK_R": 1, "HW_CAST": hw_cast, "BIAS": 7 if hw_cast else 8,
+            "USE_PDL": arch >= 90}  # fmt: skip
+    sig.update(dict.fromkeys(cons, "constexpr"))
+    aligned = ["X", "R", "RO", "W", "Q", "SC"]
+    if k % 16 == 0:
+        aligned += ["K", "stride_x", "stride_r", "stride_q"]
+    warps = Q._warps(ng * bg, dtype.itemsize)
+    return f"{label} {ty} K={k} w{warps}", ASTSource(fn, sig, cons, _attrs(fn, aligned)), warps
+
+
+def check_quant(k: int, dtype: torch.dtype, arch: int, variants: tuple = QUANT_VARIANTS) -> list[tuple]:
+    out = []
+    for v in variants:
+        label, src, w = quant_source(v, k, dtype, arch)
+        try:
+            out.append((label, _compile(src, arch, w)))
+        except Exception as e:
+            out.append((label, {"error": f"{type(e).__name__}: {str(e)[:200]}"}))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", type=int, default=90, help="CUDA compute capability, e.g. 90, 80")
     p.add_argument("--hidden", type=int, nargs="*", default=[4096, 8192, 5120, 300, 8190, 128, 40000])
     p.add_argument("--silu-d", type=int, nargs="*", default=[14336, 11008, 1500, 64])
     p.add_argument("--rope-head-dim", type=int, nargs="*", default=[128, 64, 256])
+    p.add_argument("--quant-hidden", type=int, nargs="*", default=[4096, 8192, 14336])
     p.add_argument("--dtypes", nargs="*", default=["bf16", "fp16", "fp32"])
     p.add_argument("--quick", action="store_true", help="bf16 only, H in {4096, 8192}")
     args = p.parse_args(argv)
     dtypes = [d for d, name in _TY.items() if name in args.dtypes]
     hiddens, silu_ds, rope_ds = args.hidden, args.silu_d, args.rope_head_dim
+    quant_ks, quant_variants = args.quant_hidden, QUANT_VARIANTS
     if args.quick:
         dtypes, hiddens, silu_ds, rope_ds = [torch.bfloat16], [4096, 8192], [14336], [128]
+        quant_ks = [14336]  # the fused kernels (the heaviest variants), e4m3fn and e4m3fnuz
+        heavy = ("fused_add", "silu_and_mul_group")
+        quant_variants = tuple(v for v in QUANT_VARIANTS if v[0].startswith(heavy))
+        quant_variants = tuple(v for v in QUANT_VARIANTS if "fused_add" in v[0] or "silu" in v[0])
 
     results = []
     for dtype in dtypes:
@@ -236,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
             results += check_silu(d, dtype, args.arch)
         for d in rope_ds:
             results += check_rope(d, dtype, args.arch)
+        for k in quant_ks:
+            results += check_quant(k, dtype, args.arch, quant_variants)
 
     bad = 0
     print(f"sm_{args.arch}, triton {triton.__version__}")
