@@ -110,8 +110,8 @@ def _quant_rows_kernel(
     FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
     IN_MODE: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
     QUANT: tl.constexpr, DIVIDE: tl.constexpr, UE8M0: tl.constexpr, HAS_UB: tl.constexpr,
-    G: tl.constexpr, NG: tl.constexpr, BG: tl.constexpr, SCALAR_SCALE: tl.constexpr, BLOCK_R: tl.constexpr, HW_CAST: tl.constexpr, BIAS: tl.constexpr,
-    USE_PDL: tl.constexpr = False,
+    G: tl.constexpr, NG: tl.constexpr, BG: tl.constexpr, SCALAR_SCALE: tl.constexpr, BLOCK_R: tl.constexpr,
+    HW_CAST: tl.constexpr, BIAS: tl.constexpr, USE_PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Program ``p`` quantises rows ``p * BLOCK_R ...`` (one on a GPU; more under the interpreter,
     where each program costs milliseconds) of ``K`` output elements, in groups of ``G``: the
