@@ -249,8 +249,8 @@ def quant_source(variant: tuple, k: int, dtype: torch.dtype, arch: int) -> tuple
     m = 448.0 if hw_cast else 224.0  # e4m3fn by the hardware's cast, else e4m3fnuz by the bits
     cons = {"FP8_MAX": m, "MIN_SCALE": 1.0 / (m * 512), "IN_MODE": mode, "HAS_RES": has_res,
             "HAS_W": mode == 1, "QUANT": quant, "DIVIDE": group is not None, "UE8M0": ue8m0,
-            "HAS_UB": False, "G": g, "NG": ng, "BG": bg, "SCALAR_SCALE": True, "BLOCK_R": 1, "HW_CAST": hw_cast, "BIAS": 7 if hw_cast else 8,
-            "USE_PDL": arch >= 90}  # fmt: skip
+            "HAS_UB": False, "G": g, "NG": ng, "BG": bg, "SCALAR_SCALE": True, "BLOCK_R": 1,
+            "HW_CAST": hw_cast, "BIAS": 7 if hw_cast else 8, "USE_PDL": arch >= 90}  # fmt: skip
     sig.update(dict.fromkeys(cons, "constexpr"))
     aligned = ["X", "R", "RO", "W", "Q", "SC"]
     if k % 16 == 0:
