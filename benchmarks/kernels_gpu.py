@@ -97,7 +97,7 @@ ROPE_HEAD_DIM, ROPE_KV_HEADS = 128, 8
 # --hidden 4096 8192 14336. Anchors: the op's native eager and Inductor-compiled (which, for a
 # fused op, is Inductor's own fusion of the unfused chain). Provider columns join as kernels land
 # (add the op to APPLIES[provider]; Impls._quant_fn runs what the provider registers through
-# ircore, as _rope_fn). Inputs: x (and residual, weight) of
+# ircore, as _rope_fn): vllm_c's and triton's so far. Inputs: x (and residual, weight) of
 # the dtype; static scales 0.02 per tensor; groups of 128; e4m3fn.
 QUANT_OPS = (
     "static_quant_fp8",
