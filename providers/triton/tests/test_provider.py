@@ -79,7 +79,9 @@ def test_table_registers_every_op_with_rank_20(provider: types.ModuleType) -> No
     norms = ["rms_norm", "fused_add_rms_norm", "silu_and_mul", "rms_norm_gated", "layer_norm"]
     acts = ["gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul"]
     rope = ["rotary_embedding", "rotary_embedding_query_only", "rotary_pos_emb", "fused_qk_norm_rope"]
-    assert list(got) == [*norms, *acts, *rope, "scaled_mm_fp8", "block_scaled_mm_fp8"]
+    quant = list(provider.QUANT_OPS)  # the fp8 quant ops (quant_kernels.py)
+    assert len(quant) == 12
+    assert list(got) == [*norms, *acts, *rope, "scaled_mm_fp8", "block_scaled_mm_fp8", *quant]
     for name, impl in got.items():
         assert impl.fn is getattr(impls, name)
         assert impl.supports_args is getattr(impls, f"{name}_supports")
@@ -88,6 +90,12 @@ def test_table_registers_every_op_with_rank_20(provider: types.ModuleType) -> No
         # read strides, the matmuls' block_size
         assert impl.cache_by_signature == (name in norms or name in acts)
     assert registrar.ranks == dict.fromkeys(got, 20)
+    for name in quant:  # the group ops' fakes say their scales' layout; the dynamic ones claim per token
+        impl = got[name]
+        has_fake = "group_quant" in name and "static" not in name
+        assert (impl.fake is getattr(impls, f"{name}_fake", None)) and (impl.fake is not None) == has_fake
+        per_token = name in ("dynamic_quant_fp8", "rms_norm_dynamic_quant_fp8", "fused_add_rms_norm_dynamic_quant_fp8")
+        assert impl.batch_invariant is (getattr(impls, f"{name}_per_token") if per_token else True)
 
 
 @pytest.mark.slow
