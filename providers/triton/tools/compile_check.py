@@ -285,9 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     quant_ks, quant_variants = args.quant_hidden, QUANT_VARIANTS
     if args.quick:
         dtypes, hiddens, silu_ds, rope_ds = [torch.bfloat16], [4096, 8192], [14336], [128]
-        quant_ks = [14336]  # the fused kernels (the heaviest variants), e4m3fn and e4m3fnuz
-        heavy = ("fused_add", "silu_and_mul_group")
-        quant_variants = tuple(v for v in QUANT_VARIANTS if v[0].startswith(heavy))
+        quant_ks = [14336]  # the heaviest variants: the add + norm + group quant, silu + group quant
+        heavy = ("fused_add_rms_norm_group_quant_fp8 g128", "silu_and_mul_group_quant_fp8 g128")
+        quant_variants = tuple(v for v in QUANT_VARIANTS if v[0] in heavy)
         quant_variants = tuple(v for v in QUANT_VARIANTS if "fused_add" in v[0] or "silu" in v[0])
 
     results = []
