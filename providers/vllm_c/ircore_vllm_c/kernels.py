@@ -59,6 +59,7 @@ CUDA_SOURCES = (
     "rope_checks.cpp",
     "cuda_quant.cu",
     "cuda_quant_ops.cpp",
+    "cuda_norm_invariant.cu",
 )
 HEADERS = (
     "cpu_kernels.h",
