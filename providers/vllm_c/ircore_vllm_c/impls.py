@@ -285,6 +285,8 @@ def fatrelu_and_mul_supports(x: torch.Tensor, threshold: float = 0.0) -> bool:
 def swigluoai_and_mul_supports(x: torch.Tensor, alpha: float = 1.702, limit: float = 7.0) -> bool:
     """Any input the core accepts, on a device whose kernels are loaded."""
     return (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
+
+
 def rotary_embedding_supports(
     positions: torch.Tensor,
     query: torch.Tensor,

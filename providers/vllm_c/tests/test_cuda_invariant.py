@@ -24,7 +24,9 @@ def _calls(op, x, dev):
     h = x.shape[-1]
     w = _randn((h,), x.dtype, 1, dev) * 0.1 + 1
     if op == "rms_norm":
-        return lambda t: impls.rms_norm_invariant(t, w, 1e-6, None), lambda t: impls.rms_norm(t, w, 1e-6, None)
+        return lambda t: impls.rms_norm_invariant(t, w, 1e-6, None), lambda t: impls.rms_norm(
+            t, w, 1e-6, None
+        )
     if op == "layer_norm":
         b = _randn((h,), x.dtype, 2, dev)
         return lambda t: impls.layer_norm_invariant(t, w, b, 1e-5), lambda t: impls.layer_norm(t, w, b, 1e-5)
