@@ -28,31 +28,19 @@
 // row, or per group of a row, of row_block(n, VEC) threads), which depends on the row length only.
 // Their cost against the default is measured by benchmarks/batch_invariant_gpu.py.
 //
-// Only c10/cuda headers, as cuda_ops.cu; the small helpers needed here are repeated in a namespace
-// of their own (that file's live in its translation unit), except the PDL switch, shared with it.
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+// No torch header here (as cuda_rope.cu): the torch bindings are in cuda_norm_invariant_ops.cpp,
+// through the launchers of cuda_norm_invariant.h. The small helpers needed here are repeated from
+// cuda_ops.cu in a namespace of their own (that file's live in its translation unit).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <optional>
-#include <type_traits>
-#include <vector>
 
-#include "ops_common.h"
+#include "cuda_norm_invariant.h"
 
 namespace ircore_vllm_c {
-namespace cuda {
-bool use_pdl(int device);  // cuda_ops.cu: IRCORE_VLLM_C_PDL / _cuda_set_pdl, compute capability
-}  // namespace cuda
-
 namespace cuda_inv {
 
 template <class T>
@@ -126,6 +114,29 @@ __device__ __forceinline__ bool vec_ok(const S* p, int n) {
   return n % N == 0 && aligned_to(p, sizeof(S) * N);
 }
 
+// The weight: x's dtype or, with 16-bit x, float (a flag, not a template parameter: half the
+// kernels to compile, one uniform branch per chunk). `off`: the first element of the span.
+struct WeightRef {
+  const void* w;  // may be null (rms_norm, fused_add_rms_norm, layer_norm)
+  bool w32;       // float elements; else x's dtype
+};
+
+template <class T, int N>
+__device__ __forceinline__ bool weight_vec_ok(const WeightRef& w, int off, int n) {
+  return w.w32 ? vec_ok<float, N>(static_cast<const float*>(w.w) + off, n)
+               : vec_ok<T, N>(static_cast<const T*>(w.w) + off, n);
+}
+
+template <class T, int N>
+__device__ __forceinline__ void load_weight(const WeightRef& w, int off, int c, int n, bool vec,
+                                            float (&f)[N]) {
+  if (w.w32) {
+    load_chunk<float, N>(static_cast<const float*>(w.w) + off, c, n, vec, f);
+  } else {
+    load_chunk<T, N>(static_cast<const T*>(w.w) + off, c, n, vec, f);
+  }
+}
+
 // PDL (sm_90+), as in cuda_ops.cu: wait for the previous kernel before the first global access,
 // let the next one start launching once the loads are issued; no-ops in a plain launch.
 __device__ __forceinline__ void pdl_wait() {
@@ -166,7 +177,7 @@ __device__ __forceinline__ float group_sum(float v, int tpr) {
 // ------------------------------------------------------------------------------------------
 // rms_norm and fused_add_rms_norm.
 
-template <class T, class WT>
+template <class T>
 struct NormParams {
   T* out;  // rms_norm: the output; fused: x (written in place)
   int64_t out_stride;
@@ -174,7 +185,7 @@ struct NormParams {
   int64_t in_stride;
   T* res;  // fused only: the residual (read, then overwritten with x + residual)
   int64_t res_stride;
-  const WT* w;  // may be null; x's dtype or float
+  WeightRef w;  // w.w may be null; x's dtype or float
   int hidden;
   int var_size;
   float eps;
@@ -187,8 +198,8 @@ __host__ __device__ constexpr int inv_max_threads(int nv) { return nv == 1 ? 102
 
 // Register-resident: row r is handled by thread group r % rows_per_block of block
 // r / rows_per_block; thread `lane` of the group holds chunks lane + k * tpr (k < NV).
-template <class T, class WT, int NV, bool FUSED>
-__global__ void __launch_bounds__(inv_max_threads(NV)) inv_norm_kernel(const NormParams<T, WT> p) {
+template <class T, int NV, bool FUSED>
+__global__ void __launch_bounds__(inv_max_threads(NV)) inv_norm_kernel(const NormParams<T> p) {
   constexpr int VEC = 16 / sizeof(T);
   const int tpr = p.tpr;
   const int lane = static_cast<int>(threadIdx.x) % tpr;
@@ -245,15 +256,15 @@ __global__ void __launch_bounds__(inv_max_threads(NV)) inv_norm_kernel(const Nor
   const float inv = rsqrtf(ss / static_cast<float>(p.var_size) + p.eps);
   T* orow = p.out + row * p.out_stride;
   const bool vo = vec_ok<T, VEC>(orow, n);
-  const bool vw = p.w != nullptr && vec_ok<WT, VEC>(p.w, n);
+  const bool vw = p.w.w != nullptr && weight_vec_ok<T, VEC>(p.w, 0, n);
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     const int c = lane + k * tpr;
     if (c < nchunk) {
       float o[VEC];
-      if (p.w != nullptr) {
+      if (p.w.w != nullptr) {
         float wf[VEC];
-        load_chunk<WT, VEC>(p.w, c, n, vw, wf);
+        load_weight<T, VEC>(p.w, 0, c, n, vw, wf);
 #pragma unroll
         for (int i = 0; i < VEC; ++i) o[i] = xf[k][i] * inv * wf[i];
       } else {
@@ -267,8 +278,8 @@ __global__ void __launch_bounds__(inv_max_threads(NV)) inv_norm_kernel(const Nor
 
 // Long rows: one row per block of tpr threads, thread t taking chunks t, t + tpr, ... in order;
 // two passes (the second re-reads the row, or for fused the residual sum it wrote, from L2).
-template <class T, class WT, bool FUSED>
-__global__ void __launch_bounds__(1024) inv_norm_loop_kernel(const NormParams<T, WT> p) {
+template <class T, bool FUSED>
+__global__ void __launch_bounds__(1024) inv_norm_loop_kernel(const NormParams<T> p) {
   constexpr int VEC = 16 / sizeof(T);
   const int64_t row = blockIdx.x;
   const int n = p.hidden;
@@ -301,13 +312,13 @@ __global__ void __launch_bounds__(1024) inv_norm_loop_kernel(const NormParams<T,
   const bool vs = FUSED ? vr : vx;
   T* orow = p.out + row * p.out_stride;
   const bool vo = vec_ok<T, VEC>(orow, n);
-  const bool vw = p.w != nullptr && vec_ok<WT, VEC>(p.w, n);
+  const bool vw = p.w.w != nullptr && weight_vec_ok<T, VEC>(p.w, 0, n);
   for (int c = threadIdx.x; c < nchunk; c += tpr) {
     float f[VEC], o[VEC];
     load_chunk<T, VEC>(src, c, n, vs, f);
-    if (p.w != nullptr) {
+    if (p.w.w != nullptr) {
       float wf[VEC];
-      load_chunk<WT, VEC>(p.w, c, n, vw, wf);
+      load_weight<T, VEC>(p.w, 0, c, n, vw, wf);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) o[i] = f[i] * inv * wf[i];
     } else {
@@ -331,18 +342,12 @@ int round_tpr(int t) {  // power of two up to 32, multiple of 32 above (as cuda_
   return std::min(1024, (t + 31) / 32 * 32);
 }
 
-struct InvConfig {
-  int nv;     // chunks per thread: 1, 2 or 4; 0 = the loop kernel
-  int tpr;    // threads per row
-  int block;  // threads per block
-};
-
 // pick_norm_config's choice in the bandwidth regime (many rows): one chunk per thread, as many
 // threads as the row has chunks, doubling the chunks per thread past 1024 (then 512) threads;
 // rms_norm two chunks per thread where one would do (one load of x in flight per thread leaves
 // HBM latency uncovered; fused_add_rms_norm has two streams and keeps one); 512-thread blocks
 // for rms_norm and for more than one chunk per thread, 1024 for fused_add_rms_norm.
-InvConfig inv_norm_config(int hidden, int vec, bool fused) {
+InvNormConfig inv_norm_config(int hidden, int vec, bool fused) {
   const int nchunk = (hidden + vec - 1) / vec;
   int nv = 1;
   while (nv <= 4 && (nchunk + nv - 1) / nv > (nv == 1 ? 1024 : 512)) nv *= 2;
@@ -358,54 +363,6 @@ InvConfig inv_norm_config(int hidden, int vec, bool fused) {
   return {nv, tpr, (block + 31) / 32 * 32};
 }
 
-struct Launch {
-  cudaStream_t stream;
-  bool pdl;
-};
-
-Launch launch_on(const at::Tensor& x) {
-  const int device = x.device().index();
-  return {c10::cuda::getCurrentCUDAStream(device).stream(), cuda::use_pdl(device)};
-}
-
-template <class... KArgs, class... Args>
-void launch_kernel(void (*kernel)(KArgs...), unsigned grid, int block, const Launch& l,
-                   Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(static_cast<unsigned>(block));
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = l.stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = l.pdl ? 1 : 0;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
-
-template <class T, class WT, bool FUSED>
-void launch_inv_norm(NormParams<T, WT> p, const Launch& l) {
-  const InvConfig c = inv_norm_config(p.hidden, 16 / sizeof(T), FUSED);
-  p.tpr = c.tpr;
-  if (c.nv == 0) {
-    p.rows_per_block = 1;
-    launch_kernel(inv_norm_loop_kernel<T, WT, FUSED>, static_cast<unsigned>(p.rows), c.block, l, p);
-    return;
-  }
-  // block is a multiple of tpr: tpr <= 32 divides the 32-rounded block (a power of two), and
-  // past 32 the block is tpr times a count.
-  p.rows_per_block = c.block / c.tpr;
-  const unsigned grid = static_cast<unsigned>((p.rows + p.rows_per_block - 1) / p.rows_per_block);
-  if (c.nv == 1) {
-    launch_kernel(inv_norm_kernel<T, WT, 1, FUSED>, grid, c.block, l, p);
-  } else if (c.nv == 2) {
-    launch_kernel(inv_norm_kernel<T, WT, 2, FUSED>, grid, c.block, l, p);
-  } else {
-    launch_kernel(inv_norm_kernel<T, WT, 4, FUSED>, grid, c.block, l, p);
-  }
-}
-
 // ------------------------------------------------------------------------------------------
 // rms_norm_gated and layer_norm: one block per row (per group of a row for rms_norm_gated) of
 // row_block(n, VEC) threads, the default's aligned configuration, with the chunk loads above.
@@ -418,14 +375,14 @@ inline int row_block(int64_t n, int vec) {
   return static_cast<int>((t + 31) / 32 * 32);
 }
 
-template <class T, class WT>
+template <class T>
 struct GatedParams {
   T* out;  // contiguous rows of `hidden`
   const T* in;
   int64_t in_stride;
   const T* gate;
   int64_t gate_stride;
-  const WT* w;
+  WeightRef w;
   int hidden;
   int group;
   int n_groups;
@@ -434,8 +391,8 @@ struct GatedParams {
 
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
 
-template <class T, class WT, bool NBG, bool ROUND>
-__global__ void __launch_bounds__(1024) inv_gated_kernel(const GatedParams<T, WT> p) {
+template <class T, bool NBG, bool ROUND>
+__global__ void __launch_bounds__(1024) inv_gated_kernel(const GatedParams<T> p) {
   constexpr int VEC = 16 / sizeof(T);
   const int64_t row = blockIdx.x / p.n_groups;
   const int c0 = static_cast<int>(blockIdx.x % p.n_groups) * p.group;
@@ -445,11 +402,10 @@ __global__ void __launch_bounds__(1024) inv_gated_kernel(const GatedParams<T, WT
   const T* x = p.in + row * p.in_stride + c0;
   const T* g = p.gate + row * p.gate_stride + c0;
   T* o = p.out + row * p.hidden + c0;
-  const WT* w = p.w + c0;
   const bool vx = vec_ok<T, VEC>(x, n);
   const bool vg = vec_ok<T, VEC>(g, n);
   const bool vo = vec_ok<T, VEC>(o, n);
-  const bool vw = vec_ok<WT, VEC>(w, n);
+  const bool vw = weight_vec_ok<T, VEC>(p.w, c0, n);
   pdl_wait();
   float acc = 0.0f;
   for (int c = threadIdx.x; c < nchunk; c += nt) {
@@ -476,7 +432,7 @@ __global__ void __launch_bounds__(1024) inv_gated_kernel(const GatedParams<T, WT
     float xf[VEC], gf[VEC], wf[VEC], out[VEC];
     load_chunk<T, VEC>(x, c, n, vx, xf);
     load_chunk<T, VEC>(g, c, n, vg, gf);
-    load_chunk<WT, VEC>(w, c, n, vw, wf);
+    load_weight<T, VEC>(p.w, c0, c, n, vw, wf);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       const float s = silu_f(gf[i]);
@@ -566,254 +522,130 @@ __global__ void __launch_bounds__(1024) inv_layer_norm_kernel(const LayerNormPar
   }
 }
 
-// ------------------------------------------------------------------------------------------
-// Op bindings: the default ones' checks and row views (cuda_ops.cu), these launches.
-
-#define IRC_INV_DISPATCH(st, ...)          \
-  switch (st) {                            \
-    case at::ScalarType::Half: {           \
-      using T = __half;                    \
-      __VA_ARGS__;                         \
-      break;                               \
-    }                                      \
-    case at::ScalarType::BFloat16: {       \
-      using T = __nv_bfloat16;             \
-      __VA_ARGS__;                         \
-      break;                               \
-    }                                      \
-    default: {                             \
-      using T = float;                     \
-      __VA_ARGS__;                         \
-      break;                               \
-    }                                      \
-  }
-
-at::Tensor rms_norm_invariant_cuda(const at::Tensor& x, const std::optional<at::Tensor>& weight,
-                                   double epsilon, std::optional<int64_t> variance_size) {
-  check_x("rms_norm", x);
-  check_cuda("rms_norm", x);
-  at::Tensor w;
-  const int64_t vs = check_norm_args("rms_norm", x, weight, variance_size, w);
-  at::Tensor out = at::empty(x.sizes(), x.options());
-  if (x.numel() == 0) return out;
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor xin = x;
-  auto rows = as_rows(xin);
-  if (!rows) {
-    xin = x.contiguous();
-    rows = as_rows(xin);
-  }
-  const int64_t hidden = x.size(-1);
-  check_sizes("rms_norm", hidden, rows->rows);
-  const Launch l = launch_on(x);
-  const bool fp32_weight = w.defined() && w.scalar_type() != x.scalar_type();
-  IRC_INV_DISPATCH(x.scalar_type(), {
-    auto run = [&](auto* wtag) {
-      using WT = std::remove_pointer_t<decltype(wtag)>;
-      NormParams<T, WT> p{};
-      p.out = static_cast<T*>(out.data_ptr());
-      p.out_stride = hidden;
-      p.in = static_cast<const T*>(xin.data_ptr());
-      p.in_stride = rows->stride;
-      p.w = w.defined() ? static_cast<const WT*>(w.data_ptr()) : nullptr;
-      p.hidden = static_cast<int>(hidden);
-      p.var_size = static_cast<int>(vs);
-      p.eps = static_cast<float>(epsilon);
-      p.rows = rows->rows;
-      launch_inv_norm<T, WT, false>(p, l);
-    };
-    if (fp32_weight) {
-      run(static_cast<float*>(nullptr));
-    } else {
-      run(static_cast<T*>(nullptr));
-    }
-  })
-  return out;
+// One launch path for every kernel, as cuda_ops.cu: cudaLaunchKernelEx, with the PDL attribute
+// when enabled.
+template <class... KArgs, class... Args>
+cudaError_t launch_kernel(void (*kernel)(KArgs...), unsigned grid, int block, cudaStream_t stream,
+                          bool pdl, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(static_cast<unsigned>(block));
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
-void fused_add_rms_norm_invariant_cuda(at::Tensor& x, at::Tensor& residual,
-                                       const std::optional<at::Tensor>& weight, double epsilon,
-                                       std::optional<int64_t> variance_size) {
-  check_cuda("fused_add_rms_norm", x);
-  check_residual("fused_add_rms_norm", x, residual);
-  at::Tensor w;
-  const int64_t vs = check_norm_args("fused_add_rms_norm", x, weight, variance_size, w);
-  if (x.numel() == 0) return;
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor xw = x;
-  at::Tensor rw = residual;
-  auto xr = as_writable_rows(xw);
-  auto rr = as_writable_rows(rw);
-  if (!xr) {
-    xw = x.contiguous();
-    xr = as_rows(xw);
+template <class T, bool FUSED>
+cudaError_t launch_inv_norm(const InvRmsLaunch& l, cudaStream_t stream) {
+  NormParams<T> p{};
+  p.out = static_cast<T*>(l.out);
+  p.out_stride = l.out_stride;
+  p.in = static_cast<const T*>(l.in);
+  p.in_stride = l.in_stride;
+  p.res = static_cast<T*>(l.res);
+  p.res_stride = l.res_stride;
+  p.w = {l.w, l.w32};
+  p.hidden = l.hidden;
+  p.var_size = l.var_size;
+  p.eps = l.eps;
+  p.rows = l.rows;
+  const InvNormConfig c = inv_norm_config(p.hidden, 16 / sizeof(T), FUSED);
+  p.tpr = c.tpr;
+  if (c.nv == 0) {
+    p.rows_per_block = 1;
+    return launch_kernel(inv_norm_loop_kernel<T, FUSED>, static_cast<unsigned>(p.rows), c.block,
+                         stream, l.pdl, p);
   }
-  if (!rr) {
-    rw = residual.contiguous();
-    rr = as_rows(rw);
-  }
-  const int64_t hidden = x.size(-1);
-  check_sizes("fused_add_rms_norm", hidden, xr->rows);
-  const Launch l = launch_on(x);
-  const bool fp32_weight = w.defined() && w.scalar_type() != x.scalar_type();
-  IRC_INV_DISPATCH(x.scalar_type(), {
-    auto run = [&](auto* wtag) {
-      using WT = std::remove_pointer_t<decltype(wtag)>;
-      NormParams<T, WT> p{};
-      p.out = static_cast<T*>(xw.data_ptr());
-      p.out_stride = xr->stride;
-      p.in = p.out;
-      p.in_stride = xr->stride;
-      p.res = static_cast<T*>(rw.data_ptr());
-      p.res_stride = rr->stride;
-      p.w = w.defined() ? static_cast<const WT*>(w.data_ptr()) : nullptr;
-      p.hidden = static_cast<int>(hidden);
-      p.var_size = static_cast<int>(vs);
-      p.eps = static_cast<float>(epsilon);
-      p.rows = xr->rows;
-      launch_inv_norm<T, WT, true>(p, l);
-    };
-    if (fp32_weight) {
-      run(static_cast<float*>(nullptr));
-    } else {
-      run(static_cast<T*>(nullptr));
-    }
-  })
-  if (!xw.is_same(x)) x.copy_(xw);
-  if (!rw.is_same(residual)) residual.copy_(rw);
+  // block is a multiple of tpr: tpr <= 32 divides the 32-rounded block (a power of two), and
+  // past 32 the block is tpr times a count.
+  p.rows_per_block = c.block / c.tpr;
+  const unsigned grid = static_cast<unsigned>((p.rows + p.rows_per_block - 1) / p.rows_per_block);
+  if (c.nv == 1) return launch_kernel(inv_norm_kernel<T, 1, FUSED>, grid, c.block, stream, l.pdl, p);
+  if (c.nv == 2) return launch_kernel(inv_norm_kernel<T, 2, FUSED>, grid, c.block, stream, l.pdl, p);
+  return launch_kernel(inv_norm_kernel<T, 4, FUSED>, grid, c.block, stream, l.pdl, p);
 }
 
-at::Tensor rms_norm_gated_invariant_cuda(const at::Tensor& x, const at::Tensor& gate,
-                                         const at::Tensor& weight, double epsilon,
-                                         std::optional<int64_t> group_size, bool norm_before_gate,
-                                         bool round_normalized) {
-  check_x("rms_norm_gated", x);
-  check_cuda("rms_norm_gated", x);
-  at::Tensor w;
-  const int64_t group = check_gated_args(x, gate, weight, group_size, w);
-  at::Tensor out = at::empty(x.sizes(), x.options());
-  if (x.numel() == 0) return out;
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor xin = x;
-  at::Tensor gin = gate;
-  auto xr = as_rows(xin);
-  auto gr = as_rows(gin);
-  if (!xr) {
-    xin = x.contiguous();
-    xr = as_rows(xin);
-  }
-  if (!gr) {
-    gin = gate.contiguous();
-    gr = as_rows(gin);
-  }
-  const int64_t hidden = x.size(-1);
-  check_sizes("rms_norm_gated", hidden, xr->rows * (hidden / group));
-  const Launch l = launch_on(x);
-  const bool fp32_weight = w.scalar_type() != x.scalar_type();
-  IRC_INV_DISPATCH(x.scalar_type(), {
-    auto run = [&](auto* wtag) {
-      using WT = std::remove_pointer_t<decltype(wtag)>;
-      GatedParams<T, WT> p{};
-      p.out = static_cast<T*>(out.data_ptr());
-      p.in = static_cast<const T*>(xin.data_ptr());
-      p.in_stride = xr->stride;
-      p.gate = static_cast<const T*>(gin.data_ptr());
-      p.gate_stride = gr->stride;
-      p.w = static_cast<const WT*>(w.data_ptr());
-      p.hidden = static_cast<int>(hidden);
-      p.group = static_cast<int>(group);
-      p.n_groups = static_cast<int>(hidden / group);
-      p.eps = static_cast<float>(epsilon);
-      const unsigned grid = static_cast<unsigned>(xr->rows * p.n_groups);
-      const int block = row_block(group, 16 / sizeof(T));
-      if (norm_before_gate) {
-        if (round_normalized) {
-          launch_kernel(inv_gated_kernel<T, WT, true, true>, grid, block, l, p);
-        } else {
-          launch_kernel(inv_gated_kernel<T, WT, true, false>, grid, block, l, p);
-        }
-      } else if (round_normalized) {
-        launch_kernel(inv_gated_kernel<T, WT, false, true>, grid, block, l, p);
-      } else {
-        launch_kernel(inv_gated_kernel<T, WT, false, false>, grid, block, l, p);
-      }
-    };
-    if (fp32_weight) {
-      run(static_cast<float*>(nullptr));
-    } else {
-      run(static_cast<T*>(nullptr));
-    }
-  })
-  return out;
+template <class T>
+cudaError_t launch_rms_norm_t(const InvRmsLaunch& l, cudaStream_t stream) {
+  return l.fused ? launch_inv_norm<T, true>(l, stream) : launch_inv_norm<T, false>(l, stream);
 }
 
-at::Tensor layer_norm_invariant_cuda(const at::Tensor& x, const std::optional<at::Tensor>& weight,
-                                     const std::optional<at::Tensor>& bias, double epsilon) {
-  check_x("layer_norm", x);
-  check_cuda("layer_norm", x);
-  at::Tensor w, b;
-  check_layer_norm_args(x, weight, bias, w, b);
-  at::Tensor out = at::empty(x.sizes(), x.options());
-  if (x.numel() == 0) return out;
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor xin = x;
-  auto xr = as_rows(xin);
-  if (!xr) {
-    xin = x.contiguous();
-    xr = as_rows(xin);
+template <class T>
+cudaError_t launch_gated_t(const InvGatedLaunch& l, cudaStream_t stream) {
+  GatedParams<T> p{};
+  p.out = static_cast<T*>(l.out);
+  p.in = static_cast<const T*>(l.in);
+  p.in_stride = l.in_stride;
+  p.gate = static_cast<const T*>(l.gate);
+  p.gate_stride = l.gate_stride;
+  p.w = {l.w, l.w32};
+  p.hidden = l.hidden;
+  p.group = l.group;
+  p.n_groups = l.hidden / l.group;
+  p.eps = l.eps;
+  const unsigned grid = static_cast<unsigned>(l.rows * p.n_groups);
+  const int block = row_block(l.group, 16 / sizeof(T));
+  if (l.norm_before_gate) {
+    return l.round_normalized
+               ? launch_kernel(inv_gated_kernel<T, true, true>, grid, block, stream, l.pdl, p)
+               : launch_kernel(inv_gated_kernel<T, true, false>, grid, block, stream, l.pdl, p);
   }
-  const int64_t hidden = x.size(-1);
-  check_sizes("layer_norm", hidden, xr->rows);
-  const Launch l = launch_on(x);
-  IRC_INV_DISPATCH(x.scalar_type(), {
-    LayerNormParams<T> p{};
-    p.out = static_cast<T*>(out.data_ptr());
-    p.in = static_cast<const T*>(xin.data_ptr());
-    p.in_stride = xr->stride;
-    p.w = w.defined() ? static_cast<const T*>(w.data_ptr()) : nullptr;
-    p.b = b.defined() ? static_cast<const T*>(b.data_ptr()) : nullptr;
-    p.hidden = static_cast<int>(hidden);
-    p.eps = static_cast<float>(epsilon);
-    launch_kernel(inv_layer_norm_kernel<T>, static_cast<unsigned>(xr->rows),
-                  row_block(hidden, 16 / sizeof(T)), l, p);
-  })
-  return out;
+  return l.round_normalized
+             ? launch_kernel(inv_gated_kernel<T, false, true>, grid, block, stream, l.pdl, p)
+             : launch_kernel(inv_gated_kernel<T, false, false>, grid, block, stream, l.pdl, p);
 }
 
-// [nv (0: the loop kernel), tpr, block] of the invariant rms_norm (fused: fused_add_rms_norm)
-// launch for a row of `hidden` elements of `dtype`: for tests and benchmarks, which check that
-// it does not depend on the row count (it takes none).
-std::vector<int64_t> invariant_norm_config(int64_t hidden, at::ScalarType dtype, bool fused) {
-  TORCH_CHECK(hidden >= 1 && hidden < (int64_t{1} << 30),
-              "ircore_vllm_c._cuda_invariant_norm_config: hidden must be in [1, 2**30)");
-  const int elem = dtype == at::ScalarType::Float ? 4 : 2;
-  const InvConfig c = inv_norm_config(static_cast<int>(hidden), 16 / elem, fused);
-  return {c.nv, c.tpr, c.block};
+template <class T>
+cudaError_t launch_layer_norm_t(const InvLayerNormLaunch& l, cudaStream_t stream) {
+  LayerNormParams<T> p{};
+  p.out = static_cast<T*>(l.out);
+  p.in = static_cast<const T*>(l.in);
+  p.in_stride = l.in_stride;
+  p.w = static_cast<const T*>(l.w);
+  p.b = static_cast<const T*>(l.b);
+  p.hidden = l.hidden;
+  p.eps = l.eps;
+  return launch_kernel(inv_layer_norm_kernel<T>, static_cast<unsigned>(l.rows),
+                       row_block(l.hidden, 16 / sizeof(T)), stream, l.pdl, p);
+}
+
+cudaError_t launch_rms_norm(const InvRmsLaunch& l, cudaStream_t stream) {
+  switch (l.dtype) {
+    case InvDType::kHalf:
+      return launch_rms_norm_t<__half>(l, stream);
+    case InvDType::kBFloat16:
+      return launch_rms_norm_t<__nv_bfloat16>(l, stream);
+    default:
+      return launch_rms_norm_t<float>(l, stream);
+  }
+}
+
+cudaError_t launch_gated(const InvGatedLaunch& l, cudaStream_t stream) {
+  switch (l.dtype) {
+    case InvDType::kHalf:
+      return launch_gated_t<__half>(l, stream);
+    case InvDType::kBFloat16:
+      return launch_gated_t<__nv_bfloat16>(l, stream);
+    default:
+      return launch_gated_t<float>(l, stream);
+  }
+}
+
+cudaError_t launch_layer_norm(const InvLayerNormLaunch& l, cudaStream_t stream) {
+  switch (l.dtype) {
+    case InvDType::kHalf:
+      return launch_layer_norm_t<__half>(l, stream);
+    case InvDType::kBFloat16:
+      return launch_layer_norm_t<__nv_bfloat16>(l, stream);
+    default:
+      return launch_layer_norm_t<float>(l, stream);
+  }
 }
 
 }  // namespace cuda_inv
 }  // namespace ircore_vllm_c
-
-// The schemas: the default ops' (cpu_ops.cpp), so each is a drop-in for its op.
-TORCH_LIBRARY_FRAGMENT(ircore_vllm_c, m) {
-  m.def(
-      "rms_norm_invariant(Tensor x, Tensor? weight, float epsilon, int? variance_size=None) -> "
-      "Tensor");
-  m.def(
-      "fused_add_rms_norm_invariant(Tensor(a!) x, Tensor(b!) residual, Tensor? weight, "
-      "float epsilon, int? variance_size=None) -> ()");
-  m.def(
-      "rms_norm_gated_invariant(Tensor x, Tensor gate, Tensor weight, float epsilon, "
-      "int? group_size=None, bool norm_before_gate=False, bool round_normalized=False) -> Tensor");
-  m.def(
-      "layer_norm_invariant(Tensor x, Tensor? weight, Tensor? bias, float epsilon) -> Tensor");
-  m.def("_cuda_invariant_norm_config(int hidden, ScalarType dtype, bool fused=False) -> int[]",
-        &ircore_vllm_c::cuda_inv::invariant_norm_config);
-}
-
-TORCH_LIBRARY_IMPL(ircore_vllm_c, CUDA, m) {
-  m.impl("rms_norm_invariant", &ircore_vllm_c::cuda_inv::rms_norm_invariant_cuda);
-  m.impl("fused_add_rms_norm_invariant", &ircore_vllm_c::cuda_inv::fused_add_rms_norm_invariant_cuda);
-  m.impl("rms_norm_gated_invariant", &ircore_vllm_c::cuda_inv::rms_norm_gated_invariant_cuda);
-  m.impl("layer_norm_invariant", &ircore_vllm_c::cuda_inv::layer_norm_invariant_cuda);
-}
