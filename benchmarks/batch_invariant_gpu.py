@@ -12,6 +12,9 @@ Run (GPU):  .venv/bin/python benchmarks/batch_invariant_gpu.py [--markdown PATH]
 Run (CPU):  .venv/bin/python benchmarks/batch_invariant_gpu.py --device cpu --dtype float32
 On CUDA the times are CUDA-graph replays (benchmarks/_gpu_timing.graph_us); on CPU, alternating
 rounds of back-to-back calls, the fastest round's mean of each. Providers without a claim for an op are left out.
+vllm_c's rows are its CUDA norms' launches fixed per hidden size (csrc/cuda_norm_invariant.cu)
+against its default launches, which pick their configuration by T; on CPU its variants are the
+default kernels themselves (ratio ~1). ``--providers vllm_c`` for those rows alone.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ HIDDENS = (4096, 8192)
 OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "layer_norm", "rms_norm_gated")
 
 
-def cpu_pair_us(a: Callable[[], Any], b: Callable[[], Any], rounds: int = 9, target_ms: float = 10.0) -> tuple[float, float]:
+def cpu_pair_us(
+    a: Callable[[], Any], b: Callable[[], Any], rounds: int = 9, target_ms: float = 10.0
+) -> tuple[float, float]:
     """Both functions in alternating rounds of back-to-back calls; the fastest round's mean of
     each (noise on a shared machine only adds)."""
     a(), b()
@@ -76,6 +81,8 @@ def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     for name in args.ops:
         op = ircore.get_op(name)
         for provider in ["native", *op.impls]:
+            if args.providers and provider not in args.providers:
+                continue
             invariant = op.invariant_entry(provider)
             if invariant is None or invariant.call is op.refuse_variant:
                 continue
@@ -126,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     p.add_argument("--hidden", type=int, nargs="+", default=list(HIDDENS))
     p.add_argument("--ops", nargs="+", default=list(OPS))
+    p.add_argument(
+        "--providers", nargs="+", help="only these providers (e.g. vllm_c); default: every one that claims"
+    )
     p.add_argument("--matmul", action="store_true", help="also the matmul layer against torch.mm")
     p.add_argument("--json", type=Path)
     p.add_argument("--markdown", type=Path)

@@ -68,14 +68,18 @@ __all__ = [
     "swigluoai_and_mul",
     "swigluoai_and_mul_supports",
     "fused_add_rms_norm",
+    "fused_add_rms_norm_invariant",
     "fused_add_rms_norm_supports",
     "fused_qk_norm_rope",
     "fused_qk_norm_rope_supports",
     "layer_norm",
+    "layer_norm_invariant",
     "layer_norm_supports",
     "rms_norm",
     "rms_norm_gated",
+    "rms_norm_gated_invariant",
     "rms_norm_gated_supports",
+    "rms_norm_invariant",
     "rms_norm_supports",
     "rotary_embedding",
     "rotary_embedding_query_only",
@@ -113,6 +117,7 @@ __all__ = [
 ]
 
 _F32 = torch.float32
+_ops = torch.ops.ircore_vllm_c
 
 
 # The kernels are the compiled torch ops themselves (loaded before this module is imported): ircore
@@ -198,23 +203,68 @@ def layer_norm_supports(
     return (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
 
 
-# Batch invariance (ImplSpec.batch_invariant, see provider.py): the CPU kernels parallelise over
-# rows only (at::parallel_for, a grain by hidden size) and reduce each row in one thread with a
-# vector width fixed by the ISA: a row's bits never depend on the batch (checked by the
-# conformance kit at 1, 3, 64 and 1000 rows). The CUDA norm kernels are not claimed:
-# rms_norm/fused_add_rms_norm pick vectors per thread and threads per row by the row count
-# (csrc/cuda_ops.cu, pick_norm_config: one_wave/mid), and the 16-byte vector path of
-# layer_norm/rms_norm_gated is chosen by pointer alignment; silu_and_mul is elementwise.
-def _on_cpu(op: str, arg: str = "x"):
-    import ircore.kit as kit
+# Batch invariance (ImplSpec.batch_invariant and invariant_fn, see provider.py). On CPU the
+# default kernels are invariant as they are: they parallelise over rows only (at::parallel_for, a
+# grain by hidden size) and reduce each row in one thread with a vector width fixed by the ISA.
+# On CUDA they are not: rms_norm/fused_add_rms_norm pick vectors per thread and threads per row by
+# the row count (csrc/cuda_ops.cu, pick_norm_config), and every norm's 16-byte vector path is
+# chosen by pointer alignment, so the `<op>_invariant` variants below run the `<op>_invariant`
+# CUDA ops instead (csrc/cuda_norm_invariant.cu: a launch fixed per hidden size, dtype and op,
+# each row's reduction order independent of the grid and of alignment). The conformance kit
+# checks the claims at 1, 3, 64 and 1000 rows on each device.
+def rms_norm_invariant(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> torch.Tensor:
+    """rms_norm in batch-invariant mode: the launch fixed per hidden size on CUDA, the default
+    kernel elsewhere (invariant as it is)."""
+    if x.is_cuda:
+        return _ops.rms_norm_invariant.default(x, weight, epsilon, variance_size)
+    return rms_norm(x, weight, epsilon, variance_size)
 
-    return kit.supports(op, kit.device(arg, "cpu"))
+
+def fused_add_rms_norm_invariant(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """As :func:`rms_norm_invariant`, in place like :data:`fused_add_rms_norm` (returns the two
+    tensors it wrote, as the op's in-place form does)."""
+    if x.is_cuda:
+        _ops.fused_add_rms_norm_invariant.default(x, x_residual, weight, epsilon, variance_size)
+    else:
+        fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size)
+    return x, x_residual
 
 
-rms_norm_batch_invariant = _on_cpu("rms_norm")
-fused_add_rms_norm_batch_invariant = _on_cpu("fused_add_rms_norm")
-rms_norm_gated_batch_invariant = _on_cpu("rms_norm_gated")
-layer_norm_batch_invariant = _on_cpu("layer_norm")
+def rms_norm_gated_invariant(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    weight: torch.Tensor,
+    epsilon: float,
+    group_size: int | None = None,
+    norm_before_gate: bool = False,
+    round_normalized: bool = False,
+) -> torch.Tensor:
+    """As :func:`rms_norm_invariant` (per row or per group: one block per group either way)."""
+    if x.is_cuda:
+        return _ops.rms_norm_gated_invariant.default(
+            x, gate, weight, epsilon, group_size, norm_before_gate, round_normalized
+        )
+    return rms_norm_gated(x, gate, weight, epsilon, group_size, norm_before_gate, round_normalized)
+
+
+def layer_norm_invariant(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, epsilon: float
+) -> torch.Tensor:
+    """As :func:`rms_norm_invariant`."""
+    if x.is_cuda:
+        return _ops.layer_norm_invariant.default(x, weight, bias, epsilon)
+    return layer_norm(x, weight, bias, epsilon)
 
 
 def gelu_and_mul_supports(x: torch.Tensor, approximate: str = "none") -> bool:
@@ -235,6 +285,8 @@ def fatrelu_and_mul_supports(x: torch.Tensor, threshold: float = 0.0) -> bool:
 def swigluoai_and_mul_supports(x: torch.Tensor, alpha: float = 1.702, limit: float = 7.0) -> bool:
     """Any input the core accepts, on a device whose kernels are loaded."""
     return (x.is_cpu and kernels.CPU_LOADED) or (x.is_cuda and kernels.CUDA_LOADED)
+
+
 def rotary_embedding_supports(
     positions: torch.Tensor,
     query: torch.Tensor,

@@ -59,6 +59,8 @@ CUDA_SOURCES = (
     "rope_checks.cpp",
     "cuda_quant.cu",
     "cuda_quant_ops.cpp",
+    "cuda_norm_invariant.cu",
+    "cuda_norm_invariant_ops.cpp",
 )
 HEADERS = (
     "cpu_kernels.h",
@@ -74,6 +76,7 @@ HEADERS = (
     "rope_common.h",
     "cuda_rope.h",
     "cuda_quant.h",
+    "cuda_norm_invariant.h",
 )
 CPU_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wno-unused-parameter")
 CPU_LDFLAGS = ("-fopenmp",)

@@ -52,13 +52,11 @@ DEFAULT_RANK = 10
 MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
 
 # Batch invariance: the activations are elementwise and the position ops computed per token (and
-# fused_qk_norm_rope's norm per head of a token), on every device; the norms claim their CPU
-# kernels only (impls.py says why).
-_CPU_CLAIMED = ("rms_norm", "fused_add_rms_norm", "rms_norm_gated", "layer_norm")
-BATCH_INVARIANT = {
-    **dict.fromkeys((op for op in OPS if op not in _CPU_CLAIMED), True),
-    **{op: f"ircore_vllm_c.impls:{op}_batch_invariant" for op in _CPU_CLAIMED},
-}
+# fused_qk_norm_rope's norm per head of a token), on every device; the norms through their
+# invariant variants (impls.py: the default kernels on CPU, the launches fixed per hidden size of
+# csrc/cuda_norm_invariant.cu on CUDA, whose default launches depend on the row count).
+NORMS = ("rms_norm", "fused_add_rms_norm", "rms_norm_gated", "layer_norm")
+BATCH_INVARIANT = dict.fromkeys(OPS, True)
 
 # FP8 quantisation and the fused norm/activation + quant ops: CUDA kernels only (impls.py says what
 # they take; CPU calls are declined). Their predicates read fp8_dtype, a dtype value: no signature
@@ -96,6 +94,7 @@ IRCORE_IMPLEMENTATIONS = {
         cache_by_signature=True,
         rank=DEFAULT_RANK,
         batch_invariant=BATCH_INVARIANT,
+        invariant_fns=NORMS,
     ),
     **ircore.impl_table("ircore_vllm_c.scaled_mm", MATMUL_OPS, rank=DEFAULT_RANK),
     **ircore.impl_table(

@@ -32,3 +32,6 @@ def test_cuda_source_compiles_for_sm90(tmp_path):
     assert rope.count(".entry _ZN13ircore_vllm_c9cuda_rope25qk_norm_rope_group_kernel") == 10
     quant = (tmp_path / "cuda_quant.ptx").read_text()  # 4 sources x 3 dtypes
     assert quant.count(".entry") == 12 and pdl_problems(quant) == {}
+    # the batch-invariant norms: 3 dtypes x (3 NV + loop) x 2 (fused), 3 x 4 gated, 3 layer_norm
+    inv = (tmp_path / "cuda_norm_invariant.ptx").read_text()
+    assert inv.count(".entry") == 39 and pdl_problems(inv) == {}
