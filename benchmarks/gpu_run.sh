@@ -18,7 +18,7 @@
 # Liger), then both providers' PDL and forced-config GPU tests. (remeasure, ~9 min) triton's GPU
 # tests (SKIP_TESTS=1: not), then benchmarks/kernels_gpu.py over every row, graph replay only
 # (no no-PDL columns).
-# (gpu-tests, wave2-kernels, fp8-matmul, e2e-llama, e2e-moe, e2e-decoder, invariance) the wave-2
+# (gpu-tests, wave2-kernels, quant-kernels, fp8-matmul, e2e-llama, e2e-moe, e2e-decoder, invariance) the wave-2
 # steps, chainable in one call and capped together by CALL_BUDGET_S (see the end of this file and
 # benchmarks/README.md); their JSON and markdown come back in $OUT/results.tgz.
 # A failing step does not stop the next one; the exit status is the first failure's.
@@ -44,7 +44,7 @@ cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 WHAT=${1:-all}
 WHATS=" ${*:-all} "  # the wave-2 steps below may be chained in one call: gpu-tests wave2-kernels ...
-MODES="all tests tests-triton bench compile transformers session pdl checks tune profile remeasure gpu-tests wave2-kernels fp8-matmul e2e-llama e2e-moe e2e-decoder invariance"
+MODES="all tests tests-triton bench compile transformers session pdl checks tune profile remeasure gpu-tests wave2-kernels quant-kernels fp8-matmul e2e-llama e2e-moe e2e-decoder invariance"
 for w in $WHATS; do
   case " $MODES " in *" $w "*) ;; *) echo "usage: bash benchmarks/gpu_run.sh [MODE ...], MODE one of: $MODES" >&2; exit 2 ;; esac
 done
@@ -312,6 +312,13 @@ if want wave2-kernels; then  # issue 24's RoPE and activation rows, issue 28's n
     swigluoai_and_mul --hidden 14336 --budget-s "$(left_s 180)" --json "$RES/kernels_act.json" --markdown "$RES/kernels_act.md"; pack
   run_step kernels_norms 200 "${KG[@]}" --ops rms_norm_gated rms_norm_gated_grouped layer_norm layer_norm_nobias \
     --hidden 4096 8192 --budget-s "$(left_s 180)" --json "$RES/kernels_norms.json" --markdown "$RES/kernels_norms.md"; pack
+fi
+if want quant-kernels; then  # issue 25: the fp8 quant and fused norm/act + quant kernels, bf16, graph replay
+  wave_install
+  QUANT_OPS=$(python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import kernels_gpu; print(*kernels_gpu.QUANT_OPS)")
+  run_step kernels_quant 300 python3 benchmarks/kernels_gpu.py --no-do-bench --dtypes bf16 --ops $QUANT_OPS \
+    --hidden ${QUANT_HIDDEN:-4096 14336} --budget-s "$(left_s 270)" \
+    --json "$RES/kernels_quant.json" --markdown "$RES/kernels_quant.md"; pack
 fi
 if want fp8-matmul; then  # issue 26: the fp8 matmuls against torch._scaled_mm
   wave_install
