@@ -74,6 +74,7 @@ HEADERS = (
     "cpu_rope.h",
     "cpu_rope_isa.inc",
     "rope_common.h",
+    "cuda_common.cuh",
     "cuda_rope.h",
     "cuda_quant.h",
     "cuda_norm_invariant.h",

@@ -56,7 +56,8 @@ def main() -> int:
         (d / "rope_emu.cpp").write_text(emulated_source())
         for f in ("emu.h", "main.cpp"):
             shutil.copy(HERE / "cuda_emu" / f, d / f)
-        shutil.copy(CSRC / "cuda_rope.h", d / "cuda_rope.h")
+        for h in ("cuda_rope.h", "cuda_common.cuh"):
+            shutil.copy(CSRC / h, d / h)
         cmd = ["g++", "-std=c++20", "-O1", f"-I{cuda_home}/include", f"-I{d}", str(d / "main.cpp")]
         cmd += ["-o", str(d / "emu"), "-lpthread"]
         subprocess.run(cmd, check=True)

@@ -22,27 +22,12 @@
 
 #include "act_common.h"
 #include "ops_common.h"
+#include "cuda_common.cuh"
 
 namespace ircore_vllm_c {
 namespace cuda_act {
 
-template <class T>
-struct Cvt;
-template <>
-struct Cvt<float> {
-  __device__ __forceinline__ static float f32(float v) { return v; }
-  __device__ __forceinline__ static float of(float v) { return v; }
-};
-template <>
-struct Cvt<__half> {
-  __device__ __forceinline__ static float f32(__half v) { return __half2float(v); }
-  __device__ __forceinline__ static __half of(float v) { return __float2half_rn(v); }
-};
-template <>
-struct Cvt<__nv_bfloat16> {
-  __device__ __forceinline__ static float f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ __forceinline__ static __nv_bfloat16 of(float v) { return __float2bfloat16_rn(v); }
-};
+using cuda_common::Cvt;
 
 template <class T, int N>
 struct alignas(sizeof(T) * N) Vec {

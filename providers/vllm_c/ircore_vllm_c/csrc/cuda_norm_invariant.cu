@@ -39,27 +39,12 @@
 #include <cstdint>
 
 #include "cuda_norm_invariant.h"
+#include "cuda_common.cuh"
 
 namespace ircore_vllm_c {
 namespace cuda_inv {
 
-template <class T>
-struct Cvt;
-template <>
-struct Cvt<float> {
-  __device__ __forceinline__ static float f32(float v) { return v; }
-  __device__ __forceinline__ static float of(float v) { return v; }
-};
-template <>
-struct Cvt<__half> {
-  __device__ __forceinline__ static float f32(__half v) { return __half2float(v); }
-  __device__ __forceinline__ static __half of(float v) { return __float2half_rn(v); }
-};
-template <>
-struct Cvt<__nv_bfloat16> {
-  __device__ __forceinline__ static float f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ __forceinline__ static __nv_bfloat16 of(float v) { return __float2bfloat16_rn(v); }
-};
+using cuda_common::Cvt;
 
 template <class T, int N>
 struct alignas(sizeof(T) * N) Vec {
@@ -137,19 +122,9 @@ __device__ __forceinline__ void load_weight(const WeightRef& w, int off, int c, 
   }
 }
 
-// PDL (sm_90+), as in cuda_ops.cu: wait for the previous kernel before the first global access,
-// let the next one start launching once the loads are issued; no-ops in a plain launch.
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// PDL (sm_90+), as in cuda_ops.cu (cuda_common.cuh).
+using cuda_common::pdl_launch_dependents;
+using cuda_common::pdl_wait;
 
 // The sum of v over the `tpr` threads of each group (tpr a power of two up to 32, or a multiple
 // of 32 whose warps are consecutive), the same bits in every thread of the group. Every thread

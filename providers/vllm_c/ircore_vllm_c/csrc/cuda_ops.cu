@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "ops_common.h"
+#include "cuda_common.cuh"
 
 namespace ircore_vllm_c {
 namespace cuda {
@@ -36,23 +37,7 @@ namespace cuda {
 // ------------------------------------------------------------------------------------------
 // Element conversions (torch builds with __CUDA_NO_HALF_CONVERSIONS__: all explicit).
 
-template <class T>
-struct Cvt;
-template <>
-struct Cvt<float> {
-  __device__ __forceinline__ static float f32(float v) { return v; }
-  __device__ __forceinline__ static float of(float v) { return v; }
-};
-template <>
-struct Cvt<__half> {
-  __device__ __forceinline__ static float f32(__half v) { return __half2float(v); }
-  __device__ __forceinline__ static __half of(float v) { return __float2half_rn(v); }
-};
-template <>
-struct Cvt<__nv_bfloat16> {
-  __device__ __forceinline__ static float f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ __forceinline__ static __nv_bfloat16 of(float v) { return __float2bfloat16_rn(v); }
-};
+using cuda_common::Cvt;
 
 // N elements loaded and stored as one access (16 bytes when N * sizeof(T) == 16).
 template <class T, int N>
@@ -206,23 +191,12 @@ __device__ __forceinline__ float psum_sq(const Pk<T, N>& v, int first, int var_s
 
 // ------------------------------------------------------------------------------------------
 // Programmatic dependent launch (PDL, sm_90+). Every kernel here is launched with the stream
-// serialization attribute where the GPU has it (see launch_kernel), so its blocks may start
-// while the previous kernel in the stream is finishing. Each kernel therefore waits for that
-// kernel's completion and memory (griddepcontrol.wait) before its first global read or write,
-// and lets the next kernel start launching once its own loads are issued. Both instructions
-// are no-ops in a plain launch; before sm_90 they are compiled out.
+// serialization attribute where the GPU has it (see launch_kernel): each waits with pdl_wait
+// before its first global access and releases the next with pdl_launch_dependents
+// (cuda_common.cuh says why).
 
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+using cuda_common::pdl_launch_dependents;
+using cuda_common::pdl_wait;
 
 // ------------------------------------------------------------------------------------------
 // Norm kernels.

@@ -22,38 +22,15 @@
 #include <cstdint>
 
 #include "cuda_quant.h"
+#include "cuda_common.cuh"
 
 namespace ircore_vllm_c {
 namespace cuda_quant {
 
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+using cuda_common::pdl_launch_dependents;
+using cuda_common::pdl_wait;
 
-template <class T>
-struct Cvt;
-template <>
-struct Cvt<float> {
-  __device__ __forceinline__ static float f32(float v) { return v; }
-  __device__ __forceinline__ static float of(float v) { return v; }
-};
-template <>
-struct Cvt<__half> {
-  __device__ __forceinline__ static float f32(__half v) { return __half2float(v); }
-  __device__ __forceinline__ static __half of(float v) { return __float2half_rn(v); }
-};
-template <>
-struct Cvt<__nv_bfloat16> {
-  __device__ __forceinline__ static float f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ __forceinline__ static __nv_bfloat16 of(float v) { return __float2bfloat16_rn(v); }
-};
+using cuda_common::Cvt;
 
 // Elements per 16-byte chunk.
 template <class T>
