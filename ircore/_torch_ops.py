@@ -204,8 +204,14 @@ def _define_maybe_inplace(op: DefinedOp, lib: torch.library.Library, packet: Any
 
 
 # ---------------------------------------------------------------------- implementations
-def impl_op(op: DefinedOp, impl: Any) -> Any:
-    """The op compiled graphs hold for ``impl`` (an ``ircore.Impl`` of ``op``), defined once.
+#: the suffix of the op the core builds for an implementation's batch-invariant variant
+VARIANT_SUFFIX = "_batch_invariant"
+
+
+def impl_op(op: DefinedOp, impl: Any, variant: bool = False) -> Any:
+    """The op compiled graphs hold for ``impl`` (an ``ircore.Impl`` of ``op``), defined once;
+    ``variant``: for its batch-invariant variant (``impl.invariant_fn``), which the lowering
+    puts in graphs compiled in batch-invariant mode (``ircore_<provider>::<op>_batch_invariant``).
 
     An implementation that is a torch op is its own (given :func:`op_fake` if it has no fake);
     for a Python function the core defines ``torch.ops.ircore_<provider>.<op>`` with the op's
@@ -214,36 +220,47 @@ def impl_op(op: DefinedOp, impl: Any) -> Any:
     the implementation, and a fake: ``impl.fake``, else the op's with contiguous outputs (what
     kernels return; ``ircore verify`` checks that the real outputs agree).
     """
-    key = (impl.provider, op.name)
+    key = (impl.provider, op.name + (VARIANT_SUFFIX if variant else ""))
     with _lock:
         cached = _IMPL_OPS.get(key)
         if cached is not None and cached[0] is impl:
             return cached[2]
         if cached is not None and cached[1] is not None:
             cached[1]._destroy()  # an earlier implementation of this provider's: replaced
-        lib, overload = _define_impl_op(op, impl)
+        lib, overload = _define_impl_op(op, _variant_of(impl) if variant else impl, key[1])
         _IMPL_OPS[key] = (impl, lib, overload)
         return overload
 
 
-def built_impl_op(op: DefinedOp, impl: Any) -> Any:
+def _variant_of(impl: Any) -> Any:
+    """``impl`` with its batch-invariant variant as the function (same schema and in-place
+    contract: ``register_impl`` checked it)."""
+    import dataclasses
+
+    if impl.invariant_fn is None:
+        raise ValueError(f"{impl.provider}'s {impl.op_name} has no invariant_fn")
+    return dataclasses.replace(impl, fn=impl.invariant_fn, kernel=None, invariant_fn=None)
+
+
+def built_impl_op(op: DefinedOp, impl: Any, variant: bool = False) -> Any:
     """:func:`impl_op`, read without the lock when it is built (attach_impls builds it at
     registration): what code traced by Dynamo, which cannot trace a lock, calls."""
-    cached = _IMPL_OPS.get((impl.provider, op.name))
+    cached = _IMPL_OPS.get((impl.provider, op.name + (VARIANT_SUFFIX if variant else "")))
     if cached is not None and cached[0] is impl:
         return cached[2]
-    return impl_op(op, impl)
+    return impl_op(op, impl, variant)
 
 
-def traced_form(op: DefinedOp, impl: Any) -> tuple[Any, bool]:
-    """(what a graph records for ``impl`` of ``op``, whether it writes its in-place arguments).
+def traced_form(op: DefinedOp, impl: Any, variant: bool = False) -> tuple[Any, bool]:
+    """(what a graph records for ``impl`` of ``op``, whether it writes its in-place arguments);
+    ``variant``: for its batch-invariant variant.
 
     The op the core built for the implementation (:func:`impl_op`): one opaque node, whose
     kernel runs the implementation at run time; for an in-place one, its in-place op followed
     by its in-place arguments. The lowering (``ircore.compile``) traces it in place of an ircore
     node; with ``trace_implementations`` on, tracing records it straight away.
     """
-    target = built_impl_op(op, impl)
+    target = built_impl_op(op, impl, variant)
     # the op has an in-place schema exactly when it has a maybe_inplace overload (define_inplace);
     # read, not inferred again: Dynamo cannot trace infer_schema
     if not (impl.inplace and op.torch_inplace_op is not None):
@@ -274,10 +291,10 @@ def impl_op_taken(provider: str, op_name: str) -> str | None:
         return qualname if torch._C._jit_get_schemas_for_operator(qualname) else None
 
 
-def _define_impl_op(op: DefinedOp, impl: Any) -> tuple[torch.library.Library | None, Any]:
+def _define_impl_op(op: DefinedOp, impl: Any, name: str) -> tuple[torch.library.Library | None, Any]:
     if isinstance(impl.fn, torch._ops.OpOverload):
         return _give_fake(op, impl), impl.fn
-    namespace, name = impl_op_name(impl.provider, op.name).split("::")
+    namespace, name = impl_op_name(impl.provider, name).split("::")
     lib = torch.library.Library(namespace, "FRAGMENT")
     schema = inplace_schema(op) if impl.inplace else None
     if schema is not None:

@@ -502,21 +502,14 @@ def lowering_plan(op: OpLike) -> tuple[Entry, ...]:
     """The entries the compile-time lowering walks for ``op``: the process-wide plan, or in
     batch-invariant mode (configured, or a block around the compile) the invariant plan.
 
-    In the mode, an implementation that runs an invariant variant (``ImplSpec.invariant_fn``) is
-    left out: graphs hold the op ircore built for its default kernel, not for the variant, so
-    the walk goes on to the next implementation that qualifies as it is (native's fixed-order
-    form at the latest).
+    In the mode an implementation that runs an invariant variant (``ImplSpec.invariant_fn``) is
+    lowered to the op ircore builds for that variant (``ircore._torch_ops.impl_op``).
     """
     scope = SCOPE.get()
     if not batch_invariant_active(scope):
         return plan_for(op, None).entries
     ensure_loaded()
-    plan = _shared_plan(op, effective_priority(op, None)[0], STATE.generation, True)
-    return tuple(
-        entry
-        for entry in plan.entries
-        if entry.provider not in op.impls or op.impls[entry.provider].invariant_fn is None
-    )
+    return _shared_plan(op, effective_priority(op, None)[0], STATE.generation, True).entries
 
 
 # ---------------------------------------------------------------------- the walk

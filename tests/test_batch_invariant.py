@@ -250,6 +250,44 @@ def test_invariant_fn_runs_in_the_mode_only():
     assert calls == [4]
 
 
+def test_lowering_in_the_mode_runs_the_variant_through_its_own_op():
+    """A graph lowered in the mode holds the op the core built for the implementation's variant
+    (``ircore_<provider>::<op>_batch_invariant``), which runs ``invariant_fn``; outside the mode,
+    the default kernel's op."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ircore.compile._lowering import lower
+
+    calls = []
+
+    def variant(
+        x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None = None
+    ) -> torch.Tensor:
+        calls.append(x.shape[0])
+        return _rms(x, weight, epsilon, variance_size)
+
+    _register(True, fn=_variant_rms, invariant_fn=variant)
+    x, w, _ = _args()
+
+    def f(x, w):
+        return ircore.ops.rms_norm(x, w, 1e-6)
+
+    def targets(gm):
+        return {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+
+    outside = make_fx(f, tracing_mode="fake")(x, w)
+    assert set(lower(outside.graph)[0].values()) == {("rms_norm", "myprov")}
+    assert "ircore_myprov.rms_norm.default" in targets(outside)
+    with ircore.batch_invariant():
+        inside = make_fx(f, tracing_mode="fake")(x, w)
+        chosen, left = lower(inside.graph)
+    assert set(chosen.values()) == {("rms_norm", "myprov")} and left == 0
+    assert "ircore_myprov.rms_norm_batch_invariant.default" in targets(inside), targets(inside)
+    inside.recompile()
+    got = inside(x, w)
+    assert calls == [x.shape[0]] and torch.equal(got, _rms(x, w, 1e-6))
+
+
 def test_matmul_layer_needs_cuda():
     if torch.cuda.is_available():
         pytest.skip("a GPU machine: the layer may install (tested in the triton provider)")

@@ -126,13 +126,16 @@ def replacement(op: IrOp, entry: dispatch.Entry) -> tuple[Any, bool]:
     """(what to trace in place of an ircore node for ``entry``, whether to trace it functionalized).
 
     ``native`` is traced into aten ops; a provider's implementation becomes its traced form
-    (``ircore._torch_ops.traced_form``): the op the core built for it, in place for an in-place
-    one, traced under functionalization (``auto_functionalized``).
+    (``ircore._torch_ops.traced_form``): the op the core built for it (for its batch-invariant
+    variant where the entry runs that), in place for an in-place one, traced under
+    functionalization (``auto_functionalized``).
     """
     impl = op.impls.get(entry.provider)
     if impl is None:
         return entry.call, False
-    return _torch_ops.traced_form(op, impl)
+    # in batch-invariant mode an implementation may run its variant (Entry.fn is invariant_fn)
+    variant = impl.invariant_fn is not None and entry.fn is impl.invariant_fn
+    return _torch_ops.traced_form(op, impl, variant)
 
 
 def lower(graph: Graph) -> tuple[dict[str, tuple[str, str]], int]:
