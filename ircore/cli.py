@@ -56,6 +56,8 @@ def _ops() -> list[dict[str, Any]]:
                 "signature": f"{name}{op.signature}",
                 # what batch-invariant mode may run: each implementation's claim, in words
                 "batch_invariant": {p: op.invariance_of(p) for p in ["native", *op.impls]},
+                # whether the op declares calls that depend on the batch by definition (refused)
+                "batch_dependent_calls": op.batch_dependent is not None,
             }
         )
     return out
@@ -117,7 +119,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             ", ".join(o["priority"]),
             o["source"],
             ", ".join(o["implementations"]),
-            _qualifying(o["batch_invariant"]),
+            _qualifying(o["batch_invariant"]) + ("; not batch-dependent calls" if o["batch_dependent_calls"] else ""),
         ]
         for o in ops
     ]

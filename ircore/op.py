@@ -177,12 +177,16 @@ class IrOp(Generic[P, R]):
         cache_by_signature: bool,
         quantized_outputs: Callable[[tuple[Any, ...], tuple[Any, ...]], dict[int, Quantized]] | None = None,
         batch_invariant: bool | str | Callable[..., Any] = False,
+        batch_dependent: Callable[..., str | None] | None = None,
     ) -> None:
         self.name = name
         #: whether native is batch-invariant: True; a function with the native signature that
         #: computes the op with a fixed-order reduction, run instead of native in the mode; False,
         #: or a str saying why none can be (native then refuses calls in the mode)
         self.batch_invariant = batch_invariant
+        #: ``(*args) -> why or None``: the calls whose semantics depend on the whole batch (a
+        #: per-tensor dynamic quantization): refused in the mode whatever any implementation claims
+        self.batch_dependent = batch_dependent
         self.native = native
         self.inplace_args = inplace_args
         self.any_layout_args = any_layout_args
@@ -420,7 +424,9 @@ class IrOp(Generic[P, R]):
         A claim of True keeps the plain entry; a predicate claim joins ``supports_args`` (the
         entry accepts a call only where both do). Native is the op's invariant function where it
         declares one, else native itself where it declares it invariant, else an entry that
-        refuses the call (:meth:`refuse_variant`).
+        refuses the call (:meth:`refuse_variant`). Calls the op declares batch-dependent
+        (``register_op(batch_dependent=...)``) are declined by every implementation and refused
+        by native, whatever the claims.
         """
         impl = self.impls.get(provider)
         if impl is None and provider != dispatch.NATIVE:  # the provider does not implement this op
@@ -429,42 +435,70 @@ class IrOp(Generic[P, R]):
         made = self._entries.get(key)
         if made is not None and made[0] is impl:
             return made[1]
-        entry: Entry | None
+        entry = self._claimed_entry(provider, impl)
+        if entry is not None and self.batch_dependent is not None and entry.call != self.refuse_variant:
+            entry = self._declining_dependent(entry)
+        self._entries[key] = (impl, entry)  # type: ignore[assignment]
+        return entry
+
+    def _claimed_entry(self, provider: str, impl: Impl | None) -> Entry | None:
+        """:meth:`invariant_entry` from the claims alone."""
         if impl is None:  # native
             claim: Any = self.batch_invariant
             if claim is True:
-                entry = self.entry(dispatch.NATIVE)
-            elif callable(claim):
-                entry = Entry(dispatch.NATIVE, claim, claim, None, True)
-            else:
-                entry = Entry(dispatch.NATIVE, self.refuse_variant, self.refuse_variant, None, True)
-        elif impl.batch_invariant is True and impl.invariant_fn is None:
-            entry = self.entry(provider)
-        elif impl.batch_invariant is True or callable(impl.batch_invariant):
-            base = self.entry(provider)
-            if impl.invariant_fn is not None:
-                variant = impl.invariant_fn
-                call = self._on_clones(provider, variant) if impl.inplace else variant
-                base = Entry(provider, call, variant, base.supports_args, base.cacheable)
-            if impl.batch_invariant is True:
-                self._entries[key] = (impl, base)
-                return base
-            supports, claim = impl.supports_args, impl.batch_invariant
+                return self.entry(dispatch.NATIVE)
+            if callable(claim):
+                return Entry(dispatch.NATIVE, claim, claim, None, True)
+            return Entry(dispatch.NATIVE, self.refuse_variant, self.refuse_variant, None, True)
+        if impl.batch_invariant is True and impl.invariant_fn is None:
+            return self.entry(provider)
+        if impl.batch_invariant is not True and not callable(impl.batch_invariant):
+            return None
+        base = self.entry(provider)
+        if impl.invariant_fn is not None:
+            variant = impl.invariant_fn
+            call = self._on_clones(provider, variant) if impl.inplace else variant
+            base = Entry(provider, call, variant, base.supports_args, base.cacheable)
+        if impl.batch_invariant is True:
+            return base
+        supports, claim = impl.supports_args, impl.batch_invariant
 
-            def claimed(*args: Any) -> bool:
-                return (supports is None or bool(supports(*args))) and bool(claim(*args))
+        def claimed(*args: Any) -> bool:
+            return (supports is None or bool(supports(*args))) and bool(claim(*args))
 
-            claimed.__qualname__ = f"{provider}.{self.name}[supported and claimed batch-invariant]"
-            signature_only = bool(getattr(claim, "__ircore_signature_only__", False))
-            entry = Entry(provider, base.call, base.fn, claimed, base.cacheable and signature_only)
-        else:
-            entry = None
-        self._entries[key] = (impl, entry)  # type: ignore[assignment]
-        return entry
+        claimed.__qualname__ = f"{provider}.{self.name}[supported and claimed batch-invariant]"
+        signature_only = bool(getattr(claim, "__ircore_signature_only__", False))
+        return Entry(provider, base.call, base.fn, claimed, base.cacheable and signature_only)
+
+    def _declining_dependent(self, entry: Entry) -> Entry:
+        """``entry``, but never for a call the op declares batch-dependent: a provider's declines
+        it (its predicate says no), native's refuses it with the op's reason. ``batch_dependent``
+        reads the call's signature only, so a provider's entry stays as cacheable as it was."""
+        dependent = self.batch_dependent
+        assert dependent is not None
+        if entry.provider == dispatch.NATIVE:  # native's entries call what they run (fn is call)
+            run = entry.call
+
+            def native_or_refuse(*args: Any) -> Any:
+                return self.refuse_variant(*args) if dependent(*args) else run(*args)
+
+            native_or_refuse.__qualname__ = f"native.{self.name}[refusing batch-dependent calls]"
+            return Entry(entry.provider, native_or_refuse, native_or_refuse, None, True)
+        supports = entry.supports_args
+
+        def independent(*args: Any) -> bool:
+            return not dependent(*args) and (supports is None or bool(supports(*args)))
+
+        independent.__qualname__ = f"{entry.provider}.{self.name}[not a batch-dependent call]"
+        return Entry(entry.provider, entry.call, entry.fn, independent, entry.cacheable)
 
     def invariance_of(self, provider: str, args: tuple[Any, ...] | None = None) -> str:
         """Whether ``provider``'s implementation (or native) qualifies in batch-invariant mode,
         in words (for ``explain``, ``list`` and the refusal); ``args``: for this call."""
+        if args is not None and self.batch_dependent is not None:
+            why = self.batch_dependent(*args)
+            if why:
+                return f"this call depends on the whole batch ({why})"
         if provider == dispatch.NATIVE:
             claim: Any = self.batch_invariant
             if claim is True:
@@ -496,6 +530,14 @@ class IrOp(Generic[P, R]):
         shown = ", ".join(
             f"{name}={_describe_arg(value)}" for name, value in zip(self.param_names, args)
         )
+        why_dependent = self.batch_dependent(*args) if self.batch_dependent is not None else None
+        if why_dependent:
+            raise BatchInvariantError(
+                f"ircore op {self.name!r}: batch-invariant mode is on (ircore.batch_invariant() or the "
+                f"batch_invariant setting) and this call ({shown}) depends on the whole batch by the "
+                f"op's definition: {why_dependent}. No implementation can make it batch-invariant: "
+                "change the call as said, or run it outside the mode"
+            )
         names = dispatch.effective_priority(self, dispatch.SCOPE.get())[0]
         why = "; ".join(f"{p}: {self.invariance_of(p, args)}" for p in names if p != dispatch.NATIVE)
         raise BatchInvariantError(
@@ -816,6 +858,7 @@ def register_op(
     any_layout_args: Sequence[str] = (),
     quantized_outputs: Callable[[tuple[Any, ...], tuple[Any, ...]], dict[int, Quantized]] | None = None,
     batch_invariant: bool | str | Callable[..., Any] = False,
+    batch_dependent: Callable[..., str | None] | None = None,
 ) -> Callable[[Callable[P, R]], IrOp[P, R]]: ...
 
 
@@ -835,6 +878,7 @@ def register_op(
     any_layout_args: Sequence[str] = (),
     quantized_outputs: Callable[[tuple[Any, ...], tuple[Any, ...]], dict[int, Quantized]] | None = None,
     batch_invariant: bool | str | Callable[..., Any] = False,
+    batch_dependent: Callable[..., str | None] | None = None,
 ) -> Any:
     """Declare an op from its native function; usable as ``@register_op`` or ``@register_op(...)``.
 
@@ -858,7 +902,12 @@ def register_op(
     depend on the rows around it), a function with the native signature that computes the op
     with a fixed-order reduction (run instead of native in the mode), or ``False`` or a str
     saying why the op cannot be invariant (native then refuses calls in the mode with that
-    reason, e.g. a per-tensor dynamic quantization, whose scale depends on the batch).
+    reason). ``batch_dependent(*args) -> str | None`` (the op's arguments, positionally) names
+    the calls whose *semantics* depend on the whole batch, with the reason and what to change
+    (a per-tensor dynamic quantization: its scale is the whole tensor's maximum): in the mode
+    every implementation declines them and native refuses them with that reason, whatever
+    the claims say, so providers claim the op as a whole. It must read only the call's
+    signature (scalar values, None-ness, dtypes, shapes): its answer is remembered per signature.
     The returned :class:`IrOp` is typed like ``native`` for callers.
     """
 
@@ -881,6 +930,7 @@ def register_op(
                 "fake": fake,
                 "quantized_outputs": quantized_outputs,
                 "batch_invariant": invariant_fn,
+                "batch_dependent": batch_dependent,
             },
         )
         # A class per op, whose __call__ (made below, from the op) has the native signature.
@@ -898,6 +948,7 @@ def register_op(
             any_layout_args=tuple(any_layout_args),
             quantized_outputs=quantized_outputs,
             batch_invariant=batch_invariant,
+            batch_dependent=batch_dependent,
         )
         op.fake = fake
         op.torch_op, op.torch_inplace_op = _torch_ops.define(op)

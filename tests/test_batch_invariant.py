@@ -1,20 +1,29 @@
 """Batch-invariant mode: the configuration key and the scoped block, the claim (ImplSpec field),
 the refusal, the generic invariance check and its catching a false claim, compile."""
 
+import contextlib
+import io
+import json
 import threading
 
 import pytest
 import torch
 
 import ircore
-from ircore import dispatch
+from ircore import cli, dispatch
 from ircore.config import read_environment
 from ircore.errors import BatchInvariantError, ImplRegistrationError, OpDeclarationError
-from ircore.testing import check_invariance, invariance_problem
-from ircore.testing._invariance import BATCH_SIZES, invariance_samples
+from ircore.testing import assert_close_to_reference, check_invariance, invariance_problem
+from ircore.testing._invariance import BATCH_SIZES, claimed_entry, invariance_samples
 
 OPS = ("fused_add_rms_norm", "layer_norm", "rms_norm", "rms_norm_gated", "silu_and_mul")
 ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only", "rotary_pos_emb")
+#: every other op whose native takes part in the mode (gated activations, quant ops, fused forms)
+OTHER_NATIVE_CLAIMS = sorted(
+    name
+    for name, op in ircore.all_ops().items()
+    if name not in OPS + ROPE_OPS and claimed_entry(op, "native") is not None
+)
 
 
 def _rms(
@@ -71,6 +80,65 @@ def test_rope_natives_claim_invariance_and_the_check_batches_positions(op_name):
     label, args = next(iter(invariance_samples(op, torch.float32, "cpu")))
     status, problem = invariance_problem(op, "native", args, fn=variant)
     assert status == "failed" and "is not batch-invariant" in problem, (label, problem)
+
+
+@pytest.mark.parametrize("op_name", OTHER_NATIVE_CLAIMS)
+def test_every_other_native_claim_holds(op_name):
+    """The other natives that claim invariance (elementwise ops as they are, the fused norm + quant
+    ops through the norm's fixed-order form) keep a row's bits, and the mode's form stays within
+    the op's tolerance of the reference (fp8 outputs within one fp8 ulp, as the kit compares)."""
+    op = ircore.get_op(op_name)
+    assert check_invariance("native", ops=[op_name], max_samples=2)[op_name] >= 1
+    entry = op.invariant_entry("native")
+    for dtype in (torch.float32, torch.bfloat16):
+        for sample in list(op.sample_inputs(dtype, "cpu", 0))[:2]:
+            if op.batch_dependent is None or not op.batch_dependent(*sample.args):
+                assert_close_to_reference(op, entry.call(*sample.args), sample.args, label=sample.label)
+
+
+def test_batch_dependent_calls_are_refused_whatever_the_claims(miss_path):
+    """A provider claiming invariance for a whole op still never runs the calls the op declares
+    batch-dependent (dynamic_quant_fp8 per tensor): the mode raises with the op's reason; per token
+    the provider runs; outside the mode nothing changes."""
+    op = ircore.ops.dynamic_quant_fp8
+    ran = []
+
+    def quant(
+        x: torch.Tensor,
+        per_token: bool,
+        fp8_dtype: torch.dtype,
+        scale_ub: torch.Tensor | None = None,
+        num_token_padding: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        ran.append(per_token)
+        return op.native(x, per_token, fp8_dtype, scale_ub, num_token_padding)
+
+    op.register_impl("anyrows", quant, batch_invariant=True)
+    x = torch.randn(3, 64)
+    fn = torch.float8_e4m3fn
+    with ircore.priority(dynamic_quant_fp8=["anyrows"]):
+        op(x, False, fn)
+        assert ran == [False]
+        with ircore.batch_invariant():
+            op(x, True, fn)
+            assert ran == [False, True]
+            for _ in range(2):  # remembered per signature, and still raises
+                with pytest.raises(BatchInvariantError) as info:
+                    op(x, False, fn)
+                message = str(info.value)
+                assert "'dynamic_quant_fp8'" in message and "per_token=False" in message, message
+                assert "depends on the whole batch" in message and "per_token=True" in message, message
+            explained = str(ircore.explain(op, x, False, fn))
+            assert "this call depends on the whole batch" in explained, explained
+    assert ran == [False, True]
+    assert op.invariance_of("anyrows", (x, False, fn)).startswith("this call depends on the whole batch")
+    assert op.invariance_of("anyrows", (x, True, fn)) == "claims batch invariance"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["list", "--json"]) == 0
+    listed = {o["op"]: o for o in json.loads(out.getvalue())["ops"]}
+    assert listed["dynamic_quant_fp8"]["batch_dependent_calls"] is True
+    assert listed["rms_norm"]["batch_dependent_calls"] is False
 
 
 def test_torch_reduction_split_is_what_native_form_avoids():

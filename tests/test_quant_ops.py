@@ -190,8 +190,9 @@ def test_ragged_last_group_and_tma_aligned_column_major_scales():
     assert rows.stride() == (4, 1) and torch.equal(rows, scales)  # row-major ignores the alignment
 
 
-def test_per_tensor_dynamic_quant_is_marked_batch_dependent():
-    """The hook a batch-invariant mode reads to refuse these calls."""
+def test_per_tensor_dynamic_quant_is_declared_batch_dependent():
+    """``register_op(batch_dependent=...)`` of the three dynamic ops: per tensor only, with the
+    reason and what to change (batch-invariant mode refuses these calls with it)."""
     x = torch.randn(2, 8)
     for name, per_token_at in (
         ("dynamic_quant_fp8", 1),
@@ -200,9 +201,10 @@ def test_per_tensor_dynamic_quant_is_marked_batch_dependent():
     ):
         op = ircore.get_op(name)
         args = list(op.make_inputs((2, 8), torch.float32, "cpu"))
-        assert args[per_token_at] is True and not _quant.BATCH_DEPENDENT[name](tuple(args))
+        assert args[per_token_at] is True and op.batch_dependent(*args) is None
         args[per_token_at] = False
-        assert _quant.BATCH_DEPENDENT[name](tuple(args))
+        why = op.batch_dependent(*args)
+        assert "per_token=False" in why and "per_token=True" in why, why
     # the scale of a row changes with the rest of the batch
     alone = ircore.ops.dynamic_quant_fp8(x[:1], False, FN)[1]
     assert alone.item() != ircore.ops.dynamic_quant_fp8(torch.cat([x[:1], x[1:] * 100]), False, FN)[1].item()

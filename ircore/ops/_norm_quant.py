@@ -27,7 +27,14 @@ import torch
 from ircore.op import Sample, register_op
 from ircore.ops import _checks, _quant, _samples
 from ircore.ops._activation import ACTIVATION_TOLERANCES, _silu_and_mul_reference, silu_and_mul
-from ircore.ops._norm import NORM_TOLERANCES, _rms_norm_reference, fused_add_rms_norm, rms_norm
+from ircore.ops._norm import (
+    NORM_TOLERANCES,
+    _fused_add_rms_norm_invariant,
+    _rms_norm_invariant,
+    _rms_norm_reference,
+    fused_add_rms_norm,
+    rms_norm,
+)
 from ircore.ops._quant import E4M3FN, E4M3FNUZ
 
 _FLOAT = _checks.FLOAT_DTYPES
@@ -262,6 +269,19 @@ def _rms_static_reference(
     return _quant.static_reference(_normed(x, weight, epsilon), scale, fp8_dtype, num_token_padding)
 
 
+def _rms_static_invariant(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    scale: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> torch.Tensor:
+    """The native with the norm's fixed-order form (batch-invariant mode)."""
+    y = _rms_norm_invariant(x, weight, epsilon)
+    return _quant.static_quant_fp8.native(y, scale, fp8_dtype, num_token_padding)
+
+
 @register_op(
     check_args=_check_rms_static,
     tolerances=NORM_TOLERANCES,
@@ -273,6 +293,8 @@ def _rms_static_reference(
     ),
     reference=_rms_static_reference,
     quantized_outputs=_quant.static_view(0, lambda a: a[0].shape[0], lambda a: a[0], 3),
+    batch_invariant=_rms_static_invariant,
+    batch_dependent=lambda x, w, eps, scale, *rest: _quant.static_scale_dependence(x, scale),
 )
 def rms_norm_static_fp8_quant(
     x: torch.Tensor,
@@ -323,6 +345,20 @@ def _add_rms_static_reference(
     ), residual.double()
 
 
+def _add_rms_static_invariant(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    scale: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The native with the norm's fixed-order form (batch-invariant mode)."""
+    y, residual = _fused_add_rms_norm_invariant(x, x_residual, weight, epsilon)
+    return _quant.static_quant_fp8.native(y, scale, fp8_dtype, num_token_padding), residual
+
+
 @register_op(
     check_args=_check_add_rms_static,
     tolerances=NORM_TOLERANCES,
@@ -334,6 +370,8 @@ def _add_rms_static_reference(
     ),
     reference=_add_rms_static_reference,
     quantized_outputs=_quant.static_view(0, lambda a: a[0].shape[0], lambda a: a[0], 4),
+    batch_invariant=_add_rms_static_invariant,
+    batch_dependent=lambda x, r, w, eps, scale, *rest: _quant.static_scale_dependence(x, scale),
 )
 def fused_add_rms_norm_static_fp8_quant(
     x: torch.Tensor,
@@ -382,6 +420,20 @@ def _rms_dynamic_reference(
     )
 
 
+def _rms_dynamic_invariant(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: torch.Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The native with the norm's fixed-order form (batch-invariant mode, per token only)."""
+    y = _rms_norm_invariant(x, weight, epsilon)
+    return _quant.dynamic_quant_fp8.native(y, per_token, fp8_dtype, scale_ub, num_token_padding)
+
+
 @register_op(
     check_args=_check_rms_dynamic,
     tolerances=NORM_TOLERANCES,
@@ -393,6 +445,8 @@ def _rms_dynamic_reference(
     ),
     reference=_rms_dynamic_reference,
     quantized_outputs=_quant.dynamic_view(0, 1, lambda a: a[0].shape[0], 4),
+    batch_invariant=_rms_dynamic_invariant,
+    batch_dependent=lambda x, w, eps, per_token, *rest: _quant.per_tensor_dependence(per_token),
 )
 def rms_norm_dynamic_quant_fp8(
     x: torch.Tensor,
@@ -448,6 +502,22 @@ def _add_rms_dynamic_reference(
     return q, scale, residual.double()
 
 
+def _add_rms_dynamic_invariant(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: torch.Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The native with the norm's fixed-order form (batch-invariant mode, per token only)."""
+    y, residual = _fused_add_rms_norm_invariant(x, x_residual, weight, epsilon)
+    q, scale = _quant.dynamic_quant_fp8.native(y, per_token, fp8_dtype, scale_ub, num_token_padding)
+    return q, scale, residual
+
+
 @register_op(
     check_args=_check_add_rms_dynamic,
     tolerances=NORM_TOLERANCES,
@@ -459,6 +529,8 @@ def _add_rms_dynamic_reference(
     ),
     reference=_add_rms_dynamic_reference,
     quantized_outputs=_quant.dynamic_view(0, 1, lambda a: a[0].shape[0], 5),
+    batch_invariant=_add_rms_dynamic_invariant,
+    batch_dependent=lambda x, r, w, eps, per_token, *rest: _quant.per_tensor_dependence(per_token),
 )
 def fused_add_rms_norm_dynamic_quant_fp8(
     x: torch.Tensor,
@@ -476,10 +548,6 @@ def fused_add_rms_norm_dynamic_quant_fp8(
     y, residual = fused_add_rms_norm.native(x, x_residual, weight, epsilon, None)
     q, scale = _quant.dynamic_quant_fp8.native(y, per_token, fp8_dtype, scale_ub, num_token_padding)
     return q, scale, residual
-
-
-_quant.BATCH_DEPENDENT["rms_norm_dynamic_quant_fp8"] = lambda args: not args[3]
-_quant.BATCH_DEPENDENT["fused_add_rms_norm_dynamic_quant_fp8"] = lambda args: not args[4]
 
 
 # ====================================================================== rms_norm + group
@@ -519,6 +587,23 @@ def _rms_group_reference(
     return _quant.group_reference(y, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment)
 
 
+def _rms_group_invariant(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The native with the norm's fixed-order form (batch-invariant mode)."""
+    y = _rms_norm_invariant(x, weight, epsilon)
+    return _quant.dynamic_group_quant_fp8.native(
+        y, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment
+    )
+
+
 @register_op(
     check_args=_check_rms_group,
     tolerances=NORM_TOLERANCES,
@@ -530,6 +615,7 @@ def _rms_group_reference(
     ),
     reference=_rms_group_reference,
     quantized_outputs=_quant.group_view(0, 1, 3, 6),
+    batch_invariant=_rms_group_invariant,
 )
 def rms_norm_group_quant_fp8(
     x: torch.Tensor,
@@ -592,6 +678,25 @@ def _add_rms_group_reference(
     return q, scales, residual.double()
 
 
+def _add_rms_group_invariant(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The native with the norm's fixed-order form (batch-invariant mode)."""
+    y, residual = _fused_add_rms_norm_invariant(x, x_residual, weight, epsilon)
+    q, scales = _quant.dynamic_group_quant_fp8.native(
+        y, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment
+    )
+    return q, scales, residual
+
+
 @register_op(
     check_args=_check_add_rms_group,
     tolerances=NORM_TOLERANCES,
@@ -603,6 +708,7 @@ def _add_rms_group_reference(
     ),
     reference=_add_rms_group_reference,
     quantized_outputs=_quant.group_view(0, 1, 4, 7),
+    batch_invariant=_add_rms_group_invariant,
 )
 def fused_add_rms_norm_group_quant_fp8(
     x: torch.Tensor,
@@ -690,6 +796,8 @@ def _make_silu_static(shape: tuple[int, ...], dtype: torch.dtype, device: str, s
     make_inputs=_make_silu_static,
     reference=_silu_static_reference,
     quantized_outputs=_quant.static_view(0, lambda a: a[0].shape[0], lambda a: _half(a[0]), 1),
+    batch_invariant=True,  # elementwise
+    batch_dependent=lambda x, scale, *rest: _quant.static_scale_dependence(_half(x), scale),
 )
 def silu_and_mul_static_quant_fp8(
     x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
@@ -759,6 +867,7 @@ def _make_silu_group(shape: tuple[int, ...], dtype: torch.dtype, device: str, se
     make_inputs=_make_silu_group,
     reference=_silu_group_reference,
     quantized_outputs=_quant.group_view(0, 1, 1, 4),
+    batch_invariant=True,  # elementwise, then each group's exact max
 )
 def silu_and_mul_group_quant_fp8(
     x: torch.Tensor,

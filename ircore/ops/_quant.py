@@ -41,10 +41,29 @@ def min_scale(fp8_dtype: torch.dtype) -> float:
     return 1.0 / (fp8_max(fp8_dtype) * 512.0)
 
 
-#: Ops whose result for one row depends on the other rows of the batch (the call's predicate on
-#: its positional arguments): per-tensor dynamic quantisation takes one scale from the whole
-#: tensor. A batch-invariant mode must refuse these calls (the hook for it).
-BATCH_DEPENDENT: dict[str, Callable[[tuple[Any, ...]], bool]] = {}
+def per_tensor_dependence(per_token: bool) -> str | None:
+    """Why a dynamic quantisation call depends on the whole batch (``register_op(batch_dependent=)``
+    of the dynamic ops): per tensor, its one scale is the maximum over every row."""
+    if per_token:
+        return None
+    return (
+        "per_token=False takes one scale from the maximum of the whole tensor, so every row's "
+        "result depends on the other rows; quantise per token (per_token=True) for a batch-invariant result"
+    )
+
+
+def static_scale_dependence(x: torch.Tensor, scale: torch.Tensor) -> str | None:
+    """Why a static quantisation call depends on the whole batch: a 2-D ``x`` with a scale per
+    group of tokens (more than one group of rows, fewer groups than rows), which gives each row
+    the scale of its position's group, a grid the row count decides."""
+    groups = prep_static_scale(scale, x).shape[0]
+    if x.dim() != 2 or not 1 < groups < x.shape[0]:
+        return None
+    return (
+        f"a static scale per group of tokens ({groups} groups over {x.shape[0]} rows) gives each row the "
+        "scale of its position's group, and the groups move with the row count; pass one scale per "
+        f"token ({x.shape[0]}, 1), per tensor or per channel for a batch-invariant result"
+    )
 
 
 # ---------------------------------------------------------------------- shared pieces
@@ -490,6 +509,8 @@ _STATIC_VIEW = static_view(0, _first_rows, lambda a: a[0], 1)
     make_inputs=make_static_inputs,
     reference=static_reference,
     quantized_outputs=_STATIC_VIEW,
+    batch_invariant=True,  # elementwise: each element scaled by the scale given for it
+    batch_dependent=lambda x, scale, *rest: static_scale_dependence(x, scale),
 )
 def static_quant_fp8(
     x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
@@ -539,6 +560,8 @@ def _static_group_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Ite
     make_inputs=make_static_inputs,
     reference=static_reference,
     quantized_outputs=_STATIC_VIEW,
+    batch_invariant=True,  # elementwise: each element scaled by its group's given scale
+    batch_dependent=lambda x, scale, *rest: static_scale_dependence(x, scale),
 )
 def static_group_quant_fp8(
     x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
@@ -601,6 +624,8 @@ def dynamic_scale(
     make_inputs=make_dynamic_inputs,
     reference=dynamic_reference,
     quantized_outputs=dynamic_view(0, 1, _first_rows, 2),
+    batch_invariant=True,  # per token: each row's scale from its own exact max
+    batch_dependent=lambda x, per_token, *rest: per_tensor_dependence(per_token),
 )
 def dynamic_quant_fp8(
     x: torch.Tensor,
@@ -617,14 +642,11 @@ def dynamic_quant_fp8(
     ±fp8_max)``; ``num_token_padding`` pads ``q`` (not the scale) with zero rows.
 
     **Per-tensor (per_token=False) depends on the whole batch**: a row's result changes with the
-    other rows in the call (the amax is theirs too), so a batch-invariant mode must refuse it
-    (``ircore.ops._quant.BATCH_DEPENDENT``).
+    other rows in the call (the amax is theirs too), so batch-invariant mode refuses it
+    (``batch_dependent``); per token it is batch-invariant.
     """
     scale = dynamic_scale(x, per_token, fp8_dtype, scale_ub)
     return pad_rows(quantize_by(x, scale, fp8_dtype), num_token_padding), scale
-
-
-BATCH_DEPENDENT["dynamic_quant_fp8"] = lambda args: not args[1]
 
 
 # ---------------------------------------------------------------------- dynamic_group_quant_fp8

@@ -274,6 +274,13 @@ def _make_block_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, 
     return (a, b, sa, sb, [128, 128], dtype)
 
 
+#: Why native takes no part in batch-invariant mode (``register_op(batch_invariant=...)``).
+_GEMM_VARIES = (
+    "a matmul: torch's GEMM chooses how it splits the K reduction by the row count (cuBLAS split-K "
+    "by M, the CPU BLAS's own paths for few rows)"
+)
+
+
 # ---------------------------------------------------------------------- the ops
 @register_op(
     check_args=_check_scaled_mm,
@@ -281,6 +288,7 @@ def _make_block_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, 
     sample_inputs=_scaled_mm_samples,
     make_inputs=_make_scaled_mm_inputs,
     reference=_scaled_mm_reference,
+    batch_invariant=_GEMM_VARIES,
 )
 def scaled_mm_fp8(
     a: torch.Tensor,
@@ -306,6 +314,7 @@ def scaled_mm_fp8(
     sample_inputs=_block_samples,
     make_inputs=_make_block_inputs,
     reference=_block_scaled_mm_reference,
+    batch_invariant=_GEMM_VARIES,
 )
 def block_scaled_mm_fp8(
     a: torch.Tensor,

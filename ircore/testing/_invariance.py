@@ -41,7 +41,7 @@ _PAD = 64
 def claimed_entry(op: IrOp[..., Any], provider: str) -> dispatch.Entry | None:
     """What batch-invariant mode runs for ``provider`` (or ``native``), or None: no claim."""
     entry = op.invariant_entry(provider)
-    if entry is None or entry.call is op.refuse_variant:
+    if entry is None or entry.call == op.refuse_variant:  # bound methods: equal, never identical
         return None
     return entry
 
@@ -151,6 +151,9 @@ def invariance_problem(
     rows = _row_indices(args)
     if not rows:
         return "declined", "the call has no row arguments (a floating tensor of two or more dimensions)"
+    dependent = op.batch_dependent(*args) if op.batch_dependent is not None else None
+    if dependent:
+        return "declined", f"the call depends on the whole batch by the op's definition ({dependent})"
     entry = claimed_entry(op, provider)
     if fn is None:
         if entry is None:

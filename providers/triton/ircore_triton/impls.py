@@ -60,7 +60,6 @@ __all__ = [
     "static_group_quant_fp8_supports",
     "dynamic_quant_fp8",
     "dynamic_quant_fp8_supports",
-    "dynamic_quant_fp8_per_token",
     "dynamic_group_quant_fp8",
     "dynamic_group_quant_fp8_supports",
     "rms_norm_static_fp8_quant",
@@ -69,10 +68,8 @@ __all__ = [
     "fused_add_rms_norm_static_fp8_quant_supports",
     "rms_norm_dynamic_quant_fp8",
     "rms_norm_dynamic_quant_fp8_supports",
-    "rms_norm_dynamic_quant_fp8_per_token",
     "fused_add_rms_norm_dynamic_quant_fp8",
     "fused_add_rms_norm_dynamic_quant_fp8_supports",
-    "fused_add_rms_norm_dynamic_quant_fp8_per_token",
     "rms_norm_group_quant_fp8",
     "rms_norm_group_quant_fp8_supports",
     "fused_add_rms_norm_group_quant_fp8",
@@ -531,17 +528,6 @@ def dynamic_quant_fp8_supports(
     return _quant_ok(x, fp8_dtype, x.shape[-1])
 
 
-def dynamic_quant_fp8_per_token(
-    x: Tensor,
-    per_token: bool,
-    fp8_dtype: torch.dtype,
-    scale_ub: Tensor | None = None,
-    num_token_padding: int | None = None,
-) -> bool:
-    """The batch-invariance claim: per token only (a per-tensor scale reads the whole batch)."""
-    return per_token is True
-
-
 def dynamic_group_quant_fp8(
     x: Tensor,
     group_shape: list[int],
@@ -647,19 +633,6 @@ def rms_norm_dynamic_quant_fp8_supports(
     return _quant_ok(x, fp8_dtype, x.shape[-1])
 
 
-def rms_norm_dynamic_quant_fp8_per_token(
-    x: Tensor,
-    weight: Tensor | None,
-    epsilon: float,
-    per_token: bool,
-    fp8_dtype: torch.dtype,
-    scale_ub: Tensor | None = None,
-    num_token_padding: int | None = None,
-) -> bool:
-    """The batch-invariance claim: per token only."""
-    return per_token is True
-
-
 def fused_add_rms_norm_dynamic_quant_fp8(
     x: Tensor,
     x_residual: Tensor,
@@ -688,20 +661,6 @@ def fused_add_rms_norm_dynamic_quant_fp8_supports(
 ) -> bool:
     """As :func:`rms_norm_dynamic_quant_fp8_supports`, and the residual's last-dim stride 1."""
     return _quant_ok(x, fp8_dtype, x.shape[-1]) and _rows_ok(x_residual)
-
-
-def fused_add_rms_norm_dynamic_quant_fp8_per_token(
-    x: Tensor,
-    x_residual: Tensor,
-    weight: Tensor | None,
-    epsilon: float,
-    per_token: bool,
-    fp8_dtype: torch.dtype,
-    scale_ub: Tensor | None = None,
-    num_token_padding: int | None = None,
-) -> bool:
-    """The batch-invariance claim: per token only."""
-    return per_token is True
 
 
 def rms_norm_group_quant_fp8(

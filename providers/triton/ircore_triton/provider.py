@@ -67,7 +67,6 @@ QUANT_OPS = (
     "silu_and_mul_static_quant_fp8",
     "silu_and_mul_group_quant_fp8",
 )
-_PER_TOKEN_CLAIM = ("dynamic_quant_fp8", "rms_norm_dynamic_quant_fp8", "fused_add_rms_norm_dynamic_quant_fp8")
 
 # Batch invariance: the norms and silu_and_mul; rms_norm and fused_add_rms_norm through their
 # invariant variants (a launch fixed per hidden size, invariant_kernels.py), whose default launch
@@ -98,9 +97,7 @@ IRCORE_IMPLEMENTATIONS = {
         cache_by_signature=False,
         fakes=[op for op in QUANT_OPS if "group_quant" in op and "static" not in op],
         rank=DEFAULT_RANK,
-        batch_invariant={
-            op: f"ircore_triton.impls:{op}_per_token" if op in _PER_TOKEN_CLAIM else True for op in QUANT_OPS
-        },
+        batch_invariant=True,  # one program per row; per-tensor dynamic calls: refused by the ops
     ),
 }
 IRCORE_MATMUL_LAYER = "ircore_triton.matmul_layer:LAYER"

@@ -6,7 +6,6 @@ matrix (1, 3, 64 and 1000 rows) and the layer on aten::mm/addmm/bmm."""
 import pytest
 import torch
 from conftest import GPU
-from ircore_triton import provider
 from ircore_triton.matmul_layer import MatmulConfig, matmul
 from ircore_triton.provider import IRCORE_IMPLEMENTATIONS, MATMUL_OPS, QUANT_OPS, ROPE_OPS
 
@@ -29,9 +28,8 @@ def test_every_claim_holds() -> None:
     assert {impl.op_name for impl in registrar.impls} - {impl.op_name for impl in claimed} == {*MATMUL_OPS}
     assert set(ROPE_OPS) | set(QUANT_OPS) <= {impl.op_name for impl in claimed}
     for impl in claimed:
-        # the dynamic quant ops claim it per token only (a per-tensor scale reads the whole batch)
-        per_token = impl.op_name in provider._PER_TOKEN_CLAIM
-        assert impl.batch_invariant is True or (per_token and callable(impl.batch_invariant))
+        # every claim is for the whole op: the dynamic quant ops themselves refuse per-tensor calls
+        assert impl.batch_invariant is True
         ircore.get_op(impl.op_name).register_impl(
             "triton_bi", impl.fn, impl.supports_args, impl.inplace,
             batch_invariant=impl.batch_invariant, invariant_fn=impl.invariant_fn, fake=impl.fake,

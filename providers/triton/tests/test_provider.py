@@ -90,12 +90,11 @@ def test_table_registers_every_op_with_rank_20(provider: types.ModuleType) -> No
         # read strides, the matmuls' block_size
         assert impl.cache_by_signature == (name in norms or name in acts)
     assert registrar.ranks == dict.fromkeys(got, 20)
-    for name in quant:  # the group ops' fakes say their scales' layout; the dynamic ones claim per token
-        impl = got[name]
+    for name in quant:  # the group ops' fakes say their scales' layout; every one claims invariance
+        impl = got[name]  # (the ops themselves refuse their batch-dependent calls: per-tensor dynamic)
         has_fake = "group_quant" in name and "static" not in name
         assert (impl.fake is getattr(impls, f"{name}_fake", None)) and (impl.fake is not None) == has_fake
-        per_token = name in ("dynamic_quant_fp8", "rms_norm_dynamic_quant_fp8", "fused_add_rms_norm_dynamic_quant_fp8")
-        assert impl.batch_invariant is (getattr(impls, f"{name}_per_token") if per_token else True)
+        assert impl.batch_invariant is True
 
 
 @pytest.mark.slow

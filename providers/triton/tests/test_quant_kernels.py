@@ -85,10 +85,6 @@ def test_predicates_decline_what_the_kernels_do_not_take() -> None:
     r = torch.empty(4, 256, device=DEVICE)
     assert not impls.fused_add_rms_norm_dynamic_quant_fp8_supports(r, xt, None, 1e-6, True, e4)
     assert impls.fused_add_rms_norm_dynamic_quant_fp8_supports(r, r.clone(), None, 1e-6, True, e4)
-    assert impls.dynamic_quant_fp8_per_token(r, True, e4) is True
-    assert impls.dynamic_quant_fp8_per_token(r, False, e4) is False
-    assert impls.rms_norm_dynamic_quant_fp8_per_token(r, None, 1e-6, False, e4) is False
-    assert impls.fused_add_rms_norm_dynamic_quant_fp8_per_token(r, r, None, 1e-6, True, e4) is True
 
 
 def test_padding_rows_are_zero_and_scales_keep_their_layout() -> None:

@@ -76,16 +76,6 @@ QUANT_OPS = (
     "silu_and_mul_static_quant_fp8",
     "silu_and_mul_group_quant_fp8",
 )
-_PER_TENSOR_FORMS = (
-    "dynamic_quant_fp8",
-    "rms_norm_dynamic_quant_fp8",
-    "fused_add_rms_norm_dynamic_quant_fp8",
-)
-QUANT_BATCH_INVARIANT = {
-    **dict.fromkeys((op for op in QUANT_OPS if op not in _PER_TENSOR_FORMS), True),
-    **{op: f"ircore_vllm_c.impls:{op}_batch_invariant" for op in _PER_TENSOR_FORMS},
-}
-
 IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table(
         "ircore_vllm_c.impls",
@@ -102,7 +92,9 @@ IRCORE_IMPLEMENTATIONS = {
         QUANT_OPS,
         cache_by_signature=False,
         rank=DEFAULT_RANK,
-        batch_invariant=QUANT_BATCH_INVARIANT,
+        # one block per row, its threads fixed by the row length: each row's reductions are its
+        # own (per-tensor dynamic calls depend on the batch by definition: the ops refuse them)
+        batch_invariant=True,
     ),
 }
 
