@@ -149,12 +149,13 @@ _is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.comp
 
 def providers_loaded() -> bool:
     """Load providers now, while Dynamo traces (it runs this for real and keeps the result); and
-    bring every op's process-wide plan up to date, so that a traced call that chooses its
-    implementation (``trace_implementations``) reads it without taking a lock."""
+    give every op the entries a traced call chooses from (``trace_implementations``): those of
+    its process-wide plan and of its batch-invariant plan (``IrOp.traced_entries``), so that the
+    traced call reads them without taking a lock."""
     dispatch.ensure_loaded()
     if STATE.tracing_implementations:
         for op in list(STATE.ops.values()):
-            dispatch.plan_for(op, None)
+            op.traced_entries = (dispatch.plan_for(op, None).entries, dispatch.invariant_plan(op).entries)
     return True
 
 

@@ -251,6 +251,12 @@ def built_impl_op(op: DefinedOp, impl: Any, variant: bool = False) -> Any:
     return impl_op(op, impl, variant)
 
 
+def traced_form_of(op: DefinedOp, impl: Any, runs: Any) -> tuple[Any, bool]:
+    """:func:`traced_form` for a plan's entry of ``impl`` whose ``Entry.fn`` is ``runs``: its
+    batch-invariant variant where that is the implementation's ``invariant_fn``."""
+    return traced_form(op, impl, impl.invariant_fn is not None and runs is impl.invariant_fn)
+
+
 def traced_form(op: DefinedOp, impl: Any, variant: bool = False) -> tuple[Any, bool]:
     """(what a graph records for ``impl`` of ``op``, whether it writes its in-place arguments);
     ``variant``: for its batch-invariant variant.

@@ -63,6 +63,10 @@ def _ops() -> list[dict[str, Any]]:
     return out
 
 
+#: appended where the op refuses the calls that depend on the batch by its definition
+_DEPENDENT_NOTE = "; not batch-dependent calls"
+
+
 def _qualifying(claims: dict[str, str]) -> str:
     """``vllm_c (some calls), native (fixed-order form)``: who may run in batch-invariant mode."""
     out = []
@@ -119,7 +123,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             ", ".join(o["priority"]),
             o["source"],
             ", ".join(o["implementations"]),
-            _qualifying(o["batch_invariant"]) + ("; not batch-dependent calls" if o["batch_dependent_calls"] else ""),
+            _qualifying(o["batch_invariant"]) + _DEPENDENT_NOTE * o["batch_dependent_calls"],
         ]
         for o in ops
     ]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple, Protocol
@@ -373,6 +374,21 @@ def batch_invariant(*, matmul: bool = False) -> BatchInvariantBlock:
     return _MATMUL_BLOCK if matmul else _BLOCK
 
 
+#: How many ``ircore.batch_invariant()`` blocks are open, in all threads: a value Dynamo can
+#: guard on (the block itself is a context variable, which it cannot). A call Dynamo traces with
+#: ``trace_implementations`` takes the invariant plan while any is open (IrOp.traced_call), so a
+#: function traced inside a block recompiles outside it and the other way round; a thread outside
+#: any block while another thread is inside one gets the invariant kernels (slower, never wrong).
+open_invariant_blocks = 0
+_OPEN_BLOCKS_LOCK = threading.Lock()
+
+
+def _count_open_blocks(step: int) -> None:
+    global open_invariant_blocks
+    with _OPEN_BLOCKS_LOCK:
+        open_invariant_blocks += step
+
+
 class BatchInvariantBlock(_BlockBase, contextlib.ContextDecorator):  # type: ignore[misc]
     """What :func:`batch_invariant` returns: a context manager (and decorator) holding no
     per-entry state, like :class:`PriorityBlock`."""
@@ -384,6 +400,16 @@ class BatchInvariantBlock(_BlockBase, contextlib.ContextDecorator):  # type: ign
 
     def _recreate_cm(self) -> BatchInvariantBlock:
         return self
+
+    def __enter__(self) -> None:
+        super().__enter__()
+        _count_open_blocks(+1)
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            super().__exit__(*exc_info)
+        finally:
+            _count_open_blocks(-1)
 
     def _resolve(self, outer: Scope | None) -> Scope:
         _ownership.refuse_provider_code("ircore.batch_invariant()")
@@ -505,11 +531,16 @@ def lowering_plan(op: OpLike) -> tuple[Entry, ...]:
     In the mode an implementation that runs an invariant variant (``ImplSpec.invariant_fn``) is
     lowered to the op ircore builds for that variant (``ircore._torch_ops.impl_op``).
     """
-    scope = SCOPE.get()
-    if not batch_invariant_active(scope):
+    if not batch_invariant_active():
         return plan_for(op, None).entries
+    return invariant_plan(op).entries
+
+
+def invariant_plan(op: OpLike) -> Plan:
+    """``op``'s batch-invariant plan for the process-wide priority (what compiled graphs use in
+    the mode)."""
     ensure_loaded()
-    return _shared_plan(op, effective_priority(op, None)[0], STATE.generation, True).entries
+    return _shared_plan(op, effective_priority(op, None)[0], STATE.generation, True)
 
 
 # ---------------------------------------------------------------------- the walk

@@ -236,6 +236,9 @@ class IrOp(Generic[P, R]):
         self.signature_cache: dict[bytes, Entry] = {}
         #: the process-wide plan (dispatch.plan_for); never current before its first call
         self._plan = Plan(None, (), self.signature_cache)
+        #: what a traced call chooses from under Dynamo, outside and in batch-invariant mode
+        #: (made by ``_fastpath.providers_loaded``)
+        self.traced_entries: tuple[tuple[Entry, ...], tuple[Entry, ...]] = ((), ())
         # provider -> (its implementation, the plan entry made for it): see entry()
         self._entries: dict[str, tuple[Impl | None, Entry]] = {}
         #: the fake implementation declared with the op (None: native on fake tensors)
@@ -351,24 +354,28 @@ class IrOp(Generic[P, R]):
         with these (fake) arguments would run, in place of ``torch.ops.ircore.<name>``.
 
         The choice is the eager rule over the process-wide plan (``dispatch.first_supported``, as
-        the ``ircore`` backend's lowering makes it): a provider's implementation is recorded as
-        the op the core built for it (``ircore._torch_ops.traced_form``: its own torch op, or one
-        opaque op whose kernel calls it), ``native`` as the ops it is made of. An in-place
-        implementation writes copies of the in-place arguments, or, ``donated``
+        the ``ircore`` backend's lowering makes it), or in batch-invariant mode over the invariant
+        plan (``dispatch.lowering_plan``: native's fixed-order form, an implementation's
+        ``invariant_fn`` as the op built for it, a refusal raised at trace time): a provider's
+        implementation is recorded as the op the core built for it (``ircore._torch_ops.traced_form``:
+        its own torch op, or one opaque op whose kernel calls it), ``native`` as the ops it is made
+        of. An in-place implementation writes copies of the in-place arguments, or, ``donated``
         (``maybe_inplace``), the arguments themselves. Under Dynamo the predicates are traced, so
         the graph is guarded on what they read. Counted in ``ircore.compile.report().traced``.
         """
         self.check_args(*args)
-        # Under Dynamo the plan was brought up to date for real (_fastpath.providers_loaded): read
-        # as it is, so that the graph is not guarded on the generation (which every change replaces)
-        plan = self._plan if _is_dynamo_compiling() else dispatch.plan_for(self, None)
-        entry = dispatch.first_supported(self.name, plan.entries, args)[0]
+        # Under Dynamo the entries were made for real (_fastpath.providers_loaded): read as they
+        # are, so that the graph is not guarded on the generation (which every change replaces)
+        if not _is_dynamo_compiling():
+            entries = dispatch.lowering_plan(self)
+        else:  # Dynamo cannot read the block (a context variable) but guards on what is read here
+            entries = self.traced_entries[STATE.batch_invariant or dispatch.open_invariant_blocks > 0]
+        entry = dispatch.first_supported(self.name, entries, args)[0]
         _traced.record(self.name, entry.provider)
         impl = self.impls.get(entry.provider)
-        if impl is None:
-            native: Callable[..., Any] = self.native
-            return native(*args)
-        fn, in_place = _torch_ops.traced_form(self, impl)
+        if impl is None:  # native, its fixed-order form, or the mode's refusal
+            return entry.call(*args)
+        fn, in_place = _torch_ops.traced_form_of(self, impl, entry.fn)
         if in_place and not donated:
             indices = self.inplace_indices
             args = tuple(a.clone() if i in indices else a for i, a in enumerate(args))
@@ -795,10 +802,14 @@ class IrOp(Generic[P, R]):
         if not STATE.tracing_implementations:
             return f"torch.ops.ircore.{self.name} (trace_implementations is off)"
         impl = self.impls.get(chosen)
+        invariant = dispatch.batch_invariant_active()
         if impl is None:
-            return "native's own ops (trace_implementations is on)"
-        target = _torch_ops.built_impl_op(self, impl)
-        return f"torch.ops.{target} ({chosen}'s op; trace_implementations is on)"
+            form = "native's fixed-order form" if invariant and callable(self.batch_invariant) else "native"
+            return f"{form}'s own ops (trace_implementations is on)"
+        variant = invariant and impl.invariant_fn is not None
+        target = _torch_ops.built_impl_op(self, impl, variant)
+        what = f"{chosen}'s batch-invariant variant" if variant else f"{chosen}'s op"
+        return f"torch.ops.{target} ({what}; trace_implementations is on)"
 
     def __repr__(self) -> str:
         return f"<ircore op {self.name}{self.signature} impls={list(self.impls)}>"

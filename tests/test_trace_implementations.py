@@ -13,11 +13,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ircore
 from ircore._state import STATE
+from ircore.errors import BatchInvariantError
 
 from . import impls
 
@@ -123,6 +125,60 @@ def test_the_configuration_key_and_explain_say_what_is_traced():
         "native's own ops (trace_implementations is on)"
     )
     assert _targets(make_fx(_norm)(x, w))[0] == "ircore_mine.rms_norm.default"
+
+
+def _fixed(
+    x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None = None
+) -> torch.Tensor:
+    """A batch-invariant variant (native's fixed-order form)."""
+    return rms_norm.invariant_entry("native").call(x, weight, epsilon, variance_size).contiguous()
+
+
+def test_batch_invariant_mode_traces_what_the_mode_runs():
+    """In the mode, tracing records the invariant plan: an implementation's invariant_fn as the op
+    ircore builds for it, native's fixed-order form, and a refusal raised at trace time (never the
+    default kernels a graph would then run in the mode)."""
+    rms_norm.register_impl("mine", impls.rms_norm_a, batch_invariant=True, invariant_fn=_fixed)
+    ircore.set_priority(rms_norm=["mine"])
+    x, _, w = _inputs()
+    with ircore.tracing_implementations():
+        assert _targets(make_fx(_norm)(x, w))[0] == "ircore_mine.rms_norm.default"
+        with ircore.batch_invariant():
+            variant = make_fx(_norm)(x, w)
+            explained = ircore.explain("rms_norm", x, w, 1e-6).traced
+            with ircore.priority(rms_norm=["native"]):
+                native_form = _targets(make_fx(_norm)(x, w))
+            with pytest.raises(BatchInvariantError, match="per_token=False"):
+                make_fx(lambda x: ircore.ops.dynamic_quant_fp8(x, False, torch.float8_e4m3fn))(x)
+    assert _targets(variant)[0] == "ircore_mine.rms_norm_batch_invariant.default"
+    graphs: list[list[str]] = []
+
+    def record(gm, example_inputs):
+        graphs.append(_targets(gm))
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(_norm, backend=record, fullgraph=True)
+    with ircore.tracing_implementations():
+        with ircore.batch_invariant():  # Dynamo: the block is read for real at trace time
+            compiled(x, w)
+        compiled(x, w)  # outside the block: traced again (it guards on the open blocks' count)
+        with ircore.batch_invariant():
+            compiled(x, w)  # the first graph, found again
+    assert len(graphs) == 2, graphs
+    assert "ircore_mine.rms_norm_batch_invariant.default" in graphs[0]
+    assert "ircore_mine.rms_norm.default" in graphs[1]
+    assert explained.startswith("torch.ops.ircore_mine.rms_norm_batch_invariant.default (mine's batch-invariant")
+    assert torch.equal(variant(x, w), _fixed(x, w, 1e-6) * 2)
+    # the trace ignores priority blocks (the process-wide priority, as compiled graphs), so
+    # native only through the configuration: its fixed-order form has no mean kernel
+    ircore.set_priority(rms_norm=["native"])
+    with ircore.tracing_implementations():
+        default = _targets(make_fx(_norm)(x, w))
+        with ircore.batch_invariant():
+            fixed = _targets(make_fx(_norm)(x, w))
+    assert native_form[0] == "ircore_mine.rms_norm_batch_invariant.default"
+    assert "aten.mean.dim" in default and "aten.mean.dim" not in fixed
 
 
 def test_the_environment_variable_is_read_and_doctor_says_so():

@@ -134,8 +134,7 @@ def replacement(op: IrOp, entry: dispatch.Entry) -> tuple[Any, bool]:
     if impl is None:
         return entry.call, False
     # in batch-invariant mode an implementation may run its variant (Entry.fn is invariant_fn)
-    variant = impl.invariant_fn is not None and entry.fn is impl.invariant_fn
-    return _torch_ops.traced_form(op, impl, variant)
+    return _torch_ops.traced_form_of(op, impl, entry.fn)
 
 
 def lower(graph: Graph) -> tuple[dict[str, tuple[str, str]], int]:
