@@ -84,7 +84,7 @@ def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
             if args.providers and provider not in args.providers:
                 continue
             invariant = op.invariant_entry(provider)
-            if invariant is None or invariant.call is op.refuse_variant:
+            if invariant is None or invariant.call == op.refuse_variant:  # bound methods: equal, not identical
                 continue
             default = op.entry(provider)
             for h in args.hidden:

@@ -344,6 +344,9 @@ if want invariance; then  # issue 27: invariant kernels against the default ones
   wave_install
   run_step invariance_kernels 150 python3 benchmarks/batch_invariant_gpu.py --matmul \
     --json "$RES/invariance.json" --markdown "$RES/invariance.md"; pack
+  run_step invariance_fp8_matmul 90 python3 benchmarks/batch_invariant_gpu.py --providers triton \
+    --ops scaled_mm_fp8 block_scaled_mm_fp8 --hidden 4096 \
+    --json "$RES/invariance_fp8.json" --markdown "$RES/invariance_fp8.md"; pack
   run_step invariance_e2e 120 python3 benchmarks/e2e_batch_invariant.py --device cuda; pack
 fi
 note "done: status $STATUS; outputs in $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -18,6 +18,11 @@ at 33-89% of the bandwidth bound (2026-12-05, benchmarks/README.md 3d). A split 
 partial sums that a fixed-order sum adds (deterministic bits, no atomics). Larger tiles and
 more warps are candidates for large M, where the 64-wide tiles ran at 2-2.5x cuBLASLt's time.
 ``scaled_mm_fp8`` keeps its heuristic by M.
+
+Batch-invariant mode (``INVARIANT_BLOCK``, ``scaled_mm_fp8(..., invariant=True)``): one launch
+config for every M (no split of K, tiles of 64 x 64), so each output element is the same dot
+products of the same K tiles in the same order whatever the rows around it; the cost at small M
+is the tuned config's advantage (not measured yet).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import triton.language as tl
 from . import kernels as _k
 from .kernels import _device_ctx, _off_current_device
 
-__all__ = ["BlockMatmulConfig", "block_scaled_mm_fp8", "scaled_mm_fp8"]
+__all__ = ["INVARIANT_BLOCK", "BlockMatmulConfig", "block_scaled_mm_fp8", "scaled_mm_fp8"]
 
 
 def _block_m(m: int) -> int:
@@ -49,6 +54,12 @@ class BlockMatmulConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 3
+
+
+#: The one config of the batch-invariant mode (never by M; no split of K).
+INVARIANT_BLOCK = BlockMatmulConfig(64, 64)
+#: scaled_mm_fp8's tile rows in the mode (its heuristic picks them by M).
+_INVARIANT_BLOCK_M = 64
 
 
 def _block_heuristic(m: int) -> BlockMatmulConfig:
@@ -235,13 +246,15 @@ def scaled_mm_fp8(
     scale_b: torch.Tensor,
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
+    invariant: bool = False,
 ) -> torch.Tensor:
-    """Launch the per-tensor / per-row / per-column kernel."""
+    """Launch the per-tensor / per-row / per-column kernel; ``invariant``: with tiles fixed for
+    every M (batch-invariant mode)."""
     (m, k), n = a.shape, b.shape[1]
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if m == 0 or n == 0:
         return c
-    block_m, block_n, block_k = _block_m(m), 64, 64
+    block_m, block_n, block_k = _INVARIANT_BLOCK_M if invariant else _block_m(m), 64, 64
     grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
     stride_sa = 0 if scale_a.numel() == 1 else scale_a.stride(0)
     stride_sb = 0 if scale_b.numel() == 1 else scale_b.stride(-1)

@@ -30,6 +30,7 @@ __all__ = [
     "swigluoai_and_mul",
     "swigluoai_and_mul_supports",
     "block_scaled_mm_fp8",
+    "block_scaled_mm_fp8_invariant",
     "block_scaled_mm_fp8_supports",
     "fused_add_rms_norm",
     "fused_add_rms_norm_functional",
@@ -51,6 +52,7 @@ __all__ = [
     "rotary_pos_emb",
     "rotary_pos_emb_supports",
     "scaled_mm_fp8",
+    "scaled_mm_fp8_invariant",
     "scaled_mm_fp8_supports",
     "silu_and_mul",
     "silu_and_mul_supports",
@@ -263,6 +265,13 @@ def block_scaled_mm_fp8(
     return _mk.block_scaled_mm_fp8(a, b, scale_a, scale_b, block_size, out_dtype)
 
 
+def block_scaled_mm_fp8_invariant(
+    a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, block_size: list[int], out_dtype: torch.dtype
+) -> Tensor:
+    """block_scaled_mm_fp8 with one launch config for every M (batch-invariant mode)."""
+    return _mk.block_scaled_mm_fp8(a, b, scale_a, scale_b, block_size, out_dtype, _mk.INVARIANT_BLOCK)
+
+
 def block_scaled_mm_fp8_supports(
     a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, block_size: list[int], out_dtype: torch.dtype
 ) -> bool:
@@ -277,6 +286,13 @@ def scaled_mm_fp8(
 ) -> Tensor:
     """Per-tensor / per-row / per-column scaled fp8 matmul by the Triton kernel."""
     return _mk.scaled_mm_fp8(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+def scaled_mm_fp8_invariant(
+    a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, out_dtype: torch.dtype, bias: Tensor | None = None
+) -> Tensor:
+    """scaled_mm_fp8 with its tiles fixed for every M (batch-invariant mode)."""
+    return _mk.scaled_mm_fp8(a, b, scale_a, scale_b, out_dtype, bias, invariant=True)
 
 
 def scaled_mm_fp8_supports(

@@ -70,8 +70,9 @@ QUANT_OPS = (
 
 # Batch invariance: the norms and silu_and_mul; rms_norm and fused_add_rms_norm through their
 # invariant variants (a launch fixed per hidden size, invariant_kernels.py), whose default launch
-# is tuned per row-count bucket; the position ops as they are. The fp8 matmuls claim nothing. The
-# matmul layer of ircore.batch_invariant(matmul=True): matmul_layer.py.
+# is tuned per row-count bucket; the position ops as they are; the fp8 matmuls through variants
+# with one launch config for every M. The matmul layer of ircore.batch_invariant(matmul=True):
+# matmul_layer.py.
 IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table(
         "ircore_triton.impls",
@@ -90,7 +91,13 @@ IRCORE_IMPLEMENTATIONS = {
         rank=DEFAULT_RANK,
         batch_invariant=True,  # one program per token (and head): no row reads another
     ),
-    **ircore.impl_table("ircore_triton.impls", MATMUL_OPS, rank=DEFAULT_RANK),
+    **ircore.impl_table(
+        "ircore_triton.impls",
+        MATMUL_OPS,
+        rank=DEFAULT_RANK,
+        batch_invariant=True,  # through <op>_invariant: one launch config for every M, no split of K
+        invariant_fns=MATMUL_OPS,
+    ),
     **ircore.impl_table(
         "ircore_triton.impls",
         QUANT_OPS,

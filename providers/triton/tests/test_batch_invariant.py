@@ -24,9 +24,10 @@ def test_every_claim_holds() -> None:
     registrar = Registrar("triton")
     registrar.register_table(IRCORE_IMPLEMENTATIONS)
     claimed = [impl for impl in registrar.impls if impl.batch_invariant is not False]
-    # the norms, the activations and the position ops claim it; the fp8 matmuls claim nothing
-    assert {impl.op_name for impl in registrar.impls} - {impl.op_name for impl in claimed} == {*MATMUL_OPS}
-    assert set(ROPE_OPS) | set(QUANT_OPS) <= {impl.op_name for impl in claimed}
+    # every op claims it: the norms, activations, position ops and quant kernels as they are or
+    # through variants, the fp8 matmuls through variants with one launch config for every M
+    assert {impl.op_name for impl in claimed} == {impl.op_name for impl in registrar.impls}
+    assert set(ROPE_OPS) | set(QUANT_OPS) | set(MATMUL_OPS) <= {impl.op_name for impl in claimed}
     for impl in claimed:
         # every claim is for the whole op: the dynamic quant ops themselves refuse per-tensor calls
         assert impl.batch_invariant is True
@@ -38,7 +39,7 @@ def test_every_claim_holds() -> None:
     checked = check_invariance("triton_bi", device=DEVICE, dtypes=dtypes, sizes=SIZES, max_samples=1)
     assert set(checked) == {impl.op_name for impl in claimed} and all(checked.values()), checked
     fixed = {impl.op_name for impl in claimed if impl.invariant_fn is not None}
-    assert fixed == {"rms_norm", "fused_add_rms_norm"}
+    assert fixed == {"rms_norm", "fused_add_rms_norm", *MATMUL_OPS}
 
 
 TINY = MatmulConfig(16, 16, 16, 2, 4, 1)
