@@ -43,6 +43,7 @@ __all__ = [
     "rms_norm",
     "rms_norm_gated",
     "rms_norm_gated_supports",
+    "rms_norm_gated_invariant",
     "rms_norm_invariant",
     "rms_norm_supports",
     "rotary_embedding",
@@ -456,6 +457,21 @@ def rms_norm_invariant(
     from . import invariant_kernels
 
     return invariant_kernels.rms_norm(x, weight, epsilon, variance_size)
+
+
+def rms_norm_gated_invariant(
+    x: Tensor,
+    gate: Tensor,
+    weight: Tensor,
+    epsilon: float,
+    group_size: int | None = None,
+    norm_before_gate: bool = False,
+    round_normalized: bool = False,
+) -> Tensor:
+    """rms_norm_gated launched with its warps fixed per group size (batch-invariant mode)."""
+    from . import invariant_kernels
+
+    return invariant_kernels.rms_norm_gated(x, gate, weight, epsilon, group_size, norm_before_gate, round_normalized)
 
 
 def fused_add_rms_norm_invariant(

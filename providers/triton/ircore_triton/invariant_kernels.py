@@ -5,9 +5,10 @@ grid per row-count bucket: each changes how a row's sum of squares is split acro
 row's bits depend on the batch. Here the configuration comes from the hidden size and dtype
 alone: one row per program (``BLOCK_M = 1``), the warps the heuristic gives for one row, one
 program per row, and for rows over ``MAX_ROW_BLOCK`` the chunked kernel's fixed chunk. Every row
-is then reduced by the same code in the same order, whatever the batch. rms_norm_gated,
-layer_norm (configured by hidden size only, one row per program) and silu_and_mul (elementwise)
-are invariant as they are.
+is then reduced by the same code in the same order, whatever the batch. rms_norm_gated's default
+launch tunes its warps per row-count bucket (norm_kernels.py): here it takes the heuristic's,
+fixed by the group size and dtype. layer_norm (configured by hidden size only, one row per
+program) and silu_and_mul (elementwise) are invariant as they are.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from __future__ import annotations
 import functools
 
 import torch
+import triton
 
 from . import kernels as _k
+from . import norm_kernels as _nk
 
 
 @functools.cache
@@ -41,3 +44,17 @@ def fused_add_rms_norm_(
 ) -> None:
     n = x.shape[-1]
     _k.fused_add_rms_norm_(x, x_residual, weight, epsilon, variance_size, norm_config(n, x.element_size()))
+
+
+def rms_norm_gated(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    weight: torch.Tensor,
+    epsilon: float,
+    group_size: int | None = None,
+    norm_before_gate: bool = False,
+    round_normalized: bool = False,
+) -> torch.Tensor:
+    gs = x.shape[-1] if group_size is None else group_size
+    cfg = _nk.gated_heuristic(triton.next_power_of_2(gs), x.element_size())
+    return _nk.rms_norm_gated(x, gate, weight, epsilon, group_size, norm_before_gate, round_normalized, cfg)

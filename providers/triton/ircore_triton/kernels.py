@@ -34,7 +34,10 @@ import triton.language as tl
 
 __all__ = [
     "MAX_ROW_BLOCK",
+    "ActConfig",
+    "GatedNormConfig",
     "NormConfig",
+    "RopeConfig",
     "SiluConfig",
     "clear_configs",
     "fused_add_rms_norm",
@@ -45,6 +48,7 @@ __all__ = [
     "set_config",
     "set_pdl",
     "silu_and_mul",
+    "TunedConfig",
     "tuned_configs",
 ]
 
@@ -336,14 +340,54 @@ class SiluConfig:
     num_warps: int
 
 
-_CONFIGS: dict[tuple, NormConfig | SiluConfig] = {}
+@dataclass(frozen=True)
+class ActConfig:
+    """Launch config of a gated activation (act_kernels.py): a ``block_m x block_d`` output tile
+    per program. ``split``: swigluoai_and_mul only, read a contiguous ``2 * block_d`` span and
+    deinterleave gate/up in registers instead of two stride-2 loads."""
+
+    block_m: int
+    block_d: int
+    num_warps: int
+    split: bool = False
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """Launch config of rotary_pos_emb (rope_kernels.py). ``split_qk`` False: ``block_t`` tokens x
+    ``block_h`` heads of the query heads followed by the key heads per program (the kernel shared
+    with rotary_embedding). True: one program takes ``block_t`` tokens with all their query heads
+    and all their key heads as two tiles (each padded to a power of two on its own, cos/sin loaded
+    once per token); ``block_h`` is then unused (0)."""
+
+    block_t: int
+    block_h: int
+    num_warps: int
+    split_qk: bool = False
+
+
+@dataclass(frozen=True)
+class GatedNormConfig:
+    """Launch config of rms_norm_gated (norm_kernels.py): one row (group) per program, whole in
+    registers; only the warps vary, which changes how the row's sum of squares is split across
+    threads (hence the invariant variant fixes them per group size)."""
+
+    num_warps: int
+
+
+#: Every launch config this provider tunes.
+TunedConfig = NormConfig | SiluConfig | ActConfig | RopeConfig | GatedNormConfig
+
+_CONFIGS: dict[tuple, TunedConfig] = {}
 # What the autotune measured for each key it tuned: [(config, us per call), ...] in candidate order
 # (bench_gpu.py --sweep shows it next to its own timings).
-_TUNE_TIMES: dict[tuple, list[tuple[NormConfig | SiluConfig, float]]] = {}
+_TUNE_TIMES: dict[tuple, list[tuple[TunedConfig, float]]] = {}
 
 
-def tuned_configs() -> dict[tuple, NormConfig | SiluConfig]:
-    """A copy of the config cache: ``(op, hidden, dtype, bucket) -> config``."""
+def tuned_configs() -> dict[tuple, TunedConfig]:
+    """A copy of the config cache: ``(op, hidden, dtype, bucket) -> config`` (``hidden`` is a
+    tuple for rotary_pos_emb, ``(query heads, key heads, head_dim)``, and rms_norm_gated,
+    ``(row width, group size)``)."""
     return dict(_CONFIGS)
 
 
@@ -353,9 +397,14 @@ def clear_configs() -> None:
     _TUNE_TIMES.clear()
 
 
-def set_config(op: str, hidden: int, dtype: torch.dtype, rows: int, config: NormConfig | SiluConfig) -> None:
-    """Pin ``config`` for ``op`` ("rms_norm", "fused_add_rms_norm", "silu_and_mul") at the bucket of
-    ``rows``; ``hidden`` is the norm's row width, or silu_and_mul's output width ``d``."""
+def set_config(
+    op: str, hidden: int | tuple[int, ...], dtype: torch.dtype, rows: int, config: TunedConfig
+) -> None:
+    """Pin ``config`` for ``op`` at the bucket of ``rows``; ``hidden`` is the norm's row width,
+    or an activation's output width ``d`` (ops "rms_norm", "fused_add_rms_norm", "silu_and_mul",
+    "gelu_and_mul", "gelu_tanh_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul"),
+    ``(query heads, key heads, head_dim)`` for "rotary_pos_emb" (rows: tokens) and ``(row width,
+    group size)`` for "rms_norm_gated" (rows: rows, not groups)."""
     _CONFIGS[(op, hidden, dtype, _bucket(rows))] = config
 
 
@@ -651,6 +700,23 @@ def _launch_norm(
             PARTIAL=var_n != n, num_warps=cfg.num_warps, grid=(grid_n,), warmup=False,
             **_launch_opts(x.device),
         )  # fmt: skip
+
+
+def _tuned(
+    key: tuple,
+    heuristic: Callable[[], TunedConfig],
+    tune: Callable[[], TunedConfig],
+    device: torch.device,
+) -> TunedConfig:
+    """The cached config of ``key``; else ``tune()`` (which scratches its own inputs and calls
+    :func:`_pick`), or, with the autotune off, under the interpreter or inside CUDA-graph capture,
+    ``heuristic()`` (not cached). The other modules' launchers (act, norm, rope) go through here."""
+    cfg = _CONFIGS.get(key)
+    if cfg is not None:
+        return cfg
+    if not _AUTOTUNE or _capturing(device):
+        return heuristic()
+    return tune()
 
 
 def _norm_config(op: str, x: torch.Tensor, rows: int, n: int, has_res: bool) -> NormConfig:

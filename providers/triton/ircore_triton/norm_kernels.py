@@ -3,17 +3,29 @@
 One program normalises one row, or one group of a row for ``rms_norm_gated`` with a
 ``group_size``: the whole row (group) is held in registers (``BLOCK_N`` the next power of two),
 read once, computed in fp32 and written once. Rows wider than :data:`MAX_ROW_BLOCK` elements
-are left to other providers (the predicates say so). The launch config is a heuristic (warps by
-row width); no autotuning yet. PDL as in :mod:`ircore_triton.kernels`.
+are left to other providers (the predicates say so). PDL as in :mod:`ircore_triton.kernels`.
+
+``layer_norm``'s warps are a heuristic (by row width). ``rms_norm_gated``'s
+(:class:`~ircore_triton.kernels.GatedNormConfig`) are tuned per (row width, group size, dtype,
+row-count bucket) by the autotune of :mod:`ircore_triton.kernels`: the heuristic's warps (about
+four 16-byte vectors per thread) first, then twice and four times as many: at T <= 128 a row per
+program leaves most SMs idle and the row's latency is what counts, so fewer elements per thread
+(more loads in flight per row) can win. The warps change
+how a row's sum of squares is split across threads, so the tuned launch is batch-variant: the
+batch-invariant mode runs :func:`rms_norm_gated` with the heuristic's warps, fixed per group size
+and dtype (``invariant_kernels.rms_norm_gated``).
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-from .kernels import _as_rows, _device_ctx, _launch_opts, _off_current_device
+from . import kernels as _k
+from .kernels import GatedNormConfig, _as_rows, _device_ctx, _launch_opts, _off_current_device
 
 __all__ = ["MAX_ROW_BLOCK", "layer_norm", "rms_norm_gated"]
 
@@ -101,6 +113,59 @@ def _warps(block_n: int, elem_bytes: int) -> int:
     return max(1, min(16, triton.next_power_of_2(-(-block_n // per_warp))))
 
 
+def gated_heuristic(block_n: int, elem_bytes: int) -> GatedNormConfig:
+    """rms_norm_gated's launch before tuning, fixed by the group's width and the dtype: the
+    invariant variant's, and what runs with the autotune off or inside CUDA-graph capture."""
+    return GatedNormConfig(_warps(block_n, elem_bytes))
+
+
+def _gated_candidates(block_n: int, elem_bytes: int) -> list[GatedNormConfig]:
+    """The heuristic's warps first, then twice and four times as many (at most 32 warps, at least
+    one 16-byte vector per thread). Fewer than the heuristic's are not tried: x, the gate and the
+    weight are all held in fp32 registers, and eight vectors per thread of each would spill."""
+    h = gated_heuristic(block_n, elem_bytes).num_warps
+    per_vector = 32 * max(1, 16 // elem_bytes)  # elements of one 16-byte vector per thread of a warp
+    out = [GatedNormConfig(h)]
+    for w in (h * 2, h * 4):
+        if w <= 32 and w * per_vector <= block_n:
+            out.append(GatedNormConfig(w))
+    return out
+
+
+def _run_gated(
+    cfg: GatedNormConfig, x2, g2, w, y2, rows: int, n_groups: int, gs: int, eps: float,
+    norm_before_gate: bool, round_normalized: bool,
+) -> None:  # fmt: skip
+    _rms_norm_gated_kernel.run(
+        x2, g2, w, y2, n_groups, gs, x2.stride(0), g2.stride(0), y2.stride(0), eps,
+        BLOCK_N=triton.next_power_of_2(gs), NORM_BEFORE_GATE=norm_before_gate, ROUND=round_normalized,
+        num_warps=cfg.num_warps, grid=(rows * n_groups,), warmup=False, **_launch_opts(x2.device),
+    )  # fmt: skip
+
+
+def _gated_config(
+    x2: torch.Tensor, rows: int, n: int, gs: int, norm_before_gate: bool, round_normalized: bool
+) -> GatedNormConfig:
+    key = ("rms_norm_gated", (n, gs), x2.dtype, _k._bucket(rows))
+    block_n = triton.next_power_of_2(gs)
+
+    def tune() -> GatedNormConfig:
+        t_rows = _k._bucket_rows(key[3], 3 * n)
+        dev = x2.device
+        xs = torch.full((t_rows, n), 0.5, dtype=x2.dtype, device=dev)  # RNG untouched
+        gs_ = torch.full((t_rows, n), 0.25, dtype=x2.dtype, device=dev)
+        ws = torch.ones(n, dtype=x2.dtype, device=dev)
+        ys = torch.empty_like(xs)
+
+        def make(c: GatedNormConfig) -> Callable[[], None]:
+            return lambda: _run_gated(c, xs, gs_, ws, ys, t_rows, n // gs, gs, 1e-6, norm_before_gate, round_normalized)
+
+        return _k._pick(key, _gated_candidates(block_n, x2.element_size()), make, dev)
+
+    heuristic = lambda: gated_heuristic(block_n, x2.element_size())  # noqa: E731
+    return _k._tuned(key, heuristic, tune, x2.device)  # type: ignore[return-value]
+
+
 def rms_norm_gated(
     x: torch.Tensor,
     gate: torch.Tensor,
@@ -109,27 +174,23 @@ def rms_norm_gated(
     group_size: int | None = None,
     norm_before_gate: bool = False,
     round_normalized: bool = False,
+    config: GatedNormConfig | None = None,
 ) -> torch.Tensor:
-    """Gated RMSNorm (the op's semantics) into a new contiguous tensor."""
+    """Gated RMSNorm (the op's semantics) into a new contiguous tensor (``config`` overrides the
+    tuned launch)."""
     if _off_current_device(x):
         with _device_ctx(x):
-            return rms_norm_gated(x, gate, weight, epsilon, group_size, norm_before_gate, round_normalized)
+            return rms_norm_gated(x, gate, weight, epsilon, group_size, norm_before_gate, round_normalized, config)
     n = x.shape[-1]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     rows = x.numel() // n
     if rows == 0:
         return y
     gs = n if group_size is None else group_size
-    n_groups = n // gs
     x2, g2 = _as_rows(x, n), _as_rows(gate, n)
     w = weight if weight.stride(-1) == 1 else weight.contiguous()
-    block_n = triton.next_power_of_2(gs)
-    _rms_norm_gated_kernel.run(
-        x2, g2, w, y.view(rows, n), n_groups, gs, x2.stride(0), g2.stride(0), n, epsilon,
-        BLOCK_N=block_n, NORM_BEFORE_GATE=norm_before_gate, ROUND=round_normalized,
-        num_warps=_warps(block_n, x.element_size()), grid=(rows * n_groups,), warmup=False,
-        **_launch_opts(x.device),
-    )  # fmt: skip
+    cfg = config or _gated_config(x2, rows, n, gs, norm_before_gate, round_normalized)
+    _run_gated(cfg, x2, g2, w, y.view(rows, n), rows, n // gs, gs, epsilon, norm_before_gate, round_normalized)
     return y
 
 

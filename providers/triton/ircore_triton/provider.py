@@ -68,7 +68,7 @@ QUANT_OPS = (
     "silu_and_mul_group_quant_fp8",
 )
 
-# Batch invariance: the norms and silu_and_mul; rms_norm and fused_add_rms_norm through their
+# Batch invariance: the norms and silu_and_mul; rms_norm, fused_add_rms_norm and rms_norm_gated through their
 # invariant variants (a launch fixed per hidden size, invariant_kernels.py), whose default launch
 # is tuned per row-count bucket; the position ops as they are; the fp8 matmuls through variants
 # with one launch config for every M. The matmul layer of ircore.batch_invariant(matmul=True):
@@ -81,7 +81,7 @@ IRCORE_IMPLEMENTATIONS = {
         cache_by_signature=True,
         rank=DEFAULT_RANK,
         batch_invariant=True,
-        invariant_fns=("rms_norm", "fused_add_rms_norm"),
+        invariant_fns=("rms_norm", "fused_add_rms_norm", "rms_norm_gated"),
     ),
     **ircore.impl_table(
         "ircore_triton.impls",

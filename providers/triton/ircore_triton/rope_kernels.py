@@ -23,6 +23,16 @@ Why it looks like this:
   rotary_dim]`` tile and split into even/odd channels in registers (``tl.split``), so loads stay
   contiguous vectors. Under Triton's interpreter (tests) a program takes up to 16 tokens and
   every head instead: the interpreter runs programs one by one at a cost per operation.
+- ``rotary_pos_emb``'s launch (:class:`~ircore_triton.kernels.RopeConfig`) is tuned per (query
+  heads, key heads, head_dim, dtype, token-count bucket) by the autotune of
+  :mod:`ircore_triton.kernels` (``_pick``), on scratch q/k in HF's layout (``(1, heads, T, D)``
+  views of ``(1, T, heads * D)``). Candidates: the heuristic blocks first (:func:`_blocks`: 32
+  heads of 128 per program, so Llama's 32 + 8 heads make two programs per token, the second
+  three quarters masked and reloading cos/sin), every head of a token in one program, and
+  :func:`_hf_rope_qk_kernel`: one program per token (or two) holding its query heads and its
+  key heads as two tiles, each padded to a power of two on its own (32 and 8: nothing masked),
+  cos/sin loaded once; 2 to 16 warps (at most 32 pairs per thread). Every candidate rotates each pair with the same operations
+  (``x1 * c1 - x2 * s1``, ``x2 * c2 + x1 * s2`` in fp32), so the op stays batch-invariant.
 - PDL as in :mod:`ircore_triton.kernels` (Hopper and later): wait before the first global
   access, let the next kernel launch once the loads are issued.
 """
@@ -30,12 +40,14 @@ Why it looks like this:
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-from .kernels import _device_ctx, _launch_opts, _off_current_device, interpreting
+from . import kernels as _k
+from .kernels import RopeConfig, _device_ctx, _launch_opts, _off_current_device, interpreting
 
 _INTERPRET = interpreting()
 
@@ -190,6 +202,42 @@ def _hf_rope_kernel(
         tl.extra.cuda.gdc_launch_dependents()
     o1, o2 = x1 * c1 - x2 * s1, x2 * c2 + x1 * s2
     _store_pairs(rows, row_ok, offs_i, half, o1, o2, True, BLOCK_T, BLOCK_H, BLOCK_HALF)
+
+
+@triton.jit
+def _hf_rope_qk_kernel(
+    Q, k_off, COS, SIN, n_tokens, hq, hk, n1, half,
+    sq0, sq1, sqh, sk0, sk1, skh, sc0, sc1, ss0, ss1,
+    BLOCK_T: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    USE_PDL: tl.constexpr = False,
+):  # fmt: skip
+    """:func:`_hf_rope_kernel` with every head of ``BLOCK_T`` tokens in one program: the query
+    heads as one ``[BLOCK_T, BLOCK_HQ]`` tile, the key heads (``k_off`` elements from ``Q``) as
+    another, each padded on its own (GQA's 32 + 8 heads: no masked head), cos/sin loaded once per
+    token. The same rotation, operation for operation."""
+    toks = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    tok_ok = toks < n_tokens
+    i0 = (toks // n1).to(tl.int64)
+    i1 = (toks % n1).to(tl.int64)
+    jq = tl.arange(0, BLOCK_HQ)[None, :]
+    jk = tl.arange(0, BLOCK_HK)[None, :]
+    q_rows = Q + ((i0 * sq0 + i1 * sq1)[:, None] + jq * sqh)
+    k_rows = Q + ((k_off + i0 * sk0 + i1 * sk1)[:, None] + jk * skh)
+    q_ok = tok_ok[:, None] & (jq < hq)
+    k_ok = tok_ok[:, None] & (jk < hk)
+    offs_i = tl.arange(0, BLOCK_HALF)
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+    c1, c2 = _load_cos_sin(COS + i0 * sc0 + i1 * sc1, tok_ok, offs_i, half, 1)
+    s1, s2 = _load_cos_sin(SIN + i0 * ss0 + i1 * ss1, tok_ok, offs_i, half, 1)
+    q1, q2 = _load_pairs(q_rows, q_ok, offs_i, half, True, BLOCK_T, BLOCK_HQ, BLOCK_HALF)
+    k1, k2 = _load_pairs(k_rows, k_ok, offs_i, half, True, BLOCK_T, BLOCK_HK, BLOCK_HALF)
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    oq1, oq2 = q1 * c1 - q2 * s1, q2 * c2 + q1 * s2
+    ok1, ok2 = k1 * c1 - k2 * s1, k2 * c2 + k1 * s2
+    _store_pairs(q_rows, q_ok, offs_i, half, oq1, oq2, True, BLOCK_T, BLOCK_HQ, BLOCK_HALF)
+    _store_pairs(k_rows, k_ok, offs_i, half, ok1, ok2, True, BLOCK_T, BLOCK_HK, BLOCK_HALF)
 
 
 @triton.jit(do_not_specialize=["eps"])
@@ -354,15 +402,95 @@ def hf_head_dim(q: torch.Tensor, cos: torch.Tensor, unsqueeze_dim: int) -> int:
     return d if 0 <= d <= 2 else -1
 
 
+#: Most rotated pairs (each two fp32 values in registers) per thread a candidate may hold: the
+#: heuristic holds 16 (2048 pairs on 4 warps); past 32 it would spill.
+_MAX_PAIRS_PER_THREAD = 32
+
+
+def _hf_heuristic(tokens: int, hq: int, hk: int, half: int) -> RopeConfig:
+    block_t, block_h, _ = _blocks(tokens, hq + hk, half)
+    return RopeConfig(block_t, block_h, 4)
+
+
+def _hf_candidates(tokens: int, hq: int, hk: int, half: int) -> list[RopeConfig]:
+    """The heuristic first; every head of a token in one program of the shared kernel; the
+    q/k-split kernel with 1 token per program, and 2 at T >= 1024; 2 to 16 warps, 4 to
+    :data:`_MAX_PAIRS_PER_THREAD` pairs per thread."""
+    p2 = triton.next_power_of_2
+    block_half = p2(max(half, 1))
+
+    def warps(pairs: int) -> list[int]:
+        return [w for w in (2, 4, 8, 16) if 4 * 32 * w <= pairs <= _MAX_PAIRS_PER_THREAD * 32 * w] or [4]
+
+    out = [_hf_heuristic(tokens, hq, hk, half)]
+    all_heads = p2(hq + hk)
+    out.extend(RopeConfig(1, all_heads, w) for w in warps(all_heads * block_half))
+    split_pairs = (p2(hq) + p2(hk)) * block_half
+    for bt in (1, 2) if tokens >= 1024 else (1,):
+        out.extend(RopeConfig(bt, 0, w, True) for w in warps(bt * split_pairs))
+    return list(dict.fromkeys(out))
+
+
+def _run_hf(
+    cfg: RopeConfig, q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_off: int, tokens: int,
+    hq: int, hk: int, n1: int, half: int, strides: tuple[int, ...],
+) -> None:  # fmt: skip
+    block_half = triton.next_power_of_2(max(half, 1))
+    p2 = triton.next_power_of_2
+    if cfg.split_qk:
+        _hf_rope_qk_kernel[(triton.cdiv(tokens, cfg.block_t),)](
+            q, k_off, cos, sin, tokens, hq, hk, n1, half, *strides,
+            BLOCK_T=cfg.block_t, BLOCK_HQ=p2(max(hq, 1)), BLOCK_HK=p2(max(hk, 1)), BLOCK_HALF=block_half,
+            num_warps=cfg.num_warps, **_launch_opts(q.device),
+        )  # fmt: skip
+    else:
+        grid = (triton.cdiv(tokens, cfg.block_t), triton.cdiv(hq + hk, cfg.block_h))
+        _hf_rope_kernel[grid](
+            q, k_off, cos, sin, tokens, hq, hk, n1, half, *strides,
+            BLOCK_T=cfg.block_t, BLOCK_H=cfg.block_h, BLOCK_HALF=block_half, num_warps=cfg.num_warps,
+            **_launch_opts(q.device),
+        )  # fmt: skip
+
+
+def _hf_config(q: torch.Tensor, tokens: int, hq: int, hk: int, half: int) -> RopeConfig:
+    key = ("rotary_pos_emb", (hq, hk, q.shape[-1]), q.dtype, _k._bucket(tokens))
+
+    def tune() -> RopeConfig:
+        d = q.shape[-1]
+        t = _k._bucket_rows(key[3], 2 * (hq + hk) * d)
+        dev, dt = q.device, q.dtype
+        # HF attention's layout: (1, heads, T, D) views of (1, T, heads * D); constant values
+        # (timing does not depend on them; the caller's RNG is untouched)
+        qs = torch.full((1, t, hq, d), 0.5, dtype=dt, device=dev).transpose(1, 2)
+        ks = torch.full((1, t, hk, d), 0.5, dtype=dt, device=dev).transpose(1, 2)
+        cs = torch.full((1, t, d), 0.5, dtype=dt, device=dev)
+        k_off = (ks.data_ptr() - qs.data_ptr()) // qs.element_size()
+        sq, sk = qs.stride(), ks.stride()
+        strides = (sq[0], sq[2], sq[1], sk[0], sk[2], sk[1], cs.stride(0), cs.stride(1), cs.stride(0), cs.stride(1))
+
+        def make(c: RopeConfig) -> Callable[[], None]:
+            return lambda: _run_hf(c, qs, cs, cs, k_off, t, hq, hk, t, d // 2, strides)
+
+        return _k._pick(key, _hf_candidates(t, hq, hk, d // 2), make, dev)
+
+    heuristic = lambda: _hf_heuristic(tokens, hq, hk, half)  # noqa: E731
+    return _k._tuned(key, heuristic, tune, q.device)  # type: ignore[return-value]
+
+
 def rotary_pos_emb_(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    unsqueeze_dim: int = 1,
+    config: RopeConfig | None = None,
 ) -> None:
     """Hugging Face's ``apply_rotary_pos_emb`` into ``q`` and ``k`` in place (fp32 maths). q and
     k are 4-D with unit channel stride and the same leading sizes; cos/sin broadcast to them
-    (checked by the op and the predicate)."""
+    (checked by the op and the predicate). ``config`` overrides the tuned launch."""
     if _off_current_device(q):
         with _device_ctx(q):
-            return rotary_pos_emb_(q, k, cos, sin, unsqueeze_dim)
+            return rotary_pos_emb_(q, k, cos, sin, unsqueeze_dim, config)
     hd = hf_head_dim(q, cos, unsqueeze_dim)
     wide_c, wide_s = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
     lq, lk = hf_layout(q, wide_c, hd), hf_layout(k, wide_c, hd)
@@ -375,13 +503,11 @@ def rotary_pos_emb_(
     half = q.shape[-1] // 2
     if n0 * n1 == 0 or half == 0:
         return None
-    block_t, block_h, block_half = _blocks(n0 * n1, hq + hk, half)
+    tokens = n0 * n1
+    cfg = config or _hf_config(q, tokens, hq, hk, half)
     k_off = (k.data_ptr() - q.data_ptr()) // q.element_size()  # k addressed from q's pointer
-    grid = (triton.cdiv(n0 * n1, block_t), triton.cdiv(hq + hk, block_h))
-    _hf_rope_kernel[grid](
-        q, k_off, cos, sin, n0 * n1, hq, hk, n1, half, sq0, sq1, sqh, sk0, sk1, skh, sc0, sc1, ss0, ss1,
-        BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_HALF=block_half, num_warps=4, **_launch_opts(q.device),
-    )  # fmt: skip
+    strides = (sq0, sq1, sqh, sk0, sk1, skh, sc0, sc1, ss0, ss1)
+    _run_hf(cfg, q, cos, sin, k_off, tokens, hq, hk, n1, half, strides)
     return None
 
 

@@ -183,3 +183,41 @@ def test_rows_not_in_whole_vectors_take_at_most_two_vectors_per_thread() -> None
                 assert c.block_m * c.block_n <= c.num_warps * 32 * vec * 2
     aligned = kernels._norm_candidates(296, 1024, 2, 132)  # 37 vectors of 8: four allowed
     assert any(c.block_m * c.block_n > c.num_warps * 32 * 8 * 2 for c in aligned)
+
+
+def test_act_gated_norm_and_rope_launches_are_tuned_per_key(fake_tuner: list[int]) -> None:
+    """The gated activations, rms_norm_gated and rotary_pos_emb go through the same autotune:
+    one key per (op, width, dtype, bucket), every candidate launched, the fastest (the last one
+    under the fake timer) cached and run on the caller's tensors (checked against the reference);
+    the heuristic launch is the first candidate."""
+    from ircore_triton import act_kernels, impls, norm_kernels, rope_kernels
+
+    import ircore
+
+    x = torch.randn(3, 80)
+    out = impls.swigluoai_and_mul(x, 1.702, 7.0)
+    torch.testing.assert_close(out, ircore.get_op("swigluoai_and_mul").native(x, 1.702, 7.0), atol=1e-5, rtol=1e-5)
+    key = ("swigluoai_and_mul", 40, torch.float32, kernels._bucket(3))
+    cands = act_kernels._candidates(40, kernels._bucket_rows(key[3], 80), 4, True)
+    assert cands[0] == act_kernels._heuristic(kernels._bucket_rows(key[3], 80), 40)
+    assert kernels.tuned_configs()[key] == cands[-1] and cands[-1].split and fake_tuner == [len(cands)]
+    impls.gelu_and_mul(x, "tanh")  # its own key, apart from gelu_and_mul's erf form
+    assert ("gelu_tanh_and_mul", 40, torch.float32, key[3]) in kernels.tuned_configs()
+
+    xg, g, w = torch.randn(3, 1024), torch.randn(3, 1024), 1 + 0.1 * torch.randn(1024)
+    args = (xg, g, w, 1e-6, None, False, False)
+    torch.testing.assert_close(impls.rms_norm_gated(*args), ircore.ops.rms_norm_gated.native(*args), atol=1e-5, rtol=1e-5)
+    gated = kernels.tuned_configs()[("rms_norm_gated", (1024, 1024), torch.float32, key[3])]
+    assert gated == norm_kernels._gated_candidates(1024, 4)[-1] == kernels.GatedNormConfig(8)
+
+    b, s, hq, hk, d = 1, 1, 3, 2, 16  # one token: its bucket tunes on one (the interpreter's time)
+    q = torch.randn(b, s, hq, d).transpose(1, 2)
+    k = torch.randn(b, s, hk, d).transpose(1, 2)
+    cos, sin = torch.randn(b, s, d), torch.randn(b, s, d)
+    ref_args = (q.clone(), k.clone(), cos, sin, 1)
+    impls.rotary_pos_emb(q, k, cos, sin, 1)
+    torch.testing.assert_close((q, k), ircore.ops.rotary_pos_emb.native(*ref_args), atol=1e-5, rtol=1e-5)
+    rope_key = ("rotary_pos_emb", (hq, hk, d), torch.float32, kernels._bucket(s))
+    t = kernels._bucket_rows(rope_key[3], 2 * (hq + hk) * d)
+    assert kernels.tuned_configs()[rope_key] == rope_kernels._hf_candidates(t, hq, hk, d // 2)[-1]
+    assert kernels.tuned_configs()[rope_key].split_qk

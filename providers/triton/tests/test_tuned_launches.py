@@ -1,0 +1,122 @@
+"""Every candidate launch the autotune may pick for the gated activations, rms_norm_gated and
+rotary_pos_emb (act_kernels.py, norm_kernels.py, rope_kernels.py) runs and matches the op's fp64
+reference, and gives the same bits as the heuristic launch where the op claims batch invariance
+through it: a tuned kernel whose alternative is wrong is caught here, not on the GPU that picks it.
+The candidate lists are the GPU's (the interpreter's own launch is the heuristic: no tuning there),
+built for shapes that reach each family (narrow and wide column tiles, whole short rows, the
+deinterleaving swigluoai load, every head in one program, the q/k-split RoPE kernel); tiny tensors.
+"""
+
+import pytest
+import torch
+from conftest import GPU
+from ircore_triton import act_kernels, norm_kernels, rope_kernels
+from ircore_triton.kernels import ActConfig, GatedNormConfig, RopeConfig
+
+import ircore
+from ircore.testing import assert_close_to_reference
+
+DEVICE = GPU or "cpu"
+
+
+def _act_configs(d: int, interleaved: bool) -> list[ActConfig]:
+    """The candidates at 1, 16 and 1024+ rows (each bucket's widths), heuristic first."""
+    out: list[ActConfig] = []
+    for rows in (1, 3, 1024):
+        out += [c for c in act_kernels._candidates(d, rows, 2, interleaved) if c not in out]
+    return out
+
+
+def _distinct_for_device(configs: list) -> list:
+    """All of them on a GPU; under the interpreter one per launch shape: it ignores num_warps
+    (its programs run one by one), so configs that differ only there compute the same thing."""
+    if GPU:
+        return configs
+    seen: dict = {}
+    for c in configs:
+        seen.setdefault(tuple(v for k, v in vars(c).items() if k != "num_warps"), c)
+    return list(seen.values())
+
+
+def test_act_candidates_reach_every_family(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(act_kernels, "interpreting", lambda: False)  # the GPU's heuristic
+    wide = _act_configs(14336, True)
+    assert wide[0] == ActConfig(1, 1024, 2) and not wide[0].split  # today's launch at T = 1 comes first
+    assert {c.block_d for c in wide} >= {128, 256, 1024, 4096}
+    assert {c.split for c in wide} == {False, True}
+    assert not any(c.split for c in _act_configs(14336, False))
+    # the alternatives: at most two 16-byte vectors per thread (rows not in whole vectors load
+    # element by element; the heuristic's tile, four at T >= 4, stays as it was)
+    for rows in (1, 3, 1024):
+        cands = act_kernels._candidates(14336, rows, 2, True)
+        h = cands[0]
+        others = [c for c in cands if (c.block_m, c.block_d, c.num_warps) != (h.block_m, h.block_d, h.num_warps)]
+        assert others and all(c.block_m * c.block_d <= c.num_warps * 32 * 8 * 2 for c in others)
+
+
+# d = 1030: column tiles of 128..2048 (masked last tile); d = 40: several whole rows per tile
+@pytest.mark.parametrize("d", [1030, 40])
+def test_every_act_candidate_matches_reference_and_heuristic(d: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(act_kernels, "interpreting", lambda: False)
+    g = torch.Generator().manual_seed(d)
+    rows = 1 if d > 1024 else 3  # the interpreter's time goes by programs: one row of the wide case
+    x = (torch.randn(rows, 2 * d + 8, generator=g) * 4).to(torch.bfloat16).to(DEVICE)[:, : 2 * d]  # padded rows
+    for name, params, interleaved in (
+        ("gelu_and_mul", ("tanh",), False),  # one function of the shared kernel: tiles do not depend on it
+        ("swigluoai_and_mul", (1.702, 7.0), True),
+    ):
+        fn = getattr(act_kernels, name)
+        configs = _act_configs(d, interleaved)
+        assert len(configs) >= 3
+        first = fn(x, *params, config=configs[0])
+        op = ircore.get_op(name)
+        assert_close_to_reference(op, first, (x, *params))
+        for c in _distinct_for_device(configs)[1:]:
+            assert torch.equal(fn(x, *params, config=c), first), f"{name} {c}"  # elementwise: same bits
+
+
+def test_every_gated_norm_candidate_matches_reference() -> None:
+    """A row and a group width with two or three candidates (1 to 4 warps); the invariant
+    variant's launch is the heuristic's (the first candidate), bit for bit."""
+    from ircore_triton import invariant_kernels
+
+    x = (torch.randn(2, 1024, device=DEVICE)).to(torch.bfloat16)
+    gate = (torch.randn(2, 1024, device=DEVICE) * 2).to(torch.bfloat16)
+    w = (1 + 0.1 * torch.randn(1024, device=DEVICE)).to(torch.bfloat16)
+    for gs, nbg in ((None, False), (512, True)):
+        configs = norm_kernels._gated_candidates(1024 if gs is None else gs, 2)
+        assert len(configs) >= 2 and configs[0] == norm_kernels.gated_heuristic(1024 if gs is None else gs, 2)
+        args = (x, gate, w, 1e-6, gs, nbg, True)
+        outs = [norm_kernels.rms_norm_gated(*args, config=c) for c in _distinct_for_device(configs)]
+        for out in outs:
+            assert_close_to_reference(ircore.ops.rms_norm_gated, out, args)
+        assert torch.equal(invariant_kernels.rms_norm_gated(*args), outs[0])
+    assert norm_kernels._gated_candidates(8192, 2) == [GatedNormConfig(8), GatedNormConfig(16), GatedNormConfig(32)]
+
+
+def test_every_rope_candidate_matches_reference_and_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF's (B, H, S, D) views of (B, S, H*D), B = 2 (a token is (batch, position)), 5 query heads
+    and 3 key heads (masked heads in every family), cos/sin with unequal halves, broadcast over B."""
+    monkeypatch.setattr(rope_kernels, "_INTERPRET", False)  # the GPU's candidates
+    b, s, hq, hk, d = 2, 2, 5, 3, 32
+    configs = rope_kernels._hf_candidates(1024, hq, hk, d // 2)
+    assert configs[0] == RopeConfig(1, 8, 4)
+    assert {(c.split_qk, c.block_t) for c in configs} == {(False, 1), (True, 1), (True, 2)}
+    qp = torch.randn(b, s, hq * d, device=DEVICE).to(torch.bfloat16)
+    kp = torch.randn(b, s, hk * d, device=DEVICE).to(torch.bfloat16)
+    cos, sin = torch.randn(1, s, d, device=DEVICE), torch.randn(1, s, d, device=DEVICE)
+    cos, sin = cos.to(torch.bfloat16), sin.to(torch.bfloat16)
+    configs = _distinct_for_device(configs)
+    outs = []
+    for c in configs:
+        qb, kb = qp.clone(), kp.clone()
+        q, k = qb.view(b, s, hq, d).transpose(1, 2), kb.view(b, s, hk, d).transpose(1, 2)
+        rope_kernels.rotary_pos_emb_(q, k, cos, sin, 1, config=c)
+        outs.append((qb, kb))
+    q0 = qp.view(b, s, hq, d).transpose(1, 2)
+    k0 = kp.view(b, s, hk, d).transpose(1, 2)
+    qb, kb = outs[0]
+    out = (qb.view(b, s, hq, d).transpose(1, 2), kb.view(b, s, hk, d).transpose(1, 2))
+    assert_close_to_reference(ircore.ops.rotary_pos_emb, out, (q0, k0, cos, sin, 1))
+    for c, (qc, kc) in zip(configs[1:], outs[1:]):
+        assert torch.equal(qc, qb) and torch.equal(kc, kb), c
