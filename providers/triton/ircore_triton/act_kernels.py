@@ -122,7 +122,10 @@ def _candidates(d: int, rows: int, elem_bytes: int, interleaved: bool) -> list[A
     if pd <= 1024:  # short rows: several whole rows per program
         tiles = sorted({(max(1, min(triton.next_power_of_2(rows), e // pd)), pd) for e in (2048, 4096)})
     else:
-        widths = (128, 256, 512, 1024) if rows <= 1 else (256, 512, 1024, 2048) if rows <= 16 else (1024, 2048, 4096)
+        if rows <= 1:
+            widths: tuple[int, ...] = (128, 256, 512, 1024)
+        else:
+            widths = (256, 512, 1024, 2048) if rows <= 16 else (1024, 2048, 4096)
         tiles = [(1, bd) for bd in widths if bd <= pd]
     for bm, bd in tiles:
         for vectors in (1, 2):
@@ -137,7 +140,9 @@ def _candidates(d: int, rows: int, elem_bytes: int, interleaved: bool) -> list[A
     return out
 
 
-def _run(kernel, cfg: ActConfig, x2: torch.Tensor, y2: torch.Tensor, rows: int, d: int, params, constexprs) -> None:
+def _run(
+    kernel, cfg: ActConfig, x2: torch.Tensor, y2: torch.Tensor, rows: int, d: int, params, constexprs
+) -> None:
     grid = (triton.cdiv(rows, cfg.block_m), triton.cdiv(d, cfg.block_d))
     extra = {"SPLIT": True} if cfg.split else {}
     kernel[grid](
@@ -165,7 +170,9 @@ def _config(op: str, kernel, x2: torch.Tensor, rows: int, d: int, params, conste
     return _k._tuned(key, lambda: _heuristic(rows, d), tune, x2.device)  # type: ignore[return-value]
 
 
-def _launch(op: str, kernel, x: torch.Tensor, *params, config: ActConfig | None = None, **constexprs) -> torch.Tensor:
+def _launch(
+    op: str, kernel, x: torch.Tensor, *params, config: ActConfig | None = None, **constexprs
+) -> torch.Tensor:
     d = x.shape[-1] // 2
     y = torch.empty((*x.shape[:-1], d), dtype=x.dtype, device=x.device)
     rows = y.numel() // d if d else 0

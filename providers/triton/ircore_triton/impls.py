@@ -471,7 +471,8 @@ def rms_norm_gated_invariant(
     """rms_norm_gated launched with its warps fixed per group size (batch-invariant mode)."""
     from . import invariant_kernels
 
-    return invariant_kernels.rms_norm_gated(x, gate, weight, epsilon, group_size, norm_before_gate, round_normalized)
+    args = (group_size, norm_before_gate, round_normalized)
+    return invariant_kernels.rms_norm_gated(x, gate, weight, epsilon, *args)
 
 
 def fused_add_rms_norm_invariant(

@@ -158,7 +158,8 @@ def _gated_config(
         ys = torch.empty_like(xs)
 
         def make(c: GatedNormConfig) -> Callable[[], None]:
-            return lambda: _run_gated(c, xs, gs_, ws, ys, t_rows, n // gs, gs, 1e-6, norm_before_gate, round_normalized)
+            flags = (norm_before_gate, round_normalized)
+            return lambda: _run_gated(c, xs, gs_, ws, ys, t_rows, n // gs, gs, 1e-6, *flags)
 
         return _k._pick(key, _gated_candidates(block_n, x2.element_size()), make, dev)
 
@@ -180,7 +181,8 @@ def rms_norm_gated(
     tuned launch)."""
     if _off_current_device(x):
         with _device_ctx(x):
-            return rms_norm_gated(x, gate, weight, epsilon, group_size, norm_before_gate, round_normalized, config)
+            args = (group_size, norm_before_gate, round_normalized, config)
+            return rms_norm_gated(x, gate, weight, epsilon, *args)
     n = x.shape[-1]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     rows = x.numel() // n
@@ -190,7 +192,8 @@ def rms_norm_gated(
     x2, g2 = _as_rows(x, n), _as_rows(gate, n)
     w = weight if weight.stride(-1) == 1 else weight.contiguous()
     cfg = config or _gated_config(x2, rows, n, gs, norm_before_gate, round_normalized)
-    _run_gated(cfg, x2, g2, w, y.view(rows, n), rows, n // gs, gs, epsilon, norm_before_gate, round_normalized)
+    flags = (norm_before_gate, round_normalized)
+    _run_gated(cfg, x2, g2, w, y.view(rows, n), rows, n // gs, gs, epsilon, *flags)
     return y
 
 

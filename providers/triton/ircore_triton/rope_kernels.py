@@ -31,8 +31,9 @@ Why it looks like this:
   three quarters masked and reloading cos/sin), every head of a token in one program, and
   :func:`_hf_rope_qk_kernel`: one program per token (or two) holding its query heads and its
   key heads as two tiles, each padded to a power of two on its own (32 and 8: nothing masked),
-  cos/sin loaded once; 2 to 16 warps (at most 32 pairs per thread). Every candidate rotates each pair with the same operations
-  (``x1 * c1 - x2 * s1``, ``x2 * c2 + x1 * s2`` in fp32), so the op stays batch-invariant.
+  cos/sin loaded once; 2 to 16 warps (at most 40 pairs per thread). Every candidate rotates
+  each pair with the same operations (``x1 * c1 - x2 * s1``, ``x2 * c2 + x1 * s2`` in fp32),
+  so the op stays batch-invariant.
 - PDL as in :mod:`ircore_triton.kernels` (Hopper and later): wait before the first global
   access, let the next kernel launch once the loads are issued.
 """
@@ -403,8 +404,10 @@ def hf_head_dim(q: torch.Tensor, cos: torch.Tensor, unsqueeze_dim: int) -> int:
 
 
 #: Most rotated pairs (each two fp32 values in registers) per thread a candidate may hold: the
-#: heuristic holds 16 (2048 pairs on 4 warps); past 32 it would spill.
-_MAX_PAIRS_PER_THREAD = 32
+#: heuristic holds 16 (2048 pairs on 4 warps). sm_90 compiles (tools/compile_check.py): every
+#: head of a token on 4 warps (32 pairs) takes 128 registers, the q/k split on 2 warps (40
+#: pairs) ~110; neither spills.
+_MAX_PAIRS_PER_THREAD = 40
 
 
 def _hf_heuristic(tokens: int, hq: int, hk: int, half: int) -> RopeConfig:
@@ -413,21 +416,23 @@ def _hf_heuristic(tokens: int, hq: int, hk: int, half: int) -> RopeConfig:
 
 
 def _hf_candidates(tokens: int, hq: int, hk: int, half: int) -> list[RopeConfig]:
-    """The heuristic first; every head of a token in one program of the shared kernel; the
-    q/k-split kernel with 1 token per program, and 2 at T >= 1024; 2 to 16 warps, 4 to
-    :data:`_MAX_PAIRS_PER_THREAD` pairs per thread."""
+    """The heuristic first; every head of a token in one program of the shared kernel (4 to 16
+    warps); the q/k-split kernel with 1 token per program, and 2 at T >= 1024 (2 to 8 warps: its
+    key tile is small, 8 heads x 64 pairs, and loses its 16-byte vectors past 2 warps per token
+    (sm_90 PTX), so more warps only thin it further); from 4 to :data:`_MAX_PAIRS_PER_THREAD`
+    pairs per thread."""
     p2 = triton.next_power_of_2
     block_half = p2(max(half, 1))
 
-    def warps(pairs: int) -> list[int]:
-        return [w for w in (2, 4, 8, 16) if 4 * 32 * w <= pairs <= _MAX_PAIRS_PER_THREAD * 32 * w] or [4]
+    def warps(pairs: int, choices: tuple[int, ...]) -> list[int]:
+        return [w for w in choices if 4 * 32 * w <= pairs <= _MAX_PAIRS_PER_THREAD * 32 * w] or [4]
 
     out = [_hf_heuristic(tokens, hq, hk, half)]
     all_heads = p2(hq + hk)
-    out.extend(RopeConfig(1, all_heads, w) for w in warps(all_heads * block_half))
+    out.extend(RopeConfig(1, all_heads, w) for w in warps(all_heads * block_half, (4, 8, 16)))
     split_pairs = (p2(hq) + p2(hk)) * block_half
     for bt in (1, 2) if tokens >= 1024 else (1,):
-        out.extend(RopeConfig(bt, 0, w, True) for w in warps(bt * split_pairs))
+        out.extend(RopeConfig(bt, 0, w, True) for w in warps(bt * split_pairs, (2, 4, 8)))
     return list(dict.fromkeys(out))
 
 
@@ -466,7 +471,8 @@ def _hf_config(q: torch.Tensor, tokens: int, hq: int, hk: int, half: int) -> Rop
         cs = torch.full((1, t, d), 0.5, dtype=dt, device=dev)
         k_off = (ks.data_ptr() - qs.data_ptr()) // qs.element_size()
         sq, sk = qs.stride(), ks.stride()
-        strides = (sq[0], sq[2], sq[1], sk[0], sk[2], sk[1], cs.stride(0), cs.stride(1), cs.stride(0), cs.stride(1))
+        cs_strides = (cs.stride(0), cs.stride(1))
+        strides = (sq[0], sq[2], sq[1], sk[0], sk[2], sk[1], *cs_strides, *cs_strides)
 
         def make(c: RopeConfig) -> Callable[[], None]:
             return lambda: _run_hf(c, qs, cs, cs, k_off, t, hq, hk, t, d // 2, strides)

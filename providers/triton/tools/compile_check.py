@@ -7,8 +7,11 @@ global loads/stores are 128-bit vectors and, from sm_90 on (where the provider l
 programmatic dependent launch), whether ``griddepcontrol.wait`` comes before every global access,
 so a config that would spill, race or fail to compile shows up before anyone reaches the GPU.
 The position ops' kernels (rope_kernels.py) are compiled too, as launched for 32 query and 8
-key heads of each ``--rope-head-dim``, both rotation styles, and the fp8 quant kernel
-(quant_kernels.py) in each input and quant stage at each ``--quant-hidden``.
+key heads of each ``--rope-head-dim``, both rotation styles (and every autotune candidate of
+``rotary_pos_emb``), the gated activations (act_kernels.py) in every candidate tile at each
+``--silu-d``, ``rms_norm_gated`` (norm_kernels.py) in every candidate warp count at each
+``--hidden`` up to its register limit, and the fp8 quant kernel (quant_kernels.py) in each input
+and quant stage at each ``--quant-hidden``.
 Run without ``TRITON_INTERPRET``::
 
     python providers/triton/tools/compile_check.py [--arch 90] [--hidden 4096 8192] [--quick]
@@ -33,9 +36,12 @@ if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
 
 import torch
 import triton
+from ircore_triton import act_kernels as A
 from ircore_triton import kernels as K
+from ircore_triton import norm_kernels as N
 from ircore_triton import quant_kernels as Q
 from ircore_triton import rope_kernels as R
+from ircore_triton.kernels import ActConfig, GatedNormConfig, RopeConfig
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -65,6 +71,15 @@ def _silu_variants(d: int, dtype: torch.dtype) -> set[tuple]:
         cfgs.update(K._silu_candidates(d, t_rows, es))
         cfgs.add(K._silu_heuristic(d, rows, es))
     return {(c.block_m, c.block_d, c.num_warps) for c in cfgs}
+
+
+def _act_variants(d: int, dtype: torch.dtype, interleaved: bool) -> set:
+    es = torch.empty((), dtype=dtype).element_size()
+    cfgs = set()
+    for rows in _ROWS:
+        cfgs.update(A._candidates(d, K._bucket_rows(K._bucket(rows), 2 * d), es, interleaved))
+        cfgs.add(A._heuristic(rows, d))
+    return cfgs
 
 
 def _attrs(fn, names: list[str]) -> dict:
@@ -157,8 +172,66 @@ def check_silu(d: int, dtype: torch.dtype, arch: int) -> list[tuple]:
     return out
 
 
+#: The gated activations' kernels: (label, ACT of _gated_act_kernel or None for swigluoai's kernel).
+ACT_FUNCTIONS = (("gelu_and_mul", 0), ("gelu_tanh_and_mul", 1), ("mul_and_silu", 2), ("fatrelu_and_mul", 3),
+                 ("swigluoai_and_mul", None))  # fmt: skip
+
+
+def check_act(d: int, dtype: torch.dtype, arch: int, quick: bool = False) -> list[tuple]:
+    """Every candidate tile of each gated activation (the deinterleaving load for swigluoai's);
+    ``quick``: swigluoai's deinterleaving load on the T = 1 heuristic's tile only."""
+    ty = _TY[dtype]
+    out = []
+    for name, act in ACT_FUNCTIONS[-1:] if quick else ACT_FUNCTIONS:
+        swiglu = act is None
+        fn = A._swigluoai_kernel if swiglu else A._gated_act_kernel
+        variants = [ActConfig(1, 1024, 2, True)] if quick else _act_variants(d, dtype, swiglu)
+        for c in sorted(variants, key=lambda c: (c.block_m, c.block_d, c.num_warps, c.split)):
+            sig = {"X": f"*{ty}", "Y": f"*{ty}", "n_rows": "i32", "D": "i32"}
+            sig.update({"stride_x": "i32", "stride_y": "i32"})
+            sig.update({"alpha": "fp32", "limit": "fp32"} if swiglu else {"param": "fp32"})
+            cons = {"BLOCK_M": c.block_m, "BLOCK_D": c.block_d, "USE_PDL": arch >= 90}
+            cons.update({"SPLIT": c.split} if swiglu else {"ACT": act})
+            sig.update(dict.fromkeys(cons, "constexpr"))
+            aligned = ["X", "Y"] + (["D", "stride_x", "stride_y"] if d % 16 == 0 else [])
+            label = f"{name} {ty} d={d} m{c.block_m} d{c.block_d} w{c.num_warps}{' split' if c.split else ''}"
+            src = ASTSource(fn, sig, cons, _attrs(fn, aligned))
+            try:
+                out.append((label, _compile(src, arch, c.num_warps)))
+            except Exception as e:
+                out.append((label, {"error": f"{type(e).__name__}: {str(e)[:200]}"}))
+    return out
+
+
+def check_gated_norm(hidden: int, dtype: torch.dtype, arch: int, quick: bool = False) -> list[tuple]:
+    """rms_norm_gated's candidate warps for a whole row of ``hidden`` (Qwen3-Next's form: norm,
+    weight, then the gate, with the intermediate roundings) where the op takes it; none with
+    ``quick`` (the kernel is the one launched before tuning; only the warps are new)."""
+    if hidden > N.MAX_ROW_BLOCK:
+        return []
+    ty = _TY[dtype]
+    fn = N._rms_norm_gated_kernel
+    bn = triton.next_power_of_2(hidden)
+    out = []
+    cands: list[GatedNormConfig] = [] if quick else N._gated_candidates(bn, dtype.itemsize)
+    for c in cands:
+        sig = {"X": f"*{ty}", "G": f"*{ty}", "W": f"*{ty}", "Y": f"*{ty}", "n_groups": "i32", "GS": "i32"}
+        sig.update({"stride_x": "i32", "stride_g": "i32", "stride_y": "i32", "eps": "fp32"})
+        cons = {"BLOCK_N": bn, "NORM_BEFORE_GATE": True, "ROUND": True, "USE_PDL": arch >= 90}
+        sig.update(dict.fromkeys(cons, "constexpr"))
+        aligned = ["X", "G", "W", "Y"]
+        if hidden % 16 == 0:
+            aligned += ["GS", "stride_x", "stride_g", "stride_y"]
+        label = f"rms_norm_gated {ty} H={hidden} w{c.num_warps}"
+        try:
+            out.append((label, _compile(ASTSource(fn, sig, cons, _attrs(fn, aligned)), arch, c.num_warps)))
+        except Exception as e:
+            out.append((label, {"error": f"{type(e).__name__}: {str(e)[:200]}"}))
+    return out
+
+
 def rope_sources(
-    head_dim: int, dtype: torch.dtype, neox: bool, arch: int
+    head_dim: int, dtype: torch.dtype, neox: bool, arch: int, quick: bool = False
 ) -> list[tuple[str, ASTSource, int]]:
     """The position ops' kernels as launches for Llama-3-8B / Qwen3-8B heads (32 q, 8 kv) of
     ``head_dim`` compile them (full rotary; a cache in ``dtype``; int args aligned as Triton
@@ -201,13 +274,27 @@ def rope_sources(
         aligned += ["sc0", "sc1", "ss0", "ss1"]
         label = f"rotary_pos_emb {ty} D={head_dim} t{block_t} h{block_h} p{block_half}"
         out.append((label, ASTSource(fn, sig, cons, _attrs(fn, aligned)), 4))
+        # the autotune's other candidates (rope_kernels._hf_candidates), 32 + 8 heads
+        for c in R._hf_candidates(4096, 32, 8, half)[1:] if not quick else [RopeConfig(1, 0, 2, True)]:
+            fn = R._hf_rope_qk_kernel if c.split_qk else R._hf_rope_kernel
+            if c.split_qk:
+                blocks = {"BLOCK_T": c.block_t, "BLOCK_HQ": 32, "BLOCK_HK": 8}
+            else:
+                blocks = {"BLOCK_T": c.block_t, "BLOCK_H": c.block_h}
+            sig = {"Q": f"*{ty}", "k_off": "i64", "COS": f"*{ty}", "SIN": f"*{ty}"}
+            sig.update({n: "i32" for n in (*names, "sc0", "sc1", "ss0", "ss1")})
+            cons = {**blocks, "BLOCK_HALF": block_half, "USE_PDL": pdl}
+            sig.update(dict.fromkeys(cons, "constexpr"))
+            kind = "qk-split" if c.split_qk else f"h{c.block_h}"
+            label = f"rotary_pos_emb {ty} D={head_dim} t{c.block_t} {kind} w{c.num_warps} p{block_half}"
+            out.append((label, ASTSource(fn, sig, cons, _attrs(fn, aligned)), c.num_warps))
     return out
 
 
-def check_rope(head_dim: int, dtype: torch.dtype, arch: int) -> list[tuple]:
+def check_rope(head_dim: int, dtype: torch.dtype, arch: int, quick: bool = False) -> list[tuple]:
     out = []
     for neox in (True, False):
-        for label, src, w in rope_sources(head_dim, dtype, neox, arch):
+        for label, src, w in rope_sources(head_dim, dtype, neox, arch, quick):
             try:
                 out.append((label, _compile(src, arch, w)))
             except Exception as e:
@@ -295,10 +382,12 @@ def main(argv: list[str] | None = None) -> int:
         for h in hiddens:
             for has_res in (False, True):
                 results += check_norm(h, dtype, has_res, args.arch)
+            results += check_gated_norm(h, dtype, args.arch, args.quick)
         for d in silu_ds:
             results += check_silu(d, dtype, args.arch)
+            results += check_act(d, dtype, args.arch, args.quick)
         for d in rope_ds:
-            results += check_rope(d, dtype, args.arch)
+            results += check_rope(d, dtype, args.arch, args.quick)
         for k in quant_ks:
             results += check_quant(k, dtype, args.arch, quant_variants)
 
