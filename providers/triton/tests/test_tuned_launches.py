@@ -120,3 +120,94 @@ def test_every_rope_candidate_matches_reference_and_heuristic(monkeypatch: pytes
     assert_close_to_reference(ircore.ops.rotary_pos_emb, out, (q0, k0, cos, sin, 1))
     for c, (qc, kc) in zip(configs[1:], outs[1:]):
         assert torch.equal(qc, qb) and torch.equal(kc, kb), c
+
+
+# ---------------------------------------------------------------------------------------------
+# On a GPU: every candidate at the geometries of benchmarks/README.md 3c, and the autotune itself
+
+
+_needs_cuda = pytest.mark.skipif(GPU != "cuda", reason="needs a CUDA or ROCm GPU: candidates compile for it")
+
+
+@pytest.mark.gpu
+@_needs_cuda
+@pytest.mark.parametrize("tokens", [1, 16, 1024])
+def test_gpu_every_act_candidate_gives_the_heuristics_bits(tokens: int) -> None:
+    """Llama-3-8B's intermediate width (14336), bf16: each bucket's candidates (every tile,
+    warps and deinterleaving load, compiled for this GPU) give the heuristic launch's bits, which
+    are within tolerance of the reference: the elementwise claim the row-count tuning rests on."""
+    d = 14336
+    x = (torch.randn(tokens, 2 * d, device="cuda") * 4).to(torch.bfloat16)
+    for name, params, interleaved in (
+        ("gelu_and_mul", ("none",), False),
+        ("gelu_and_mul", ("tanh",), False),
+        ("mul_and_silu", (), False),
+        ("fatrelu_and_mul", (0.1,), False),
+        ("swigluoai_and_mul", (1.702, 7.0), True),
+    ):
+        fn = getattr(act_kernels, name)
+        configs = act_kernels._candidates(d, tokens, 2, interleaved)
+        first = fn(x, *params, config=configs[0])
+        assert_close_to_reference(ircore.get_op(name), first, (x, *params))
+        for c in configs[1:]:
+            assert torch.equal(fn(x, *params, config=c), first), f"{name}{params} {c}"
+
+
+@pytest.mark.gpu
+@_needs_cuda
+@pytest.mark.parametrize("tokens", [1, 16, 1024])
+def test_gpu_every_rope_candidate_gives_the_heuristics_bits(tokens: int) -> None:
+    """HF's q/k views at Llama-3-8B's attention (32 query heads, 8 KV heads of 128), bf16."""
+    hq, hk, d = 32, 8, 128
+    qp = torch.randn(1, tokens, hq * d, device="cuda").to(torch.bfloat16)
+    kp = torch.randn(1, tokens, hk * d, device="cuda").to(torch.bfloat16)
+    ang = torch.randn(1, tokens, d // 2, device="cuda")
+    cos, sin = torch.cat((ang.cos(), ang.cos()), -1), torch.cat((ang.sin(), ang.sin()), -1)
+    cos, sin = cos.to(torch.bfloat16), sin.to(torch.bfloat16)
+    outs = []
+    for c in rope_kernels._hf_candidates(tokens, hq, hk, d // 2):
+        qb, kb = qp.clone(), kp.clone()
+        q, k = qb.view(1, tokens, hq, d).transpose(1, 2), kb.view(1, tokens, hk, d).transpose(1, 2)
+        rope_kernels.rotary_pos_emb_(q, k, cos, sin, 1, config=c)
+        outs.append((c, qb, kb))
+    _, q0, k0 = outs[0]
+    ref_args = (qp.view(1, tokens, hq, d).transpose(1, 2), kp.view(1, tokens, hk, d).transpose(1, 2), cos, sin, 1)
+    got = (q0.view(1, tokens, hq, d).transpose(1, 2), k0.view(1, tokens, hk, d).transpose(1, 2))
+    assert_close_to_reference(ircore.ops.rotary_pos_emb, got, ref_args)
+    for c, qc, kc in outs[1:]:
+        assert torch.equal(qc, q0) and torch.equal(kc, k0), c
+
+
+@pytest.mark.gpu
+@_needs_cuda
+def test_gpu_gated_norm_candidates_and_the_autotune() -> None:
+    """rms_norm_gated at 4096 and 8192 (Qwen3-Next's form), bf16: every candidate within
+    tolerance; then the real autotune for the three ops (timed on this GPU): each key tuned once,
+    its pick one of the candidates, the tuned call's result as the pick's."""
+    from ircore_triton import kernels
+
+    for n in (4096, 8192):
+        x = torch.randn(16, n, device="cuda").to(torch.bfloat16)
+        gate = torch.randn(16, n, device="cuda").to(torch.bfloat16)
+        w = (1 + 0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
+        args = (x, gate, w, 1e-6, None, True, True)
+        for c in norm_kernels._gated_candidates(n, 2):
+            assert_close_to_reference(ircore.ops.rms_norm_gated, norm_kernels.rms_norm_gated(*args, config=c), args)
+    if not kernels._AUTOTUNE:
+        pytest.skip("IRCORE_TRITON_AUTOTUNE=0: the autotune is off")
+    saved = kernels.tuned_configs()
+    kernels.clear_configs()
+    try:
+        xa = torch.randn(16, 2 * 14336, device="cuda").to(torch.bfloat16)
+        ya = act_kernels.swigluoai_and_mul(xa)
+        key = ("swigluoai_and_mul", 14336, torch.bfloat16, kernels._bucket(16))
+        pick = kernels.tuned_configs()[key]
+        assert pick in act_kernels._candidates(14336, kernels._bucket_rows(key[3], 2 * 14336), 2, True)
+        assert torch.equal(ya, act_kernels.swigluoai_and_mul(xa, config=pick))
+        out = norm_kernels.rms_norm_gated(*args)
+        gkey = ("rms_norm_gated", (8192, 8192), torch.bfloat16, kernels._bucket(16))
+        assert torch.equal(out, norm_kernels.rms_norm_gated(*args, config=kernels.tuned_configs()[gkey]))
+        assert len(kernels._TUNE_TIMES) == 2  # one timing per key, none for the second calls
+    finally:
+        kernels.clear_configs()
+        kernels._CONFIGS.update(saved)
