@@ -19,6 +19,9 @@ Why it looks like this:
   launches (the figure that matters for decode), and caches the winner in a dict. A steady-state
   call costs one dict lookup plus Triton's own launch. Tuning never runs while a CUDA graph is
   being captured (a heuristic config is used and not cached) nor under ``TRITON_INTERPRET=1``.
+  The gated activations, ``rms_norm_gated`` and ``rotary_pos_emb`` (act_kernels.py,
+  norm_kernels.py, rope_kernels.py) go through the same cache and :func:`_pick` (via
+  :func:`_tuned`), their candidate lists starting with the heuristic launch they had before.
 """
 
 from __future__ import annotations

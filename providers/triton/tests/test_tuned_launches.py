@@ -131,7 +131,7 @@ _needs_cuda = pytest.mark.skipif(GPU != "cuda", reason="needs a CUDA or ROCm GPU
 
 @pytest.mark.gpu
 @_needs_cuda
-@pytest.mark.parametrize("tokens", [1, 16, 1024])
+@pytest.mark.parametrize("tokens", [1, 1024])  # the narrow tiles and the wide ones (~60 compiles)
 def test_gpu_every_act_candidate_gives_the_heuristics_bits(tokens: int) -> None:
     """Llama-3-8B's intermediate width (14336), bf16: each bucket's candidates (every tile,
     warps and deinterleaving load, compiled for this GPU) give the heuristic launch's bits, which
@@ -155,7 +155,7 @@ def test_gpu_every_act_candidate_gives_the_heuristics_bits(tokens: int) -> None:
 
 @pytest.mark.gpu
 @_needs_cuda
-@pytest.mark.parametrize("tokens", [1, 16, 1024])
+@pytest.mark.parametrize("tokens", [1, 1024])
 def test_gpu_every_rope_candidate_gives_the_heuristics_bits(tokens: int) -> None:
     """HF's q/k views at Llama-3-8B's attention (32 query heads, 8 KV heads of 128), bf16."""
     hq, hk, d = 32, 8, 128
