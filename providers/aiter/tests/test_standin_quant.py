@@ -248,11 +248,16 @@ FUSED_950 = {
 
 
 def test_fused_gfx950_layouts(gfx950):
-    """Each predicate boundary, and the op's numbers whichever provider runs (one simulated
-    platform for all: entering one costs a provider load)."""
+    """Each predicate boundary (the same answer on fake tensors), and the op's numbers whichever
+    provider runs (one simulated platform for all: entering one costs a provider load)."""
+    from ircore_aiter import impls
+
     for label, (op_name, make, accepted) in FUSED_950.items():
         args = make()
         assert (ircore.explain(op_name, *args).chosen == "aiter") is accepted, label
+        with FakeTensorMode() as mode:  # as at compile time
+            fake = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args)
+            assert getattr(impls, op_name + "_supports")(*fake) is accepted, label
         op = ircore.get_op(op_name)
         assert_close_to_reference(op, op(*args), args, label=label)
 

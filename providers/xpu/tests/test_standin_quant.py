@@ -172,9 +172,17 @@ FUSED_CASES = {
 
 @pytest.mark.parametrize("label", FUSED_CASES)
 def test_fused_layouts(kernels, label):
+    """Each predicate boundary (the same answer on fake tensors, as at compile time), and the
+    op's numbers whichever provider runs."""
+    from ircore_xpu import impls
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     op_name, make, accepted = FUSED_CASES[label]
     args = make()
     assert (ircore.explain(op_name, *args).chosen == "xpu") is accepted, label
+    with FakeTensorMode() as mode:
+        fake = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args)
+        assert getattr(impls, op_name + "_supports")(*fake) is accepted, label
     op = ircore.get_op(op_name)
     assert_close_to_reference(op, op(*args), args, label=label)
 
