@@ -29,7 +29,7 @@ Imported by ircore only after :func:`ircore_aiter.provider.ircore_check_platform
   vLLM's AITER path asserts), standard format, no ``inverse`` or ``rope_dim_offset``; strides
   must fit the kernel's int32. A position outside the cache leaves its token unrotated (the
   kernel skips it): ircore's check refuses such positions on CPU only (docs/ops.md).
-- fp8 quant goes through the HIP ``static_per_tensor_quant(out, input, scale)`` only: it reads
+- fp8 quant (unfused) goes through the HIP ``static_per_tensor_quant(out, input, scale)`` only: it reads
   ``input`` and writes ``out`` as contiguous rows of ``cols`` (``blockIdx.x * cols`` from the
   data pointers) with 16-byte vectors, a float32 scale, and saturates at ``finfo(out).max``,
   which is **240 for e4m3fnuz** where the op (as vLLM) clamps at 224; its output dtype is
@@ -42,6 +42,13 @@ Imported by ircore only after :func:`ircore_aiter.provider.ircore_check_platform
   (``dynamic_per_tensor_quant``, ``dynamic_per_token_scaled_quant``, the group quant, the CK
   ``rmsnorm2d_fwd_with_dynamicquant`` family) divide by ``finfo.max`` (240) and floor no scale
   (an all-zero row gets scale 0 and NaN values): not used (README).
+- The fused static ops go through AITER's Triton wrappers ``fused_rms_fp8_per_tensor_static_quant``
+  and ``fused_silu_mul_fp8_per_tensor_static_quant`` (``aiter.ops.triton.fused_fp8_quant``, 0.1.9
+  on): ``M, N = x.shape`` with any 2-D strides, the weight read from its data pointer (contiguous,
+  any float dtype), the norm (or product) rounded to x's dtype, ``* (1 / scale)`` and a clamp at
+  ``finfo(dtype_quant).max``: e4m3fn on gfx950 only (240 for e4m3fnuz). Their ``(M, N)`` output is
+  the wrapper's own, so padding rows are declined. AITER's dynamic and group fused kernels floor
+  no scale and clamp e4m3fnuz at 240: not used (README, with the source lines).
 - Empty inputs never reach a kernel (a launch with no rows is an invalid launch on HIP).
 - The first call of each kernel builds it (hipcc, minutes, under a file lock in AITER's JIT
   directory): warm up before capturing CUDA graphs.

@@ -52,6 +52,17 @@ the kernels' sources (``csrc/layernorm.cpp``, ``activation.cpp``):
   (contiguous, groups dividing K, a multiple of 4 elements; row-major scales, or column-major on
   2-D): not with ``use_ue8m0`` (the kernel rounds to a power of two after the floor, the op
   before: a zero group differs) nor ``scale_alignment > 1``.
+- The fused norm/activation + quant kernels (``csrc/layernorm_quant.cpp``, ``activation.cpp``,
+  ``quantization/fused_kernels/fused_silu_mul_block_quant.cpp``, read at 4543b58; optional per
+  release): e4m3fn only, 448 and the ``1 / (448 * 512)`` floor, norms in fp32 (the weight
+  promoted), a weight of the input's dtype that is not optional (ones for ``None``). The static
+  norms read rows at ``stride(-2)`` in aligned vectors; the per-token one contiguous rows; the
+  per-block one rows at ``stride(0)`` (contiguous before #397) with 16-byte vectors and a group's
+  amax reduced over ``g / vec`` sub-group lanes by an xor butterfly (a power of two up to 32),
+  ue8m0 after the floor (declined); the residual forms add into ``residual`` in place at ``row *
+  hidden`` (a contiguous copy here, returned as the op's residual). ``silu_and_mul_quant``:
+  fp16/bf16, contiguous. ``silu_and_mul_per_block_quant``'s adapter is written but not registered
+  (README).
 - Releases before the optional weight (``Tensor weight``) get a cached tensor of ones for
   ``weight=None``. Empty inputs never reach a kernel.
 
