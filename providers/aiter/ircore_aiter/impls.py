@@ -29,7 +29,7 @@ Imported by ircore only after :func:`ircore_aiter.provider.ircore_check_platform
   vLLM's AITER path asserts), standard format, no ``inverse`` or ``rope_dim_offset``; strides
   must fit the kernel's int32. A position outside the cache leaves its token unrotated (the
   kernel skips it): ircore's check refuses such positions on CPU only (docs/ops.md).
-- fp8 quant goes through the HIP ``static_per_tensor_quant(out, input, scale)`` only: it reads
+- fp8 quant (unfused) goes through the HIP ``static_per_tensor_quant(out, input, scale)`` only: it reads
   ``input`` and writes ``out`` as contiguous rows of ``cols`` (``blockIdx.x * cols`` from the
   data pointers) with 16-byte vectors, a float32 scale, and saturates at ``finfo(out).max``,
   which is **240 for e4m3fnuz** where the op (as vLLM) clamps at 224; its output dtype is
@@ -42,6 +42,13 @@ Imported by ircore only after :func:`ircore_aiter.provider.ircore_check_platform
   (``dynamic_per_tensor_quant``, ``dynamic_per_token_scaled_quant``, the group quant, the CK
   ``rmsnorm2d_fwd_with_dynamicquant`` family) divide by ``finfo.max`` (240) and floor no scale
   (an all-zero row gets scale 0 and NaN values): not used (README).
+- The fused static ops go through AITER's Triton wrappers ``fused_rms_fp8_per_tensor_static_quant``
+  and ``fused_silu_mul_fp8_per_tensor_static_quant`` (``aiter.ops.triton.fused_fp8_quant``, 0.1.9
+  on): ``M, N = x.shape`` with any 2-D strides, the weight read from its data pointer (contiguous,
+  any float dtype), the norm (or product) rounded to x's dtype, ``* (1 / scale)`` and a clamp at
+  ``finfo(dtype_quant).max``: e4m3fn on gfx950 only (240 for e4m3fnuz). Their ``(M, N)`` output is
+  the wrapper's own, so padding rows are declined. AITER's dynamic and group fused kernels floor
+  no scale and clamp e4m3fnuz at 240: not used (README, with the source lines).
 - Empty inputs never reach a kernel (a launch with no rows is an invalid launch on HIP).
 - The first call of each kernel builds it (hipcc, minutes, under a file lock in AITER's JIT
   directory): warm up before capturing CUDA graphs.
@@ -51,18 +58,27 @@ each of them), so they may read data pointers; the predicates also run at compil
 tensors and read only metadata.
 """
 
+import importlib
 import math
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 import aiter
 import torch
 from torch import Tensor
 
 import ircore
-from ircore.kit import unit_weight
+from ircore.kit import call_form_problem, unit_weight
 from ircore.ops._quant import E4M3FN, E4M3FNUZ, fp8_max, min_scale
 
 __all__ = [
+    "fused_add_rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant_supports",
+    "rms_norm_static_fp8_quant",
+    "rms_norm_static_fp8_quant_supports",
+    "silu_and_mul_static_quant_fp8",
+    "silu_and_mul_static_quant_fp8_supports",
     "fused_add_rms_norm",
     "dynamic_quant_fp8",
     "dynamic_quant_fp8_supports",
@@ -408,3 +424,148 @@ def dynamic_quant_fp8_supports(
 ) -> bool:
     """Per tensor only, in the arch's fp8 (either: the scale is the op's, see above)."""
     return per_token is False and fp8_dtype is _arch_fp8() and _quant_x(x)
+
+
+# ------------------------------------------------------- fused norm/activation + static fp8 quant
+def _triton_wrapper(name: str, params: tuple[str, ...]) -> Callable[..., Any] | None:
+    """AITER's Triton wrapper ``aiter.ops.triton.fused_fp8_quant.<name>`` (at AITER's head the
+    module is ``quant/fused_fp8_quant``, kept under the old name by an import hook) if this
+    release has it with ``params`` (0.1.9 on), else None: the predicates then decline."""
+    try:
+        module = importlib.import_module("aiter.ops.triton.fused_fp8_quant")
+    except Exception:
+        return None
+    fn = getattr(module, name, None)
+    if fn is None or call_form_problem(f"aiter.ops.triton.fused_fp8_quant.{name}", fn, params):
+        return None
+    return fn  # type: ignore[no-any-return]
+
+
+_RMS_PARAMS = (
+    "inp1", "inp1_weight", "inp1_epsilon", "inp1_scale", "inp2", "inp2_weight", "inp2_epsilon",
+    "dtype_quant", "res1", "output_unquantized_inp1", "rmsnorm_convert_to_inp1_type",
+)  # fmt: skip
+_FUSED_RMS = _triton_wrapper("fused_rms_fp8_per_tensor_static_quant", _RMS_PARAMS)
+_FUSED_SILU = _triton_wrapper(
+    "fused_silu_mul_fp8_per_tensor_static_quant",
+    ("inp", "inp_scale", "dtype_quant", "silu_convert_to_inp_type"),
+)
+#: One program per row holding the whole row (``tl.arange(0, next_pow2(N))``): Triton's largest block.
+_MAX_ROW = 2**20
+
+
+def rms_norm_static_fp8_quant(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> Tensor:
+    """``fused_rms_fp8_per_tensor_static_quant(x2d, weight, epsilon, scale, dtype_quant=fp8_dtype,
+    rmsnorm_convert_to_inp1_type=True)`` (the norm rounded to x's dtype before it is quantised,
+    as the op); its ``(M, N)`` output viewed as x's shape."""
+    if not x.numel():
+        return torch.empty(x.shape, dtype=fp8_dtype, device=x.device)
+    w = _weight(weight, x)
+    q = _FUSED_RMS(_rows(x), w, epsilon, scale, dtype_quant=fp8_dtype, rmsnorm_convert_to_inp1_type=True)  # type: ignore[misc]
+    q = q[0]
+    return q.view(x.shape)  # type: ignore[no-any-return]
+
+
+def fused_add_rms_norm_static_fp8_quant(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """As :func:`rms_norm_static_fp8_quant` with ``res1=x_residual``: the kernel writes the sum
+    (``out_res1``, a new tensor) and normalises it."""
+    if not x.numel():
+        return torch.empty(x.shape, dtype=fp8_dtype, device=x.device), torch.empty_like(x)
+    q, _, _, residual = _FUSED_RMS(  # type: ignore[misc]
+        _rows(x),
+        _weight(weight, x),
+        epsilon,
+        scale,
+        dtype_quant=fp8_dtype,
+        res1=_rows(x_residual),
+        rmsnorm_convert_to_inp1_type=True,
+    )
+    return q.view(x.shape), residual.view(x.shape)
+
+
+def silu_and_mul_static_quant_fp8(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> Tensor:
+    """``fused_silu_mul_fp8_per_tensor_static_quant(x2d, scale, fp8_dtype, True)`` (the product
+    rounded to x's dtype before it is quantised, as the op), viewed as the op's output shape."""
+    shape = (*x.shape[:-1], x.shape[-1] // 2)
+    if not x.numel():
+        return torch.empty(shape, dtype=fp8_dtype, device=x.device)
+    return _FUSED_SILU(_rows(x), scale, fp8_dtype, True).view(shape)  # type: ignore[misc, no-any-return]
+
+
+def _fused_static_ok(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None
+) -> bool:
+    """e4m3fn on gfx950 (the wrappers clamp at ``finfo(dtype_quant).max``: 448 as the op, but 240
+    for e4m3fnuz where the op clamps at 224); a per-tensor scale; fp32/fp16/bf16 x on the
+    platform's device that flattens to 2-D without a copy (the kernels read any 2-D strides);
+    no padding rows (the wrappers allocate their ``(M, N)`` output)."""
+    return (
+        fp8_dtype is E4M3FN
+        and _arch_fp8() is E4M3FN
+        and scale.numel() == 1
+        and x.device.type == _DEVICE
+        and x.dtype in _FLOATS
+        and (x.dim() == 2 or x.is_contiguous())
+        and (num_token_padding is None or num_token_padding <= x.shape[0])
+    )
+
+
+def rms_norm_static_fp8_quant_supports(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> bool:
+    """This AITER has the wrapper (0.1.9 on); :func:`_fused_static_ok`; a contiguous weight (read
+    from its data pointer; any float dtype, widened to fp32); rows up to 2^20 elements."""
+    return (
+        _FUSED_RMS is not None
+        and _fused_static_ok(x, scale, fp8_dtype, num_token_padding)
+        and (weight is None or weight.is_contiguous())
+        and x.shape[-1] <= _MAX_ROW
+    )
+
+
+def fused_add_rms_norm_static_fp8_quant_supports(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> bool:
+    """As :func:`rms_norm_static_fp8_quant_supports`, and a residual that flattens to 2-D too."""
+    return rms_norm_static_fp8_quant_supports(x, weight, epsilon, scale, fp8_dtype, num_token_padding) and (
+        x_residual.dim() == 2 or x_residual.is_contiguous()
+    )
+
+
+def silu_and_mul_static_quant_fp8_supports(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> bool:
+    """This AITER has the wrapper (0.1.9 on); :func:`_fused_static_ok`; halves up to 2^20."""
+    return (
+        _FUSED_SILU is not None
+        and _fused_static_ok(x, scale, fp8_dtype, num_token_padding)
+        and x.shape[-1] // 2 <= _MAX_ROW
+    )

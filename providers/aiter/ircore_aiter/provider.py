@@ -50,7 +50,14 @@ ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only")
 #: fp8 quant through the HIP static_per_tensor_quant kernel (see impls.py: which calls and
 #: fp8 dtypes, and why AITER's dynamic kernels are not used).
 QUANT_OPS = ("static_quant_fp8", "dynamic_quant_fp8")
-OPS = NORM_OPS + ROPE_OPS + QUANT_OPS
+#: Fused norm/activation + static fp8 quant through AITER's Triton wrappers (see impls.py: e4m3fn
+#: on gfx950 only; why AITER's dynamic and group fused kernels are not used).
+FUSED_QUANT_OPS = (
+    "rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant",
+    "silu_and_mul_static_quant_fp8",
+)
+OPS = NORM_OPS + ROPE_OPS + QUANT_OPS + FUSED_QUANT_OPS
 #: Ahead of vllm_c (10) and triton (20) on the GPUs this provider runs on. The norms first (vLLM
 #: puts AITER's rmsnorm first on ROCm under CUDA graphs); silu_and_mul after the norms' rank
 #: but still ahead of triton. Not measured by ircore (no ROCm machine).
@@ -64,6 +71,9 @@ RANKS = {
     "rotary_embedding_query_only": 15,
     "static_quant_fp8": 15,
     "dynamic_quant_fp8": 15,
+    "rms_norm_static_fp8_quant": 15,
+    "fused_add_rms_norm_static_fp8_quant": 15,
+    "silu_and_mul_static_quant_fp8": 15,
 }
 
 # cache_by_signature: the predicates read devices, dtypes, dims, contiguity, unit last stride
@@ -79,6 +89,8 @@ IRCORE_IMPLEMENTATIONS = {
     # platform's arch, and the fp8_dtype argument, which a call signature does not hold (the
     # signature helper knows tensors, ints, floats and bools): not cached by signature.
     **ircore.impl_table("ircore_aiter.impls", QUANT_OPS, cache_by_signature=False, rank=RANKS),
+    # The fused predicates read the same facts plus the weight's and residual's contiguity.
+    **ircore.impl_table("ircore_aiter.impls", FUSED_QUANT_OPS, cache_by_signature=False, rank=RANKS),
 }
 
 

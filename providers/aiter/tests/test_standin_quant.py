@@ -206,3 +206,95 @@ def test_a_release_without_the_kernel_declines_every_quant_call(gfx942, monkeypa
     monkeypatch.setattr(impls, "_STATIC_QUANT", None)
     assert not impls.dynamic_quant_fp8_supports(*args)
 
+
+
+# ------------------------------------------------------------------ fused norm/activation + static quant
+FUSED_OPS = ("rms_norm_static_fp8_quant", "fused_add_rms_norm_static_fp8_quant", "silu_and_mul_static_quant_fp8")
+_TRITON = ("fused_rms_fp8_per_tensor_static_quant", "fused_silu_mul_fp8_per_tensor_static_quant")
+
+
+def test_fused_conformance_kit_gfx950(gfx950):
+    """gfx950, the Triton wrappers' stand-in (aiter.ops.triton.fused_fp8_quant): every accepted
+    sample right (|x| beyond 448 and inf saturate, 0-d scale, a row-strided 2-D x, 3-D);
+    e4m3fnuz (240) and non-per-tensor scales declined."""
+    calls = {name: gfx950.CALLS[name] for name in _TRITON}
+    report = check_provider("aiter", dtypes=(BF16,), seeds=(0,), ops=FUSED_OPS)
+    assert all(report.checked[op] > 0 for op in FUSED_OPS), report
+    for op in FUSED_OPS:
+        declined = " ".join(report.declined[op])
+        for label in ("e4m3fnuz", "group scale", "(M,1)"):
+            assert label in declined, (op, label)
+        assert "0-d scale" not in declined and "beyond the fp8 max" not in declined, op
+    assert "row stride 192, padded" in " ".join(report.declined["rms_norm_static_fp8_quant"])  # padding rows
+    assert all(gfx950.CALLS[name] > calls[name] for name in _TRITON)
+
+
+def _rms_static(x, w=None, fp8=E4M3FN, padding=None, residual=None):
+    norm = (x,) if residual is None else (x, residual)
+    return (*norm, w, 1e-6, _scale(0.005), fp8, padding)
+
+
+FUSED_950 = {
+    "2-D column-strided x, fp32 weight": ("rms_norm_static_fp8_quant", lambda: _rms_static(randn(64, 6).t(), randn(64, dtype=FP32)), True),
+    "3-D fp32, padding <= rows": ("rms_norm_static_fp8_quant", lambda: _rms_static(randn(2, 3, 64, dtype=FP32), padding=2), True),
+    "padding beyond the rows": ("rms_norm_static_fp8_quant", lambda: _rms_static(randn(4, 64), padding=8), False),
+    "3-D middle slice": ("rms_norm_static_fp8_quant", lambda: _rms_static(randn(4, 6, 64)[:, :3]), False),
+    "weight not contiguous": ("rms_norm_static_fp8_quant", lambda: _rms_static(randn(4, 64), randn(128)[::2]), False),
+    "add, transposed residual": ("fused_add_rms_norm_static_fp8_quant", lambda: _rms_static(randn(4, 64), residual=randn(64, 4).t()), True),
+    "add, 3-D residual slice": ("fused_add_rms_norm_static_fp8_quant", lambda: _rms_static(randn(2, 3, 64), residual=randn(2, 6, 64)[:, :3]), False),
+    "silu fp16 3-D": ("silu_and_mul_static_quant_fp8", lambda: (randn(2, 3, 128, dtype=FP16), _scale(), E4M3FN, None), True),
+    "silu e4m3fnuz": ("silu_and_mul_static_quant_fp8", lambda: (randn(4, 128), _scale(), E4M3FNUZ, None), False),
+}
+
+
+def test_fused_gfx950_layouts(gfx950):
+    """Each predicate boundary (the same answer on fake tensors), and the op's numbers whichever
+    provider runs (one simulated platform for all: entering one costs a provider load)."""
+    from ircore_aiter import impls
+
+    for label, (op_name, make, accepted) in FUSED_950.items():
+        args = make()
+        assert (ircore.explain(op_name, *args).chosen == "aiter") is accepted, label
+        with FakeTensorMode() as mode:  # as at compile time
+            fake = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args)
+            assert getattr(impls, op_name + "_supports")(*fake) is accepted, label
+        op = ircore.get_op(op_name)
+        assert_close_to_reference(op, op(*args), args, label=label)
+
+
+def test_fused_gfx942_declines_every_call(gfx942):
+    """gfx942: e4m3fnuz is clamped at 240 by the wrappers (``finfo(dtype_quant).max``), and
+    e4m3fn is not this arch's fp8: nothing runs on AITER."""
+    for fp8 in (E4M3FNUZ, E4M3FN):
+        assert ircore.explain("rms_norm_static_fp8_quant", *_rms_static(randn(4, 64), fp8=fp8)).chosen != "aiter"
+        args = _rms_static(randn(4, 64), fp8=fp8, residual=randn(4, 64))
+        assert ircore.explain("fused_add_rms_norm_static_fp8_quant", *args).chosen != "aiter"
+        assert ircore.explain("silu_and_mul_static_quant_fp8", randn(4, 128), _scale(), fp8, None).chosen != "aiter"
+
+
+def test_fused_wrapper_saturates_e4m3fnuz_at_240(gfx942):
+    """Why e4m3fnuz is declined: the wrapper's DTYPE_MAX is 240 where the op clamps at 224."""
+    from aiter.ops.triton import fused_fp8_quant
+
+    x = randn(4, 64) * 4
+    args = _rms_static(x, fp8=E4M3FNUZ)
+    q = fused_fp8_quant.fused_rms_fp8_per_tensor_static_quant(x, torch.ones(64, dtype=BF16), 1e-6, args[3], dtype_quant=E4M3FNUZ)[0]
+    assert q.float().abs().max() == 240
+    with pytest.raises(AssertionError):
+        assert_close_to_reference(ircore.ops.rms_norm_static_fp8_quant, q, args)
+
+
+def test_fused_release_without_the_wrappers_declines(gfx950, monkeypatch):
+    """0.1.7 and 0.1.8 lack ``rmsnorm_convert_to_inp1_type`` and the silu wrapper: the adapter
+    finds no wrapper of the call form it uses, and the predicates decline."""
+    from ircore_aiter import impls
+
+    args = _rms_static(randn(4, 64))
+    assert impls.rms_norm_static_fp8_quant_supports(*args)
+    module = type(impls)("fused_fp8_quant")
+    module.fused_rms_fp8_per_tensor_static_quant = lambda inp1, inp1_weight, inp1_epsilon, inp1_scale, inp2=None, inp2_weight=None, inp2_epsilon=None, dtype_quant=None, res1=None, output_unquantized_inp1=False: None
+    monkeypatch.setattr(impls.importlib, "import_module", lambda name: module)
+    assert impls._triton_wrapper("fused_rms_fp8_per_tensor_static_quant", impls._RMS_PARAMS) is None
+    assert impls._triton_wrapper("fused_silu_mul_fp8_per_tensor_static_quant", ("inp",)) is None
+    monkeypatch.setattr(impls, "_FUSED_RMS", None)
+    assert not impls.rms_norm_static_fp8_quant_supports(*args)

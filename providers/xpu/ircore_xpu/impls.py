@@ -52,6 +52,17 @@ the kernels' sources (``csrc/layernorm.cpp``, ``activation.cpp``):
   (contiguous, groups dividing K, a multiple of 4 elements; row-major scales, or column-major on
   2-D): not with ``use_ue8m0`` (the kernel rounds to a power of two after the floor, the op
   before: a zero group differs) nor ``scale_alignment > 1``.
+- The fused norm/activation + quant kernels (``csrc/layernorm_quant.cpp``, ``activation.cpp``,
+  ``quantization/fused_kernels/fused_silu_mul_block_quant.cpp``, read at 4543b58; optional per
+  release): e4m3fn only, 448 and the ``1 / (448 * 512)`` floor, norms in fp32 (the weight
+  promoted), a weight of the input's dtype that is not optional (ones for ``None``). The static
+  norms read rows at ``stride(-2)`` in aligned vectors; the per-token one contiguous rows; the
+  per-block one rows at ``stride(0)`` (contiguous before #397) with 16-byte vectors and a group's
+  amax reduced over ``g / vec`` sub-group lanes by an xor butterfly (a power of two up to 32),
+  ue8m0 after the floor (declined); the residual forms add into ``residual`` in place at ``row *
+  hidden`` (a contiguous copy here, returned as the op's residual). ``silu_and_mul_quant``:
+  fp16/bf16, contiguous. ``silu_and_mul_per_block_quant``'s adapter is written but not registered
+  (README).
 - Releases before the optional weight (``Tensor weight``) get a cached tensor of ones for
   ``weight=None``. Empty inputs never reach a kernel.
 
@@ -68,6 +79,26 @@ from ircore.kit import unit_weight
 from ircore.ops._quant import E4M3FN, fp8_max, min_scale
 
 __all__ = [
+    "FUSED",
+    "fused_add_rms_norm_dynamic_quant_fp8",
+    "fused_add_rms_norm_dynamic_quant_fp8_supports",
+    "fused_add_rms_norm_group_quant_fp8",
+    "fused_add_rms_norm_group_quant_fp8_fake",
+    "fused_add_rms_norm_group_quant_fp8_supports",
+    "fused_add_rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant_supports",
+    "rms_norm_dynamic_quant_fp8",
+    "rms_norm_dynamic_quant_fp8_supports",
+    "rms_norm_group_quant_fp8",
+    "rms_norm_group_quant_fp8_fake",
+    "rms_norm_group_quant_fp8_supports",
+    "rms_norm_static_fp8_quant",
+    "rms_norm_static_fp8_quant_supports",
+    "silu_and_mul_group_quant_fp8",
+    "silu_and_mul_group_quant_fp8_fake",
+    "silu_and_mul_group_quant_fp8_supports",
+    "silu_and_mul_static_quant_fp8",
+    "silu_and_mul_static_quant_fp8_supports",
     "dynamic_group_quant_fp8",
     "dynamic_group_quant_fp8_fake",
     "dynamic_group_quant_fp8_supports",
@@ -627,4 +658,450 @@ def dynamic_group_quant_fp8_supports(
         and _quant_x(x)
         and x.is_contiguous()
         and (not column_major or x.dim() == 2)
+    )
+
+
+# ---------------------------------------------------------------------- fused norm/activation + fp8 quant
+#: The fused kernels (csrc/layernorm_quant.cpp, activation.cpp,
+#: quantization/fused_kernels/fused_silu_mul_block_quant.cpp, read at 4543b58), None where this
+#: release lacks one.
+FUSED = {
+    name: _optional(name)
+    for name in (
+        "rms_norm_static_fp8_quant",
+        "fused_add_rms_norm_static_fp8_quant",
+        "rms_norm_dynamic_per_token_quant",
+        "rms_norm_per_block_quant",
+        "silu_and_mul_quant",
+        "silu_and_mul_per_block_quant",
+    )
+}
+_HALF = (torch.float16, torch.bfloat16)
+#: rms_norm_per_block_quant keeps a whole row in work-group local memory (``row_smem``):
+#: rows up to 32 KiB, half the 64 KiB of the smallest Intel GPUs' SLM (the kernel adds its own
+#: local memory; the real limit was not measured).
+_BLOCK_ROW_BYTES = 32768
+
+
+def _fp8_out(
+    shape: tuple[int, ...], device: torch.device, num_token_padding: int | None
+) -> tuple[Tensor, Tensor]:
+    """``(out, rows)``: an e4m3fn output of ``shape`` with the op's zero padding rows along
+    dimension 0, and the contiguous view of its first ``shape[0]`` rows a kernel writes."""
+    if num_token_padding is None or num_token_padding <= shape[0]:
+        out = torch.empty(shape, dtype=E4M3FN, device=device)
+        return out, out
+    out = torch.empty((num_token_padding, *shape[1:]), dtype=E4M3FN, device=device)
+    out[shape[0] :].zero_()
+    return out, out[: shape[0]]
+
+
+def _norm_weight(weight: Tensor | None, x: Tensor) -> Tensor:
+    """The fused kernels take a weight (not optional) and load it in 16-byte vectors."""
+    return unit_weight(x) if weight is None else _aligned(weight)
+
+
+def _residual_out(x_residual: Tensor) -> Tensor:
+    """The kernels add into ``residual`` in place (rows at ``row * hidden``): a new contiguous copy."""
+    return x_residual.clone(memory_format=torch.contiguous_format)
+
+
+def _rows2d(x: Tensor) -> Tensor:
+    return x if x.dim() == 2 else x.view(-1, x.shape[-1])
+
+
+def rms_norm_static_fp8_quant(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> Tensor:
+    """``_C.rms_norm_static_fp8_quant(out, x2d, weight, scale_fp32, epsilon)``; x copied first
+    if its data is not 16-byte aligned (vector loads)."""
+    out, rows = _fp8_out(tuple(x.shape), x.device, num_token_padding)
+    if x.numel():
+        kernel = FUSED["rms_norm_static_fp8_quant"]
+        kernel(rows, _aligned(_rows2d(x)), _norm_weight(weight, x), _fp32(scale).reshape(1), epsilon)  # type: ignore[misc]
+    return out
+
+
+def fused_add_rms_norm_static_fp8_quant(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """``_C.fused_add_rms_norm_static_fp8_quant(out, x2d, residual, weight, scale, epsilon)`` on a
+    contiguous copy of the residual, which the kernel turns into ``x + x_residual``."""
+    out, rows = _fp8_out(tuple(x.shape), x.device, num_token_padding)
+    residual = _residual_out(x_residual)
+    if x.numel():
+        kernel = FUSED["fused_add_rms_norm_static_fp8_quant"]
+        w, s = _norm_weight(weight, x), _fp32(scale).reshape(1)
+        kernel(rows, _aligned(_rows2d(x)), _rows2d(residual), w, s, epsilon)  # type: ignore[misc]
+    return out, residual
+
+
+def _dynamic(
+    x: Tensor,
+    residual: Tensor | None,
+    weight: Tensor | None,
+    epsilon: float,
+    scale_ub: Tensor | None,
+    num_token_padding: int | None,
+) -> tuple[Tensor, Tensor]:
+    out, rows = _fp8_out(tuple(x.shape), x.device, num_token_padding)
+    scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+    if x.numel():
+        ub = None if scale_ub is None else _fp32(scale_ub).reshape(1)
+        kernel = FUSED["rms_norm_dynamic_per_token_quant"]
+        kernel(rows, x, _norm_weight(weight, x), scale, epsilon, ub, residual)  # type: ignore[misc]
+    return out, scale
+
+
+def rms_norm_dynamic_quant_fp8(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Per token: ``_C.rms_norm_dynamic_per_token_quant(out, x, weight, scale, epsilon, ub, None)``."""
+    return _dynamic(x, None, weight, epsilon, scale_ub, num_token_padding)
+
+
+def fused_add_rms_norm_dynamic_quant_fp8(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """As :func:`rms_norm_dynamic_quant_fp8` with a contiguous copy of the residual, which the
+    kernel turns into ``x + x_residual``."""
+    residual = _residual_out(x_residual)
+    q, scale = _dynamic(x, residual, weight, epsilon, scale_ub, num_token_padding)
+    return q, scale, residual
+
+
+def _group_scales(x: Tensor, g: int, column_major: bool) -> Tensor:
+    """The op's scales layout: row-major ``x.shape[:-1] + (groups,)``, or ``(1, M)`` strides."""
+    groups = x.shape[-1] // g
+    if column_major:  # 2-D x (the predicates)
+        return torch.empty((groups, x.shape[0]), dtype=torch.float32, device=x.device).t()
+    return torch.empty((*x.shape[:-1], groups), dtype=torch.float32, device=x.device)
+
+
+def _rms_group(
+    x: Tensor,
+    residual: Tensor | None,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+) -> tuple[Tensor, Tensor]:
+    g = int(group_shape[-1])
+    q = torch.empty(x.shape, dtype=E4M3FN, device=x.device)
+    scales = _group_scales(x, g, column_major)
+    if x.numel():
+        kernel = FUSED["rms_norm_per_block_quant"]
+        res = None if residual is None else _rows2d(residual)
+        kernel(  # type: ignore[misc]
+            q, _aligned(_rows2d(x)), _norm_weight(weight, x), scales, epsilon, None, res, g, column_major
+        )
+    return q, scales
+
+
+def rms_norm_group_quant_fp8(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """``_C.rms_norm_per_block_quant(q, x2d, weight, scales, epsilon, None, None, g, column_major)``
+    into scales of the op's layout (``scale_ue8m0`` left at its default, False)."""
+    return _rms_group(x, None, weight, epsilon, group_shape, column_major)
+
+
+def fused_add_rms_norm_group_quant_fp8(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """As :func:`rms_norm_group_quant_fp8` with a contiguous copy of the residual, which the
+    kernel turns into ``x + x_residual``."""
+    residual = _residual_out(x_residual)
+    q, scales = _rms_group(x, residual, weight, epsilon, group_shape, column_major)
+    return q, scales, residual
+
+
+def silu_and_mul_static_quant_fp8(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> Tensor:
+    """``_C.silu_and_mul_quant(out, x, scale_fp32)``; x copied first if not 16-byte aligned."""
+    out, rows = _fp8_out((*x.shape[:-1], x.shape[-1] // 2), x.device, num_token_padding)
+    if x.numel():
+        FUSED["silu_and_mul_quant"](rows, _aligned(x), _fp32(scale).reshape(1))  # type: ignore[misc]
+    return out
+
+
+def silu_and_mul_group_quant_fp8(
+    x: Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """``_C.silu_and_mul_per_block_quant(q2d, x2d, scales2d, g, None, column_major)`` (``scale_ue8m0``
+    left at its default, False)."""
+    g = int(group_shape[-1])
+    half = _half_out(x)
+    q = torch.empty(half.shape, dtype=E4M3FN, device=x.device)
+    scales = _group_scales(half, g, column_major)
+    if x.numel():
+        kernel = FUSED["silu_and_mul_per_block_quant"]
+        flat = scales if column_major else scales.view(-1, scales.shape[-1])
+        kernel(_rows2d(q), _aligned(_rows2d(x)), flat, g, None, column_major)  # type: ignore[misc]
+    return q, scales
+
+
+def rms_norm_group_quant_fp8_fake(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """The outputs, unfilled, in the op's layout (column-major scales: strides ``(1, M)``)."""
+    q = torch.empty(x.shape, dtype=E4M3FN, device=x.device)
+    return q, _group_scales(x, int(group_shape[-1]), column_major)
+
+
+def fused_add_rms_norm_group_quant_fp8_fake(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor, Tensor]:
+    q, scales = rms_norm_group_quant_fp8_fake(
+        x, weight, epsilon, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment
+    )
+    return q, scales, torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def silu_and_mul_group_quant_fp8_fake(
+    x: Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor]:
+    half = _half_out(x)
+    q = torch.empty(half.shape, dtype=E4M3FN, device=x.device)
+    return q, _group_scales(half, int(group_shape[-1]), column_major)
+
+
+# The predicates run after the op's own check (shapes, dtypes, devices, a valid scale/group).
+def _fused_norm_x(x: Tensor, weight: Tensor | None, fp8_dtype: torch.dtype) -> bool:
+    """e4m3fn; x on the platform's device in fp32/fp16/bf16; a weight of x's dtype, contiguous
+    (the kernels TORCH_CHECK the dtype and load it as contiguous vectors)."""
+    return fp8_dtype is E4M3FN and x.device.type == _DEVICE and x.dtype in _FLOATS and _weight_ok(weight, x)
+
+
+def _row_view(x: Tensor) -> bool:
+    """Rows at ``stride(-2)`` with a unit last stride: 2-D with any row stride, or contiguous."""
+    return x.stride(-1) == 1 and (x.dim() == 2 or x.is_contiguous())
+
+
+def rms_norm_static_fp8_quant_supports(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> bool:
+    """This release has the kernel; e4m3fn; a per-tensor scale; rows at ``stride(-2)``."""
+    return (
+        FUSED["rms_norm_static_fp8_quant"] is not None
+        and _fused_norm_x(x, weight, fp8_dtype)
+        and scale.numel() == 1
+        and _row_view(x)
+    )
+
+
+def fused_add_rms_norm_static_fp8_quant_supports(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> bool:
+    """As :func:`rms_norm_static_fp8_quant_supports` (any residual layout: it is copied)."""
+    return (
+        FUSED["fused_add_rms_norm_static_fp8_quant"] is not None
+        and _fused_norm_x(x, weight, fp8_dtype)
+        and scale.numel() == 1
+        and _row_view(x)
+    )
+
+
+def rms_norm_dynamic_quant_fp8_supports(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """Per token (the kernel has no per-tensor form); e4m3fn; contiguous x (TORCH_CHECKed)."""
+    return (
+        FUSED["rms_norm_dynamic_per_token_quant"] is not None
+        and per_token
+        and _fused_norm_x(x, weight, fp8_dtype)
+        and x.is_contiguous()
+    )
+
+
+def fused_add_rms_norm_dynamic_quant_fp8_supports(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> bool:
+    """As :func:`rms_norm_dynamic_quant_fp8_supports` (any residual layout: it is copied)."""
+    return rms_norm_dynamic_quant_fp8_supports(
+        x, weight, epsilon, per_token, fp8_dtype, scale_ub, num_token_padding
+    )
+
+
+def _block_group_ok(x: Tensor, g: int, column_major: bool, use_ue8m0: bool, scale_alignment: int) -> bool:
+    """rms_norm_per_block_quant's groups: ``lanes = g / (16 / itemsize)`` vector lanes reduced
+    by an xor butterfly inside a 32-lane sub-group, so ``lanes`` a power of two up to 32 (other
+    counts mix neighbouring groups, 0 divides by zero); K a multiple of g; no ue8m0 (rounded
+    after the floor, the op before); column-major scales on 2-D x with ``scale_alignment == 1``
+    (the kernel's strides are ``(1, M)``); the row within local memory."""
+    vec = 16 // x.element_size()
+    lanes = g // vec
+    return (
+        not use_ue8m0
+        and g % vec == 0
+        and 0 < lanes <= 32
+        and lanes & (lanes - 1) == 0
+        and x.shape[-1] % g == 0
+        and x.shape[-1] * x.element_size() <= _BLOCK_ROW_BYTES
+        and (not column_major or (x.dim() == 2 and scale_alignment == 1))
+    )
+
+
+def rms_norm_group_quant_fp8_supports(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> bool:
+    """e4m3fn; contiguous x (releases before #397 read rows at ``row * hidden``); groups as
+    :func:`_block_group_ok`."""
+    return (
+        FUSED["rms_norm_per_block_quant"] is not None
+        and _fused_norm_x(x, weight, fp8_dtype)
+        and x.is_contiguous()
+        and _block_group_ok(x, int(group_shape[-1]), column_major, use_ue8m0, scale_alignment)
+    )
+
+
+def fused_add_rms_norm_group_quant_fp8_supports(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> bool:
+    """As :func:`rms_norm_group_quant_fp8_supports` (any residual layout: it is copied)."""
+    return rms_norm_group_quant_fp8_supports(
+        x, weight, epsilon, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment
+    )
+
+
+def silu_and_mul_static_quant_fp8_supports(
+    x: Tensor, scale: Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+) -> bool:
+    """e4m3fn; fp16/bf16 (TORCH_CHECKed), contiguous; a per-tensor scale."""
+    return (
+        FUSED["silu_and_mul_quant"] is not None
+        and fp8_dtype is E4M3FN
+        and scale.numel() == 1
+        and x.device.type == _DEVICE
+        and x.dtype in _HALF
+        and x.is_contiguous()
+    )
+
+
+def silu_and_mul_group_quant_fp8_supports(
+    x: Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> bool:
+    """e4m3fn; fp16/bf16, contiguous; groups of 32, 64 or 128 dividing the output's width (the
+    kernel's TORCH_CHECKs); no ue8m0 (after the floor, and from the unrounded product);
+    column-major scales on 2-D x with ``scale_alignment == 1``."""
+    g = int(group_shape[-1])
+    return (
+        FUSED["silu_and_mul_per_block_quant"] is not None
+        and fp8_dtype is E4M3FN
+        and not use_ue8m0
+        and g in (32, 64, 128)
+        and (x.shape[-1] // 2) % g == 0
+        and x.device.type == _DEVICE
+        and x.dtype in _HALF
+        and x.is_contiguous()
+        and (not column_major or (x.dim() == 2 and scale_alignment == 1))
     )

@@ -48,6 +48,22 @@ OPTIONAL_CALL_FORMS = {
     "per_token_group_fp8_quant": (
         "input", "output_q", "output_s", "group_size", "eps", "fp8_min", "fp8_max", "scale_ue8m0"
     ),
+    # the fused norm/activation + quant kernels (0.1.10 to 4543b58: unchanged)
+    "rms_norm_static_fp8_quant": ("result", "input", "weight", "scale", "epsilon"),
+    "fused_add_rms_norm_static_fp8_quant": (
+        "result", "input", "residual", "weight", "scale", "epsilon"
+    ),
+    "rms_norm_dynamic_per_token_quant": (
+        "result", "input", "weight", "scale", "epsilon", "scale_ub", "residual"
+    ),
+    "rms_norm_per_block_quant": (
+        "result", "input", "weight", "scale", "epsilon", "scale_ub", "residual", "group_size",
+        "is_scale_transposed",
+    ),
+    "silu_and_mul_quant": ("result", "input", "scale"),
+    "silu_and_mul_per_block_quant": (
+        "out", "input", "scales", "group_size", "scale_ub", "is_scale_transposed"
+    ),
 }
 
 NORM_OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
@@ -57,7 +73,17 @@ ACT_OPS = ("gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul
 ROPE_OPS = ("rotary_embedding", "rotary_embedding_query_only", "fused_qk_norm_rope")
 #: fp8 quant through vllm-xpu-kernels' _C quant kernels, optional per release (see impls.py).
 QUANT_OPS = ("static_quant_fp8", "dynamic_quant_fp8", "dynamic_group_quant_fp8")
-OPS = NORM_OPS + ACT_OPS + ROPE_OPS + QUANT_OPS
+#: Fused norm/activation + fp8 quant through the fused kernels, optional per release (impls.py).
+FUSED_QUANT_OPS = (
+    "rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant",
+    "rms_norm_dynamic_quant_fp8",
+    "fused_add_rms_norm_dynamic_quant_fp8",
+    "rms_norm_group_quant_fp8",
+    "fused_add_rms_norm_group_quant_fp8",
+    "silu_and_mul_static_quant_fp8",
+)
+OPS = NORM_OPS + ACT_OPS + ROPE_OPS + QUANT_OPS + FUSED_QUANT_OPS
 #: Ahead of triton (20) on Intel GPUs: hand-written SYCL kernels. Not measured by ircore.
 DEFAULT_RANK = 10
 
@@ -87,6 +113,16 @@ _ROWS = {
         cache_by_signature=False,
         rank=DEFAULT_RANK,
         fakes=("dynamic_group_quant_fp8",),
+    ),
+    # The fused predicates read what the quant ones read, plus the weight's dtype and contiguity;
+    # fp8_dtype and group_shape are not signature facts: not cached. The group ops' fakes give
+    # column-major scales their strides.
+    **ircore.impl_table(
+        "ircore_xpu.impls",
+        FUSED_QUANT_OPS,
+        cache_by_signature=False,
+        rank=DEFAULT_RANK,
+        fakes=("rms_norm_group_quant_fp8", "fused_add_rms_norm_group_quant_fp8"),
     ),
 }
 IRCORE_IMPLEMENTATIONS = {op: _ROWS[op] for op in OPS}  # in OPS's order (ircore list names them so)

@@ -63,7 +63,9 @@ def test_active_on_an_intel_gpu(penv):
     assert result["reason"] == (
         "implements rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, mul_and_silu, fatrelu_and_mul, "
         "swigluoai_and_mul, rotary_embedding, rotary_embedding_query_only, fused_qk_norm_rope, static_quant_fp8, "
-        "dynamic_quant_fp8, dynamic_group_quant_fp8 on XPU "
+        "dynamic_quant_fp8, dynamic_group_quant_fp8, rms_norm_static_fp8_quant, fused_add_rms_norm_static_fp8_quant, "
+        "rms_norm_dynamic_quant_fp8, fused_add_rms_norm_dynamic_quant_fp8, rms_norm_group_quant_fp8, "
+        "fused_add_rms_norm_group_quant_fp8, silu_and_mul_static_quant_fp8 on XPU "
         "(stand-in Intel(R) Data Center GPU Max 1550)"
     )
 

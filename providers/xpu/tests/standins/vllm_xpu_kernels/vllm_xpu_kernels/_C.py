@@ -66,11 +66,31 @@ they address memory as the real SYCL kernels do (csrc/layernorm.cpp, activation.
   stride(1) + row``); amax from ``eps``, ``max(amax / 448, 1 / (448 * 512))`` (the fp8_max
   argument unused), **then** ue8m0 rounding (vLLM's native rounds first);
 
+- fused norm/activation + fp8 quant (csrc/layernorm_quant.cpp, activation.cpp,
+  quantization/fused_kernels/fused_silu_mul_block_quant.cpp, read at 4543b58): the TORCH_CHECKs
+  of each (weight of the input's dtype, float32 scales, contiguous outputs, e4m3fn where the real
+  one allows int8 too), norms in fp32 with the weight promoted (one rounding, at the fp8 store),
+  448 and the ``1 / (448 * 512)`` floor. rms_norm_static_fp8_quant: rows at ``stride(-2)``
+  (unit last stride assumed), vectors of ``gcd(16 / size, hidden)`` elements (1 when the row
+  stride is not a multiple), aligned to their width; fused_add_rms_norm_static_fp8_quant: the
+  sum added and rounded in the input's type, written into ``residual`` (rows at ``row * hidden``),
+  the variance from the rounded sum; rms_norm_dynamic_per_token_quant: contiguous input,
+  ``max(min(amax, ub) / 448, floor)``, residual as the static one; rms_norm_per_block_quant:
+  rows at ``stride(0)`` (unit last stride checked), 16-byte vectors (a tail of fewer than
+  ``16 / size`` elements never read nor written), a group's amax reduced over the aligned block
+  of ``next_pow2(group / vec)`` vector lanes (the xor butterfly), its scale stored by lanes
+  ``c % (group / vec) == 0`` at ``c / (group / vec)``, ue8m0 after the floor, the whole row in
+  local memory (refused beyond 64 KiB); silu_and_mul_quant: fp16/bf16 only, contiguous rows,
+  ``silu`` rounded to the input's type, the product too, then ``* (1 / scale)``;
+  silu_and_mul_per_block_quant: its TORCH_CHECKs (groups 32/64/128, 2-D contiguous input),
+  silu-and-mul in fp32 (not rounded), ``x / scale``, scale_ub, ue8m0 after the floor;
+
 ``IRCORE_STANDIN_XPU_VARIANT``: ``required-weight`` (releases before the optional weight),
 ``no-xpu-kernel`` (rms_norm registered for the CPU only), ``changed`` (a hypothetical release
 whose rms_norm takes ``(input, result, ...)``). ``CALLS`` counts kernel calls.
 """
 
+import math
 import os
 from collections import Counter
 
@@ -113,6 +133,32 @@ SCHEMAS.update(
         "per_token_group_fp8_quant": (
             "per_token_group_fp8_quant(Tensor input, Tensor! output_q, Tensor! output_s, int group_size, "
             "float eps, float fp8_min, float fp8_max, bool scale_ue8m0) -> ()"
+        ),
+    }
+)
+#: The fused norm/activation + quant kernels (csrc/torch_bindings.cpp at 4543b58).
+SCHEMAS.update(
+    {
+        "rms_norm_static_fp8_quant": (
+            "rms_norm_static_fp8_quant(Tensor! result, Tensor input, Tensor weight, Tensor scale, float epsilon) -> ()"
+        ),
+        "fused_add_rms_norm_static_fp8_quant": (
+            "fused_add_rms_norm_static_fp8_quant(Tensor! result, Tensor input, Tensor! residual, Tensor weight, "
+            "Tensor scale, float epsilon) -> ()"
+        ),
+        "rms_norm_dynamic_per_token_quant": (
+            "rms_norm_dynamic_per_token_quant(Tensor! result, Tensor input, Tensor weight, Tensor! scale, "
+            "float epsilon, Tensor? scale_ub, Tensor!? residual) -> ()"
+        ),
+        "rms_norm_per_block_quant": (
+            "rms_norm_per_block_quant(Tensor! result, Tensor input, Tensor weight, Tensor! scale, float epsilon, "
+            "Tensor? scale_ub, Tensor!? residual, int group_size, bool is_scale_transposed, "
+            "bool scale_ue8m0=False) -> ()"
+        ),
+        "silu_and_mul_quant": "silu_and_mul_quant(Tensor! result, Tensor input, Tensor scale) -> ()",
+        "silu_and_mul_per_block_quant": (
+            "silu_and_mul_per_block_quant(Tensor! out, Tensor input, Tensor! scales, int group_size, "
+            "Tensor? scale_ub=None, bool is_scale_transposed=False, bool scale_ue8m0=False) -> ()"
         ),
     }
 )
@@ -386,6 +432,192 @@ def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
         _rotate_in_place(key, tokens, kv_heads, key.stride(seq_dim), head_stride, rows, pos, is_neox)
 
 
+# ---------------------------------------------------------------- fused norm / activation + quant
+_FLOOR = 1.0 / (448.0 * 512.0)  # fp8::min_scaling_factor<Float8_e4m3fn>
+
+
+def _check(cond, name, message):
+    if not cond:
+        raise RuntimeError(f"stand-in _C::{name}: {message}")
+
+
+def _fused_checks(name, result, input, weight, *scales, fp8=(torch.float8_e4m3fn,)):
+    _check(result.is_contiguous(), name, "out must be contiguous")
+    _check(weight is None or weight.dtype == input.dtype, name, "weight and input must have the same dtype")
+    _check(input.dtype in _FLOATS, name, f'"{name}" not implemented for \'{input.dtype}\'')
+    _check(result.dtype in fp8, name, f"output must be one of {fp8}, got {result.dtype}")
+    for s in scales:
+        _check(s is None or s.dtype == torch.float32, name, "expected scalar type Float")
+    CALLS[name] += 1
+
+
+def _vectors(name, vec, *tensors):
+    """aligned_vec / vec_n_t loads and stores: each pointer aligned to the vector's bytes."""
+    for t in tensors:
+        _check(t.data_ptr() % (vec * t.element_size()) == 0, name, "misaligned vector access")
+
+
+def _norm_rows(rows, weight, epsilon, inv_rms=None):
+    """``x * inv_rms * float(w)`` in fp32 (4543b58: the weight promoted, one rounding at the store)."""
+    xf = rows.float()
+    if inv_rms is None:
+        inv_rms = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + epsilon)
+    return xf * inv_rms * weight.float()
+
+
+def _store_fp8(y, dtype):
+    return y.clamp(-448.0, 448.0).to(dtype)
+
+
+def _add_in_place(name, x, residual, tokens, hidden):
+    """The sum added and rounded in the input's type, written into the residual (rows at
+    ``row * hidden``, as wide as ``x``); returns the rounded sum."""
+    _check(residual.dtype == x.dtype, name, "residual and input must have the same dtype")
+    r = residual.as_strided((tokens, x.shape[1]), (hidden, 1))
+    total = (x.float() + r.float()).to(x.dtype)
+    r.copy_(total)
+    return total
+
+
+def rms_norm_static_fp8_quant(result, input, weight, scale, epsilon, residual=None):
+    name = "fused_add_rms_norm_static_fp8_quant" if residual is not None else "rms_norm_static_fp8_quant"
+    if residual is not None:
+        _check(residual.is_contiguous(), name, "residual must be contiguous")
+    _fused_checks(name, result, input, weight, scale, fp8=_FP8)
+    hidden = input.size(-1)
+    tokens = input.numel() // hidden
+    stride = input.stride(-2) if input.dim() > 1 else hidden
+    vec = math.gcd(16 // input.element_size(), hidden)
+    vec = vec if stride % vec == 0 else 1
+    _vectors(name, vec, input, weight)
+    x = input.as_strided((tokens, hidden), (stride, 1))  # the unit last stride assumed, unchecked
+    if residual is not None:
+        x = _add_in_place(name, x, residual, tokens, hidden)
+    y = _norm_rows(x, weight.as_strided((hidden,), (1,)), epsilon) * (1.0 / scale.as_strided((1,), (1,)))
+    result.as_strided((tokens, hidden), (hidden, 1)).copy_(_store_fp8(y, result.dtype))
+
+
+def fused_add_rms_norm_static_fp8_quant(result, input, residual, weight, scale, epsilon):
+    rms_norm_static_fp8_quant(result, input, weight, scale, epsilon, residual)
+
+
+def rms_norm_dynamic_per_token_quant(result, input, weight, scale, epsilon, scale_ub, residual):
+    name = "rms_norm_dynamic_per_token_quant"
+    _check(input.is_contiguous(), name, "input must be contiguous")
+    if residual is not None:
+        _check(residual.is_contiguous(), name, "residual must be contiguous")
+    _fused_checks(name, result, input, weight, scale, scale_ub)
+    hidden = input.size(-1)
+    tokens = input.numel() // hidden
+    x = input.as_strided((tokens, hidden), (hidden, 1))
+    if residual is not None:
+        x = _add_in_place(name, x, residual, tokens, hidden)
+    y = _norm_rows(x, weight, epsilon)
+    amax = y.abs().amax(-1, keepdim=True)
+    if scale_ub is not None:
+        amax = torch.minimum(amax, scale_ub.as_strided((1,), (1,)))
+    s = torch.clamp(amax / 448.0, min=_FLOOR)
+    scale.as_strided((tokens, 1), (1, 1)).copy_(s)
+    result.as_strided((tokens, hidden), (hidden, 1)).copy_(_store_fp8(y * (1.0 / s), result.dtype))
+
+
+def _block_scales(y, group, vec, ub, ue8m0):
+    """The per-block kernels' scales and quantised values of the fp32 rows ``y`` ``[tokens, n]``
+    (n a multiple of ``vec``): a vector lane's amax reduced over the aligned block of
+    ``next_pow2(group / vec)`` lanes (the xor butterfly), each lane quantised with its block's
+    scale; the scale of group ``c / lanes`` stored by the lanes ``c % lanes == 0``."""
+    tokens, n = y.shape
+    lanes = group // vec
+    block = 1 << (lanes - 1).bit_length()
+    nvec = n // vec
+    pad = -nvec % block
+    lane_amax = torch.nn.functional.pad(y.abs().view(tokens, nvec, vec).amax(-1), (0, pad))
+    block_amax = lane_amax.view(tokens, -1, block).amax(-1).repeat_interleave(block, -1)[:, :nvec]
+    s = torch.clamp(block_amax / 448.0, min=_FLOOR)
+    if ub is not None:
+        s = torch.clamp(torch.minimum(s, ub.as_strided((1,), (1,))), min=_FLOOR)
+    if ue8m0:  # after the floor (the op rounds first)
+        s = torch.exp2(torch.ceil(torch.log2(torch.clamp(s.abs(), min=1e-10))))
+    q = (y.view(tokens, nvec, vec) / s.unsqueeze(-1)).view(tokens, n)
+    return q, s[:, ::lanes][:, : (nvec + lanes - 1) // lanes]
+
+
+def _store_scales(scales, s, tokens, groups, transposed):
+    st = (1, tokens) if transposed else (groups, 1)
+    scales.as_strided((tokens, groups), st).copy_(s[:, :groups])
+
+
+def rms_norm_per_block_quant(result, input, weight, scale, epsilon, scale_ub, residual, group_size,
+                             is_scale_transposed, scale_ue8m0=False):
+    name = "rms_norm_per_block_quant"
+    _check(input.stride(-1) == 1, name, "input must be contiguous in the last dimension")
+    _check(input.size(-1) % group_size == 0, name, "hidden_size must be divisible by group_size")
+    if residual is not None:
+        _check(residual.is_contiguous(), name, "residual must be contiguous")
+    _fused_checks(name, result, input, weight, scale)
+    hidden = input.size(-1)
+    tokens = input.numel() // hidden
+    _check(hidden * input.element_size() <= 65536, name, "local memory (the row) exceeds the device's 64 KiB")
+    vec = 16 // input.element_size()
+    _check(group_size // vec > 0, name, "integer division by zero (lane % lanes_per_group)")
+    _vectors(name, vec, input, weight, result, *([residual] if residual is not None else []))
+    n = hidden // vec * vec  # a tail of fewer than vec elements is never read nor written
+    x = input.as_strided((tokens, n), (input.stride(0), 1))  # rows at stride(0)
+    if residual is not None:
+        x = _add_in_place(name, x, residual, tokens, hidden)
+    xf = x.float()
+    inv_rms = torch.rsqrt(xf.pow(2).sum(-1, keepdim=True) / hidden + epsilon)
+    y = _norm_rows(x, weight.as_strided((n,), (1,)), epsilon, inv_rms)
+    q, s = _block_scales(y, group_size, vec, None, scale_ue8m0)
+    result.as_strided((tokens, n), (hidden, 1)).copy_(_store_fp8(q, result.dtype))
+    _store_scales(scale, s, tokens, min(s.shape[1], hidden // group_size), is_scale_transposed)
+
+
+def silu_and_mul_quant(result, input, scale):
+    name = "silu_and_mul_quant"
+    _check(result.dtype in _FP8, name, "out must be float8_e4m3fn or float8_e5m2")
+    _check(input.dtype in (torch.float16, torch.bfloat16), name, "input must be float16 or bfloat16")
+    _check(scale.dtype == torch.float32, name, "expected scalar type Float")
+    CALLS[name] += 1
+    d = input.size(-1) // 2
+    tokens = input.numel() // input.size(-1)
+    vec = 16 // input.element_size()
+    while vec > 1 and (vec >> 1) * min(d, 1024) >= d:
+        vec >>= 1
+    vec = vec if d % vec == 0 else 1
+    _vectors(name, vec, input)
+    xy = input.as_strided((tokens, 2 * d), (2 * d, 1))  # contiguous rows, unchecked
+    a = (xy[:, :d].float() / (1.0 + torch.exp(-xy[:, :d].float()))).to(input.dtype)  # silu_kernel -> T
+    prod = (a.float() * xy[:, d:].float()).to(input.dtype)  # the product in T
+    y = prod.float() * (1.0 / scale.as_strided((1,), (1,)))
+    result.as_strided((tokens, d), (d, 1)).copy_(_store_fp8(y, result.dtype))
+
+
+def silu_and_mul_per_block_quant(out, input, scales, group_size, scale_ub=None, is_scale_transposed=False,
+                                 scale_ue8m0=False):
+    name = "silu_and_mul_per_block_quant"
+    _check(out.dtype in _FP8, name, "out must be float8_e4m3fn, float8_e5m2, or int8")
+    _check(input.dtype in (torch.float16, torch.bfloat16), name, "input must be float16 or bfloat16")
+    _check(out.is_contiguous() and input.is_contiguous(), name, "out and input must be contiguous")
+    _check(scales.dtype == torch.float32, name, "scales must be float32")
+    _check(group_size in (32, 64, 128), name, f"group_size must be 32, 64, or 128, got {group_size}")
+    _check(input.dim() == 2 and out.dim() == 2, name, "input must be 2-dimensional")
+    tokens, d = input.size(0), out.size(-1)
+    _check(input.size(-1) == 2 * d and d % group_size == 0, name, "hidden_size must be divisible by group_size")
+    groups = d // group_size
+    _check(tuple(scales.shape) == (tokens, groups), name, "scales must have logical shape [num_tokens, num_groups]")
+    CALLS[name] += 1
+    if tokens == 0:
+        return
+    vec = 16 // input.element_size()
+    _vectors(name, vec, input, out)
+    g, u = input[:, :d].float(), input[:, d:].float()
+    y = g / (1.0 + torch.exp(-g)) * u  # fp32, not rounded
+    q, s = _block_scales(y, group_size, vec, scale_ub, scale_ue8m0)
+    out.copy_(_store_fp8(q, out.dtype))
+    _store_scales(scales, s, tokens, groups, is_scale_transposed)
+
+
 def _changed_rms_norm(input, result, weight, epsilon):
     rms_norm(result, input, weight, epsilon)
 
@@ -397,7 +629,13 @@ _KERNELS = {"rms_norm": _changed_rms_norm if VARIANT == "changed" else rms_norm,
             "swigluoai_and_mul": swigluoai_and_mul, "fused_qk_norm_rope": fused_qk_norm_rope,
             "static_scaled_fp8_quant": static_scaled_fp8_quant,
             "dynamic_per_token_scaled_fp8_quant": dynamic_per_token_scaled_fp8_quant,
-            "per_token_group_fp8_quant": per_token_group_fp8_quant}
+            "per_token_group_fp8_quant": per_token_group_fp8_quant,
+            "rms_norm_static_fp8_quant": rms_norm_static_fp8_quant,
+            "fused_add_rms_norm_static_fp8_quant": fused_add_rms_norm_static_fp8_quant,
+            "rms_norm_dynamic_per_token_quant": rms_norm_dynamic_per_token_quant,
+            "rms_norm_per_block_quant": rms_norm_per_block_quant,
+            "silu_and_mul_quant": silu_and_mul_quant,
+            "silu_and_mul_per_block_quant": silu_and_mul_per_block_quant}
 _LIB = torch.library.Library("_C", "DEF")  # raises if another library owns _C (vLLM's _C)
 for _name, _schema in SCHEMAS.items():
     _LIB.define(_schema)
