@@ -338,6 +338,11 @@ def _grad_probe(args: tuple) -> int | None:
     return None
 
 
+#: The upstream gradient of the gradient probe: small enough that no op's gradient overflows
+#: fp16, large enough that it stays a normal number.
+_UPSTREAM_GRAD = 2.0**-16
+
+
 def _check_differentiable_call(op: IrOp, provider: str, args: tuple, where: str) -> None:
     """With ``provider`` first and the probe argument (:func:`_grad_probe`) requiring grad (grad
     mode on), native runs: gradients flow."""
@@ -350,7 +355,9 @@ def _check_differentiable_call(op: IrOp, provider: str, args: tuple, where: str)
         chosen = op.explain(*call_args).chosen
         assert chosen == "native", f"{where}: a call that needs grad chose {chosen}, not native"
         out = op(*call_args)
-        (out[0] if isinstance(out, tuple) else out).float().sum().backward()
+        # a small upstream gradient: an fp8 output's gradient is 1/scale (448 * 512 at the scale
+        # floor), which overflows fp16 under an upstream gradient of one
+        ((out[0] if isinstance(out, tuple) else out).float() * _UPSTREAM_GRAD).sum().backward()
     assert leaf.grad is not None and bool(torch.isfinite(leaf.grad).all()), f"{where}: no gradient"
 
 

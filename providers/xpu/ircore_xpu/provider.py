@@ -82,6 +82,7 @@ FUSED_QUANT_OPS = (
     "rms_norm_group_quant_fp8",
     "fused_add_rms_norm_group_quant_fp8",
     "silu_and_mul_static_quant_fp8",
+    "silu_and_mul_group_quant_fp8",
 )
 OPS = NORM_OPS + ACT_OPS + ROPE_OPS + QUANT_OPS + FUSED_QUANT_OPS
 #: Ahead of triton (20) on Intel GPUs: hand-written SYCL kernels. Not measured by ircore.
@@ -122,7 +123,7 @@ _ROWS = {
         FUSED_QUANT_OPS,
         cache_by_signature=False,
         rank=DEFAULT_RANK,
-        fakes=("rms_norm_group_quant_fp8", "fused_add_rms_norm_group_quant_fp8"),
+        fakes=("rms_norm_group_quant_fp8", "fused_add_rms_norm_group_quant_fp8", "silu_and_mul_group_quant_fp8"),
     ),
 }
 IRCORE_IMPLEMENTATIONS = {op: _ROWS[op] for op in OPS}  # in OPS's order (ircore list names them so)

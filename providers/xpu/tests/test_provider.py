@@ -65,7 +65,7 @@ def test_active_on_an_intel_gpu(penv):
         "swigluoai_and_mul, rotary_embedding, rotary_embedding_query_only, fused_qk_norm_rope, static_quant_fp8, "
         "dynamic_quant_fp8, dynamic_group_quant_fp8, rms_norm_static_fp8_quant, fused_add_rms_norm_static_fp8_quant, "
         "rms_norm_dynamic_quant_fp8, fused_add_rms_norm_dynamic_quant_fp8, rms_norm_group_quant_fp8, "
-        "fused_add_rms_norm_group_quant_fp8, silu_and_mul_static_quant_fp8 on XPU "
+        "fused_add_rms_norm_group_quant_fp8, silu_and_mul_static_quant_fp8, silu_and_mul_group_quant_fp8 on XPU "
         "(stand-in Intel(R) Data Center GPU Max 1550)"
     )
 

@@ -226,14 +226,14 @@ def test_fused_ops_ircore_built_pass_opcheck(kernels):
         assert [(t.shape, t.stride(), t.dtype) for t in real] == [(t.shape, t.stride(), t.dtype) for t in fake], name
 
 
-def test_silu_group_adapter_written_not_registered(kernels):
+def test_silu_group_adapter(kernels):
     """silu_and_mul_group_quant_fp8 over ``_C.silu_and_mul_per_block_quant``: right on the
-    stand-in (row- and column-major, 3-D), its predicate's boundaries, and its fake; not in the
-    table (the core's native-gradient check fails in fp16, the first dtype this half-only kernel
-    accepts: README)."""
+    stand-in (row- and column-major, 3-D), its predicate's boundaries, and its fake; in the table
+    with that fake (the kit's fp16 gradient probe no longer overflows on its all-zero group)."""
     from ircore_xpu import impls, provider
 
-    assert "silu_and_mul_group_quant_fp8" not in provider.IRCORE_IMPLEMENTATIONS
+    spec = provider.IRCORE_IMPLEMENTATIONS["silu_and_mul_group_quant_fp8"]
+    assert spec.fake == "ircore_xpu.impls:silu_and_mul_group_quant_fp8_fake"
     op = ircore.ops.silu_and_mul_group_quant_fp8
     calls = kernels.CALLS["silu_and_mul_per_block_quant"]
     for args, accepted in (
