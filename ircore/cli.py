@@ -158,8 +158,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
             )
         )
     else:
+        # the shape is make_inputs' (x's for the norms, the query's for the rotary ops, ...)
         shape = "x".join(map(str, args.shape))
-        print(f"{ex}\n  (x: {shape} {str(args.dtype).replace('torch.', '')} on {args.device})")
+        dtype = str(args.dtype).replace("torch.", "")
+        print(f"{ex}\n  (inputs: {op.name}.make_inputs({shape}, {dtype}, {args.device}))")
     return EXIT_OK
 
 

@@ -451,12 +451,12 @@ NOT_RMSNORM = (
 )
 OTHER_GATE = (
     "{}._apply_gate is not act(gate) * up over [gate | up] (clamped, interleaved or another gating): "
-    "ircore has no op for it"
+    "apply routes it to no op"
 )
 UNKNOWN_GATED = (
     "{}.forward is not a known gated RMSNorm form (Mamba2's, Qwen3-Next's or Falcon-H1's): kept as it is"
 )
-NOT_SILU = "{}: the activation {} is not SiLU (ircore has no other gated activation op)"
+NOT_SILU = "{}: the activation {} is not SiLU (fused gate_up_proj MLPs and MoE experts run silu_and_mul only)"
 #: model type -> (extra config, {module: why it is left alone}) for layer 0 (layer 1 alike) and model.norm
 LEFT_ALONE = {
     "starcoder2": ({}, {"mlp": "Starcoder2MLP has no gate_proj, up_proj, down_proj: not a gated MLP"}),

@@ -290,7 +290,10 @@ def _gated_norm_problem(module: nn.Module) -> tuple[str | None, str | None]:
 def _not_silu(cls: type, act: Any) -> str:
     named = isinstance(act, nn.Module) or act is None
     what = type(act).__name__ if named else getattr(act, "__name__", repr(act))
-    return f"{cls.__name__}: the activation {what} is not SiLU (ircore has no other gated activation op)"
+    return (
+        f"{cls.__name__}: the activation {what} is not SiLU (fused gate_up_proj MLPs and MoE experts "
+        "run silu_and_mul only)"
+    )
 
 
 def _fused_mlp_problem(module: nn.Module) -> str | None:
@@ -320,7 +323,7 @@ def _experts_problem(module: nn.Module) -> tuple[str | None, str | None]:
     if getattr(cls, "_apply_gate", None) is not None and form_of(cls, "gate", "_apply_gate") is None:
         return None, (
             f"{cls.__name__}._apply_gate is not act(gate) * up over [gate | up] (clamped, interleaved or "
-            "another gating): ircore has no op for it"
+            "another gating): apply routes it to no op"
         )
     form = form_of(cls, "experts")
     if form is None:
@@ -664,7 +667,7 @@ def _patch_feed_forward_class(cls: Any, summary: PatchSummary, name: str) -> Non
         if getattr(cls, "_apply_gate", None) is not None and form_of(cls, "gate", "_apply_gate") is None:
             summary.left_alone[name] = (
                 f"{cls.__name__}._apply_gate is not act(gate) * up over [gate | up] (clamped, interleaved "
-                "or another gating): ircore has no op for it"
+                "or another gating): apply routes it to no op"
             )
             return
         form = form_of(cls, "experts")
