@@ -123,7 +123,7 @@ _ROWS = {
         FUSED_QUANT_OPS,
         cache_by_signature=False,
         rank=DEFAULT_RANK,
-        fakes=("rms_norm_group_quant_fp8", "fused_add_rms_norm_group_quant_fp8", "silu_and_mul_group_quant_fp8"),
+        fakes=tuple(op for op in FUSED_QUANT_OPS if "group_quant" in op),
     ),
 }
 IRCORE_IMPLEMENTATIONS = {op: _ROWS[op] for op in OPS}  # in OPS's order (ircore list names them so)
