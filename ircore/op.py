@@ -302,7 +302,8 @@ class IrOp(Generic[P, R]):
         first = full[0]
         proxy = type(first) is _Proxy
         self.check_annotations(*full)  # before anything reads a tensor's attributes
-        if STATE.tracing_implementations and self._traces_implementation(first) and not self.wants_grad(full):
+        traces = _configured_to_trace_implementations() and self._traces_implementation(first)
+        if traces and not self.wants_grad(full):
             return self.traced_call(full, donated=True)
         if (
             self.torch_inplace_op is None
@@ -339,7 +340,7 @@ class IrOp(Generic[P, R]):
             self.check_args(*args)
             native: Callable[..., Any] = self.native
             return native(*args)
-        if STATE.tracing_implementations and self._traces_implementation(args[0]):
+        if _configured_to_trace_implementations() and self._traces_implementation(args[0]):
             return self.traced_call(args)
         return self.torch_op(*args)
 
@@ -971,6 +972,14 @@ def register_op(
     if native is not None:
         return declare(native)
     return declare
+
+
+def _configured_to_trace_implementations() -> bool:
+    """``trace_implementations``, with the configuration applied first: a trace may be the
+    process's first ircore call (the loader applies the environment and the file)."""
+    if not _is_dynamo_compiling():  # under Dynamo the eager call has loaded (providers_loaded)
+        dispatch.ensure_loaded()
+    return STATE.tracing_implementations
 
 
 def _describe_arg(value: Any) -> str:

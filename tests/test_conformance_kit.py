@@ -59,6 +59,29 @@ def test_a_fake_that_fails_is_caught_before_torch_compile_is():
     assert "NotImplementedError: no meta kernel" in message
 
 
+def test_group_scales_in_the_wrong_layout_are_caught():
+    """A group quant kernel that returns row-major scales for column_major=True, with a fake that
+    says so (so the fake check passes): the values are right, the layout is not."""
+    op = ircore.ops.dynamic_group_quant_fp8
+
+    def row_major(
+        x: torch.Tensor,
+        group_shape: list[int],
+        column_major: bool,
+        use_ue8m0: bool,
+        fp8_dtype: torch.dtype,
+        scale_alignment: int = 1,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        q, scales = op.native(x, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment)
+        return q.contiguous(), scales.contiguous()
+
+    op.register_impl("kit_rows", row_major, fake=row_major)
+    with pytest.raises(AssertionError) as err:
+        check_provider("kit_rows", seeds=(0,), dtypes=(torch.float32,))
+    message = str(err.value)
+    assert "output dynamic_group_quant_fp8[1] has strides" in message and "column-major group" in message
+
+
 @pytest.mark.skipif(_signature.signature is None, reason="needs the call-signature helper (signatures to compare)")
 def test_a_cache_by_signature_claim_that_depends_on_the_rows_is_caught():
     def few_rows(x, weight, epsilon, variance_size):

@@ -181,10 +181,23 @@ def test_batch_invariant_mode_traces_what_the_mode_runs():
     assert "aten.mean.dim" in default and "aten.mean.dim" not in fixed
 
 
+_FIRST_CALL_IS_A_TRACE = """
+import json, torch, ircore
+from ircore import cli
+from torch.fx.experimental.proxy_tensor import make_fx
+x, w = torch.randn(4, 64), torch.randn(64)
+g = make_fx(lambda x, w: ircore.ops.rms_norm(x, w, 1e-6), tracing_mode="fake")(x, w)
+print(json.dumps([str(n.target) for n in g.graph.nodes if n.op == "call_function"]))
+cli.main(["doctor", "--json"])
+"""
+
+
 def test_the_environment_variable_is_read_and_doctor_says_so():
+    """Read even where a trace is the process's first ircore call (the loader applies the
+    environment): native's own ops, no ircore node; doctor reports it."""
     env = {**os.environ, "IRCORE_TRACE_IMPLEMENTATIONS": "1", "IRCORE_PROVIDERS": "none"}
-    run = subprocess.run(
-        [sys.executable, "-m", "ircore", "doctor", "--json"], env=env, capture_output=True, text=True
-    )
+    run = subprocess.run([sys.executable, "-c", _FIRST_CALL_IS_A_TRACE], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert json.loads(run.stdout)["trace_implementations"] is True
+    targets, doctor = run.stdout.split("\n", 1)
+    assert "aten.rsqrt.default" in json.loads(targets) and "ircore" not in targets, targets
+    assert json.loads(doctor)["trace_implementations"] is True

@@ -240,6 +240,34 @@ def _fake_problem(op: IrOp, impl: Impl, args: tuple, out: Any) -> str | None:
     return None
 
 
+def _layout_problem(op: IrOp, args: tuple, out: Any) -> str | None:
+    """For an op with fp8 outputs (``quantized_outputs``): a scale (or other non-fp8 output) that
+    native returns in a layout of its own (not contiguous: column-major group scales, with their
+    TMA-aligned stride) must come back in that layout, which its readers (cuBLASLt, DeepGEMM)
+    depend on. The fp8 values' own layout is free (native's may be a view of a padded buffer)."""
+    if op.quantized_outputs is None:
+        return None
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        fake_args = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args)
+        native_out = op.native(*fake_args)
+    reals = out if isinstance(out, tuple) else (out,)
+    natives = native_out if isinstance(native_out, tuple) else (native_out,)
+    for i, (real, native) in enumerate(zip(reals, natives)):
+        if native.element_size() == 1 or native.is_contiguous() or native.numel() <= 1:
+            continue
+        if real.stride() == native.stride():
+            continue
+        return (
+            f"output {op.name}[{i}] has strides {real.stride()} where the op returns {native.stride()} "
+            f"(shape {tuple(native.shape)}: a layout of the op's contract, such as column-major group "
+            "scales, which their readers depend on); return that layout, and declare it in "
+            "ImplSpec(fake=...)"
+        )
+    return None
+
+
 def _signature_variants(op: IrOp, args: tuple) -> Iterator[tuple[str, tuple]]:
     """Arguments with the call signature of ``args`` but other values: other row counts (every
     tensor with the first tensor's shape sliced or repeated alike along dimension 0), and every
@@ -321,7 +349,7 @@ def run_case(case: Case, args: tuple[Any, ...] | None = None) -> CaseResult:
             inplace_worst, problem = _inplace_problem(op, impl, args, where)
             worst = max(worst, inplace_worst)
         if problem is None:
-            fake_problem = _fake_problem(op, impl, args, out)
+            fake_problem = _fake_problem(op, impl, args, out) or _layout_problem(op, args, out)
             problem = f"{where}: {fake_problem}" if fake_problem else None
     except CONTAINED as exc:  # KeyboardInterrupt (and the like) stops the run
         return CaseResult(case, FAILED, f"{where}: {raised(exc)}")
