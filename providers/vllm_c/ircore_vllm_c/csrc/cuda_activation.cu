@@ -127,12 +127,8 @@ at::Tensor run_rows(const char* op, const at::Tensor& x, Launch launch) {
   at::Tensor out = at::empty(half_last_dim(x), x.options());
   if (out.numel() == 0) return out;
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor xin = x;
-  auto rows = as_rows(xin);
-  if (!rows) {
-    xin = x.contiguous();
-    rows = as_rows(xin);
-  }
+  at::Tensor xin;
+  const Rows rows = rows_of(x, xin);
   const int64_t d = x.size(-1) / 2;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   IRC_ACT_CUDA_DISPATCH(x.scalar_type(), {
@@ -140,8 +136,8 @@ at::Tensor run_rows(const char* op, const at::Tensor& x, Launch launch) {
     const T* i = static_cast<const T*>(xin.data_ptr());
     constexpr int kVec = 16 / sizeof(T);
     const bool vec_ok = d % kVec == 0 && aligned16(o) && aligned16(i) &&
-                        (rows->stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
-    launch(o, i, rows->stride, rows->rows, d, vec_ok, stream);
+                        (rows.stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
+    launch(o, i, rows.stride, rows.rows, d, vec_ok, stream);
   })
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;

@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace ircore_vllm_c {
@@ -50,10 +51,44 @@ inline std::optional<Rows> as_writable_rows(const at::Tensor& x) {
   return r;
 }
 
+// t as rows: t itself where as_rows takes its layout, else a contiguous copy. `holder` is set to
+// the tensor the rows belong to (t or the copy): the kernel reads holder's data, which it keeps
+// alive.
+inline Rows rows_of(const at::Tensor& t, at::Tensor& holder) {
+  holder = t;
+  auto rows = as_rows(holder);
+  if (!rows) {
+    holder = t.contiguous();
+    rows = as_rows(holder);
+  }
+  return *rows;
+}
+
+// As rows_of for a tensor the kernel writes in place (as_writable_rows): where `holder` is a
+// copy, copy_back(t, holder) writes the result into t after the kernel.
+inline Rows writable_rows_of(const at::Tensor& t, at::Tensor& holder) {
+  holder = t;
+  auto rows = as_writable_rows(holder);
+  if (!rows) {
+    holder = t.contiguous();
+    rows = as_rows(holder);
+  }
+  return *rows;
+}
+
+inline void copy_back(at::Tensor& t, const at::Tensor& holder) {
+  if (!holder.is_same(t)) t.copy_(holder);
+}
+
 inline bool is_supported_dtype(at::ScalarType t) {
   return t == at::ScalarType::Float || t == at::ScalarType::Half ||
          t == at::ScalarType::BFloat16;
 }
+
+// A number, and sizes as "[a, b]", for messages: TORCH_CHECK gets strings, never numbers to
+// insert into its stream (checks.cpp says why).
+std::string num(int64_t v);
+std::string dims(c10::IntArrayRef sizes);
 
 // Argument checks (defined in checks.cpp, where their messages are formatted without
 // std::ostream number insertion: see there).
@@ -63,7 +98,11 @@ void check_x(const char* op, const at::Tensor& x);
 int64_t check_norm_args(const char* op, const at::Tensor& x,
                         const std::optional<at::Tensor>& weight,
                         std::optional<int64_t> variance_size, at::Tensor& w_out);
-void check_residual(const char* op, const at::Tensor& x, const at::Tensor& residual);
+// fused_add_rms_norm, after the device check: residual like x, then check_norm_args (returns
+// the variance size; w_out as there).
+int64_t check_fused_add_args(const at::Tensor& x, const at::Tensor& residual,
+                             const std::optional<at::Tensor>& weight,
+                             std::optional<int64_t> variance_size, at::Tensor& w_out);
 void check_silu_args(const at::Tensor& x);
 // rms_norm_gated: gate like x, the weight as check_norm_args's; returns the group size (hidden
 // when group_size is None) and the weight made contiguous.

@@ -1,6 +1,6 @@
 // RoPE argument checks and layouts shared by the CPU and CUDA bindings (see rope_common.h).
-// Numbers are formatted with std::to_string, never inserted into TORCH_CHECK's stream (see
-// checks.cpp for why).
+// Numbers are formatted by num and dims (ops_common.h), never inserted into TORCH_CHECK's stream
+// (see checks.cpp for why).
 #include <c10/util/Exception.h>
 
 #include "ops_common.h"
@@ -9,17 +9,6 @@
 namespace ircore_vllm_c {
 
 namespace {
-
-std::string num(int64_t v) { return std::to_string(v); }
-
-std::string dims(c10::IntArrayRef sizes) {
-  std::string out = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(sizes[i]);
-  }
-  return out + "]";
-}
 
 // The stride that steps through dims [0, end) of x as one flat index, when they chain (size-1
 // dims ignored); nullopt when they do not.
