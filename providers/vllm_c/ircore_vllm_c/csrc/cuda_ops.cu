@@ -914,25 +914,6 @@ void launch_gated_vec(const GatedParams<T, WT>& p, int64_t rows, bool nbg, bool 
 // ------------------------------------------------------------------------------------------
 // Op bindings.
 
-#define IRC_CUDA_DISPATCH(st, ...)         \
-  switch (st) {                            \
-    case at::ScalarType::Half: {           \
-      using T = __half;                    \
-      __VA_ARGS__;                         \
-      break;                               \
-    }                                      \
-    case at::ScalarType::BFloat16: {       \
-      using T = __nv_bfloat16;             \
-      __VA_ARGS__;                         \
-      break;                               \
-    }                                      \
-    default: {                             \
-      using T = float;                     \
-      __VA_ARGS__;                         \
-      break;                               \
-    }                                      \
-  }
-
 void rms_norm_out_cuda(at::Tensor& out, const at::Tensor& x,
                        const std::optional<at::Tensor>& weight, double epsilon,
                        std::optional<int64_t> variance_size) {

@@ -17,18 +17,13 @@ struct Rows {
   int64_t stride;
 };
 
-// The row view of x, or nullopt when x is not [rows, hidden] with a unit last stride and one
-// row stride (leading dimensions collapse into rows when their strides chain; size-1 dims are
-// ignored). Rows may overlap (stride < hidden, e.g. expanded tensors): fine for reading.
-inline std::optional<Rows> as_rows(const at::Tensor& x) {
-  const int64_t nd = x.dim();
-  const int64_t hidden = x.size(nd - 1);
-  if (hidden > 1 && x.stride(nd - 1) != 1) return std::nullopt;
-  int64_t rows = 1;
-  int64_t stride = hidden;
+// The stride that steps through dims [0, end) of x as one flat index, when they chain (size-1
+// dims ignored); nullopt when they do not; `none` when every one of them has size 1.
+inline std::optional<int64_t> flat_stride(const at::Tensor& x, int64_t end, int64_t none = 0) {
+  int64_t stride = none;
   int64_t expected = 0;
   bool have = false;
-  for (int64_t d = nd - 2; d >= 0; --d) {
+  for (int64_t d = end - 1; d >= 0; --d) {
     const int64_t size = x.size(d);
     if (size == 1) continue;
     if (!have) {
@@ -39,9 +34,22 @@ inline std::optional<Rows> as_rows(const at::Tensor& x) {
       if (x.stride(d) != expected) return std::nullopt;
       expected *= size;
     }
-    rows *= size;
   }
-  return Rows{rows, stride};
+  return stride;
+}
+
+// The row view of x, or nullopt when x is not [rows, hidden] with a unit last stride and one
+// row stride (leading dimensions collapse into rows when their strides chain; size-1 dims are
+// ignored). Rows may overlap (stride < hidden, e.g. expanded tensors): fine for reading.
+inline std::optional<Rows> as_rows(const at::Tensor& x) {
+  const int64_t nd = x.dim();
+  const int64_t hidden = x.size(nd - 1);
+  if (hidden > 1 && x.stride(nd - 1) != 1) return std::nullopt;
+  const auto stride = flat_stride(x, nd - 1, hidden);
+  if (!stride) return std::nullopt;
+  int64_t rows = 1;
+  for (int64_t d = 0; d < nd - 1; ++d) rows *= x.size(d);
+  return Rows{rows, *stride};
 }
 
 // As as_rows, but also requires rows not to overlap, so the view can be written in place.
@@ -51,12 +59,13 @@ inline std::optional<Rows> as_writable_rows(const at::Tensor& x) {
   return r;
 }
 
-// t as rows: t itself where as_rows takes its layout, else a contiguous copy. `holder` is set to
-// the tensor the rows belong to (t or the copy): the kernel reads holder's data, which it keeps
-// alive.
-inline Rows rows_of(const at::Tensor& t, at::Tensor& holder) {
+// t as rows: t itself where `view` (as_rows or as_writable_rows) takes its layout, else a
+// contiguous copy. `holder` is set to the tensor the rows belong to (t or the copy): the kernel
+// uses holder's data, which it keeps alive.
+inline Rows rows_or_copy(const at::Tensor& t, at::Tensor& holder,
+                         std::optional<Rows> (*view)(const at::Tensor&)) {
   holder = t;
-  auto rows = as_rows(holder);
+  auto rows = view(holder);
   if (!rows) {
     holder = t.contiguous();
     rows = as_rows(holder);
@@ -64,16 +73,15 @@ inline Rows rows_of(const at::Tensor& t, at::Tensor& holder) {
   return *rows;
 }
 
-// As rows_of for a tensor the kernel writes in place (as_writable_rows): where `holder` is a
-// copy, copy_back(t, holder) writes the result into t after the kernel.
+// The rows a kernel reads.
+inline Rows rows_of(const at::Tensor& t, at::Tensor& holder) {
+  return rows_or_copy(t, holder, as_rows);
+}
+
+// The rows a kernel writes in place: where `holder` is a copy, copy_back(t, holder) writes the
+// result into t after the kernel.
 inline Rows writable_rows_of(const at::Tensor& t, at::Tensor& holder) {
-  holder = t;
-  auto rows = as_writable_rows(holder);
-  if (!rows) {
-    holder = t.contiguous();
-    rows = as_rows(holder);
-  }
-  return *rows;
+  return rows_or_copy(t, holder, as_writable_rows);
 }
 
 inline void copy_back(at::Tensor& t, const at::Tensor& holder) {

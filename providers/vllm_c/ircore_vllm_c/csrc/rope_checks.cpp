@@ -10,27 +10,6 @@ namespace ircore_vllm_c {
 
 namespace {
 
-// The stride that steps through dims [0, end) of x as one flat index, when they chain (size-1
-// dims ignored); nullopt when they do not.
-std::optional<int64_t> flat_stride(const at::Tensor& x, int64_t end) {
-  int64_t stride = 0;
-  int64_t expected = 0;
-  bool have = false;
-  for (int64_t d = end - 1; d >= 0; --d) {
-    const int64_t size = x.size(d);
-    if (size == 1) continue;
-    if (!have) {
-      stride = x.stride(d);
-      expected = stride * size;
-      have = true;
-    } else {
-      if (x.stride(d) != expected) return std::nullopt;
-      expected *= size;
-    }
-  }
-  return stride;
-}
-
 int64_t prod(c10::IntArrayRef sizes, int64_t end) {
   int64_t p = 1;
   for (int64_t d = 0; d < end; ++d) p *= sizes[d];
