@@ -149,14 +149,14 @@ def _rope_cases(
     op: str, tokens: int, hidden: int, dtype: torch.dtype, gen: torch.Generator, compile_native: bool
 ) -> dict:
     import ircore
-    from ircore.ops import _rope
+    from ircore.ops import _rope_inputs
 
     ours = torch.ops.ircore_vllm_c
     d = 128 if hidden % 128 == 0 else hidden
     hq = hidden // d
     hk = max(1, hq // 4)
     pos = torch.randint(0, 8192, (tokens,), generator=gen)
-    cache = _rope._rope_cache(8192, d, "cpu").to(dtype)
+    cache = _rope_inputs._rope_cache(8192, d, "cpu").to(dtype)
     if op == "rotary_embedding":
         q = torch.randn(tokens, hq * d, generator=gen).to(dtype)
         k = torch.randn(tokens, hk * d, generator=gen).to(dtype)
@@ -165,7 +165,7 @@ def _rope_cases(
     elif op == "rotary_pos_emb":  # HF's (B, H, S, D) views of (B, S, H, D)
         q = torch.randn(1, tokens, hq, d, generator=gen).to(dtype).transpose(1, 2)
         k = torch.randn(1, tokens, hk, d, generator=gen).to(dtype).transpose(1, 2)
-        cos, sin = _rope._hf_cos_sin(pos[None, :], d, dtype)
+        cos, sin = _rope_inputs._hf_cos_sin(pos[None, :], d, dtype)
         args = (q, k, cos, sin, 1)
         kernel, native = ours.rotary_pos_emb.default, ircore.ops.rotary_pos_emb.native
     else:

@@ -19,7 +19,7 @@ import ircore
 from ircore.compile._fusion import FUSION_PASSES
 from ircore.compile._qk_norm_rope import fuse_hf_qk_norm_rope, fuse_qk_norm_rope
 from ircore.ops import rms_norm, rotary_embedding, rotary_pos_emb
-from ircore.ops._rope import _hf_cos_sin, _rope_cache
+from ircore.ops._rope_inputs import _hf_cos_sin, _rope_cache
 
 FUSED = "ircore.fused_qk_norm_rope.default"
 

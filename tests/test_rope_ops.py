@@ -17,7 +17,7 @@ from ircore.ops import (
     rotary_embedding_query_only,
     rotary_pos_emb,
 )
-from ircore.ops._rope import _rope_cache
+from ircore.ops._rope_inputs import _rope_cache
 from ircore.testing import assert_close_to_reference, check_provider
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)

@@ -202,7 +202,7 @@ def rope_function(original: Callable[..., Any]) -> Callable[..., Any]:
     take (cos/sin that do not broadcast to q and k at ``unsqueeze_dim``, an odd head size), or
     grad mode on with q or k requiring grad (a training step runs stock).
     """
-    from ircore.ops._rope import _broadcasts_to
+    from ircore.ops._rope_hf import _broadcasts_to
 
     def apply_rotary_pos_emb(
         q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1

@@ -33,7 +33,9 @@ from ircore.ops._quant import (
     static_group_quant_fp8,
     static_quant_fp8,
 )
-from ircore.ops._rope import fused_qk_norm_rope, rotary_embedding, rotary_embedding_query_only, rotary_pos_emb
+from ircore.ops._rope_embedding import rotary_embedding, rotary_embedding_query_only
+from ircore.ops._rope_hf import rotary_pos_emb
+from ircore.ops._rope_qk_norm import fused_qk_norm_rope
 from ircore.ops._scaled_mm import block_scaled_mm_fp8, scaled_mm_fp8
 
 __all__ = [

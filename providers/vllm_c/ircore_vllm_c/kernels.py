@@ -64,6 +64,7 @@ CUDA_SOURCES = (
 )
 HEADERS = (
     "cpu_kernels.h",
+    "cpu_common.h",
     "cpu_kernels_isa.inc",
     "cpu_avx512.inc",
     "ops_common.h",

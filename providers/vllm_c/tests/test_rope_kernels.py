@@ -11,7 +11,7 @@ from ircore_vllm_c import impls
 from test_kernels import TARGET_IDS, TARGETS
 
 import ircore
-from ircore.ops import _rope
+from ircore.ops import _rope_inputs as _rope
 
 ops = torch.ops.ircore_vllm_c
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

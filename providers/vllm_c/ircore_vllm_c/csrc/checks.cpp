@@ -7,8 +7,6 @@
 
 namespace ircore_vllm_c {
 
-namespace {
-
 // Numbers in messages are formatted here, never by std::ostream: on the H200 image (torch
 // 2.11.0+cu130) inserting a number into the stream TORCH_CHECK builds crashed inside extension
 // code, CPU and CUDA libraries alike (libstdc++ locale facets); strings are inserted safely.
@@ -22,8 +20,6 @@ std::string dims(c10::IntArrayRef sizes) {
   }
   return out + "]";
 }
-
-}  // namespace
 
 void check_x(const char* op, const at::Tensor& x) {
   TORCH_CHECK(x.dim() >= 1, "ircore_vllm_c.", op, ": x must have at least one dimension");
@@ -57,7 +53,10 @@ int64_t check_norm_args(const char* op, const at::Tensor& x,
   return vs;
 }
 
-void check_residual(const char* op, const at::Tensor& x, const at::Tensor& residual) {
+int64_t check_fused_add_args(const at::Tensor& x, const at::Tensor& residual,
+                             const std::optional<at::Tensor>& weight,
+                             std::optional<int64_t> variance_size, at::Tensor& w_out) {
+  const char* op = "fused_add_rms_norm";
   TORCH_CHECK(residual.sizes() == x.sizes(), "ircore_vllm_c.", op,
               ": residual must have the shape of x ", dims(x.sizes()), ", got ",
               dims(residual.sizes()));
@@ -66,6 +65,7 @@ void check_residual(const char* op, const at::Tensor& x, const at::Tensor& resid
               residual.scalar_type());
   TORCH_CHECK(residual.device() == x.device(), "ircore_vllm_c.", op, ": residual is on ",
               residual.device(), ", x on ", x.device());
+  return check_norm_args(op, x, weight, variance_size, w_out);
 }
 
 void check_silu_args(const at::Tensor& x) {

@@ -13,6 +13,7 @@
 
 #include "act_common.h"
 #include "cpu_activation.h"
+#include "cpu_common.h"
 #include "ops_common.h"
 
 namespace ircore_vllm_c {
@@ -20,17 +21,6 @@ namespace {
 
 // As cpu_ops.cpp's: rows below this many elements per task are not worth a thread handoff.
 constexpr int64_t kMinElemsPerTask = 16384;
-
-cpu::DType act_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::ScalarType::Half:
-      return cpu::DType::kHalf;
-    case at::ScalarType::BFloat16:
-      return cpu::DType::kBFloat16;
-    default:
-      return cpu::DType::kFloat;
-  }
-}
 
 // Runs `body(out_ptr, in_ptr, in_stride, d, begin, end)` over the rows of x (a contiguous copy
 // when x is not rows of one stride) into a new output of x's shape with the last dim halved.
@@ -40,24 +30,20 @@ at::Tensor run_rows(const char* op, const at::Tensor& x, Body body) {
   TORCH_CHECK(x.device().is_cpu(), "ircore_vllm_c.", op, ": expected a CPU tensor, got ", x.device());
   at::Tensor out = at::empty(half_last_dim(x), x.options());
   if (out.numel() == 0) return out;
-  at::Tensor xin = x;
-  auto rows = as_rows(xin);
-  if (!rows) {
-    xin = x.contiguous();
-    rows = as_rows(xin);
-  }
+  at::Tensor xin;
+  const Rows rows = rows_of(x, xin);
   const int64_t d = x.size(-1) / 2;
   void* o = out.data_ptr();
   const void* i = xin.data_ptr();
-  const int64_t stride = rows->stride;
+  const int64_t stride = rows.stride;
   const int64_t grain = std::max<int64_t>(1, kMinElemsPerTask / std::max<int64_t>(2 * d, 1));
-  at::parallel_for(0, rows->rows, grain, [&](int64_t b, int64_t e) { body(o, i, stride, d, b, e); });
+  at::parallel_for(0, rows.rows, grain, [&](int64_t b, int64_t e) { body(o, i, stride, d, b, e); });
   return out;
 }
 
 at::Tensor gated_cpu(const char* op, const at::Tensor& x, GatedAct act, float param) {
   const cpu::Isa isa = cpu::selected_isa();
-  const cpu::DType dt = act_dtype(x.scalar_type());
+  const cpu::DType dt = cpu_dtype(x.scalar_type());
   return run_rows(op, x, [&](void* o, const void* i, int64_t s, int64_t d, int64_t b, int64_t e) {
     cpu::gated_act_rows(isa, dt, act, param, o, d, i, s, d, b, e);
   });
@@ -78,7 +64,7 @@ at::Tensor fatrelu_and_mul_cpu(const at::Tensor& x, double threshold) {
 at::Tensor swigluoai_and_mul_cpu(const at::Tensor& x, double alpha, double limit) {
   check_swiglu_params(alpha, limit);
   const cpu::Isa isa = cpu::selected_isa();
-  const cpu::DType dt = act_dtype(x.scalar_type());
+  const cpu::DType dt = cpu_dtype(x.scalar_type());
   const float a = static_cast<float>(alpha);
   const float l = static_cast<float>(limit);
   return run_rows("swigluoai_and_mul", x,

@@ -14,6 +14,7 @@
 #endif
 
 #include "cpu_activation.h"
+#include "cpu_common.h"
 #include "cpu_kernels.h"
 #include "ops_common.h"
 
@@ -37,17 +38,6 @@ bool use_stream(const at::Tensor& out) {
 cpu::Isa current_isa() {
   const int v = g_isa.load(std::memory_order_relaxed);
   return v < 0 ? cpu::best_isa() : static_cast<cpu::Isa>(v);
-}
-
-cpu::DType to_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::ScalarType::Half:
-      return cpu::DType::kHalf;
-    case at::ScalarType::BFloat16:
-      return cpu::DType::kBFloat16;
-    default:
-      return cpu::DType::kFloat;
-  }
 }
 
 // New outputs from 32 MB up come straight from mmap (glibc's largest mmap threshold), as fresh
@@ -87,23 +77,19 @@ void rms_norm_into(at::Tensor& out, const at::Tensor& x, const std::optional<at:
   const int64_t vs = check_norm_args("rms_norm", x, weight, variance_size, w);
   check_out("rms_norm", out, x, x.sizes());
   if (x.numel() == 0) return;
-  at::Tensor xin = x;
-  auto rows = as_rows(xin);
-  if (!rows) {
-    xin = x.contiguous();
-    rows = as_rows(xin);
-  }
+  at::Tensor xin;
+  const Rows rows = rows_of(x, xin);
   const int64_t hidden = x.size(-1);
   const cpu::Isa isa = current_isa();
-  const cpu::DType dt = to_dtype(x.scalar_type());
+  const cpu::DType dt = cpu_dtype(x.scalar_type());
   void* o = out.data_ptr();
   const void* i = xin.data_ptr();
   const void* wp = w.defined() ? w.data_ptr() : nullptr;
-  const cpu::DType wdt = w.defined() ? to_dtype(w.scalar_type()) : dt;
-  const int64_t stride = rows->stride;
+  const cpu::DType wdt = w.defined() ? cpu_dtype(w.scalar_type()) : dt;
+  const int64_t stride = rows.stride;
   const float eps = static_cast<float>(epsilon);
   const bool stream = allow_stream && use_stream(out);
-  at::parallel_for(0, rows->rows, grain_rows(hidden), [&](int64_t b, int64_t e) {
+  at::parallel_for(0, rows.rows, grain_rows(hidden), [&](int64_t b, int64_t e) {
     cpu::rms_norm_rows(isa, dt, wdt, o, hidden, i, stride, wp, hidden, vs, eps, b, e, stream);
   });
 }
@@ -126,38 +112,28 @@ void fused_add_rms_norm_cpu(at::Tensor& x, at::Tensor& residual,
                             const std::optional<at::Tensor>& weight, double epsilon,
                             std::optional<int64_t> variance_size) {
   check_cpu("fused_add_rms_norm", x);
-  check_residual("fused_add_rms_norm", x, residual);
   at::Tensor w;
-  const int64_t vs = check_norm_args("fused_add_rms_norm", x, weight, variance_size, w);
+  const int64_t vs = check_fused_add_args(x, residual, weight, variance_size, w);
   if (x.numel() == 0) return;
   // Layouts that are not plain rows run on contiguous copies, copied back at the end.
-  at::Tensor xw = x;
-  at::Tensor rw = residual;
-  auto xr = as_writable_rows(xw);
-  auto rr = as_writable_rows(rw);
-  if (!xr) {
-    xw = x.contiguous();
-    xr = as_rows(xw);
-  }
-  if (!rr) {
-    rw = residual.contiguous();
-    rr = as_rows(rw);
-  }
+  at::Tensor xw, rw;
+  const Rows xr = writable_rows_of(x, xw);
+  const Rows rr = writable_rows_of(residual, rw);
   const int64_t hidden = x.size(-1);
   const cpu::Isa isa = current_isa();
-  const cpu::DType dt = to_dtype(x.scalar_type());
+  const cpu::DType dt = cpu_dtype(x.scalar_type());
   void* xp = xw.data_ptr();
   void* rp = rw.data_ptr();
   const void* wp = w.defined() ? w.data_ptr() : nullptr;
-  const cpu::DType wdt = w.defined() ? to_dtype(w.scalar_type()) : dt;
-  const int64_t xs = xr->stride;
-  const int64_t rs = rr->stride;
+  const cpu::DType wdt = w.defined() ? cpu_dtype(w.scalar_type()) : dt;
+  const int64_t xs = xr.stride;
+  const int64_t rs = rr.stride;
   const float eps = static_cast<float>(epsilon);
-  at::parallel_for(0, xr->rows, grain_rows(hidden), [&](int64_t b, int64_t e) {
+  at::parallel_for(0, xr.rows, grain_rows(hidden), [&](int64_t b, int64_t e) {
     cpu::fused_add_rms_norm_rows(isa, dt, wdt, xp, xs, rp, rs, wp, hidden, vs, eps, b, e);
   });
-  if (!xw.is_same(x)) x.copy_(xw);
-  if (!rw.is_same(residual)) residual.copy_(rw);
+  copy_back(x, xw);
+  copy_back(residual, rw);
 }
 
 void silu_and_mul_into(at::Tensor& out, const at::Tensor& x, bool allow_stream) {
@@ -166,19 +142,15 @@ void silu_and_mul_into(at::Tensor& out, const at::Tensor& x, bool allow_stream) 
   check_out("silu_and_mul", out, x, silu_out_sizes(x));
   if (out.numel() == 0) return;
   const int64_t d = x.size(-1) / 2;
-  at::Tensor xin = x;
-  auto rows = as_rows(xin);
-  if (!rows) {
-    xin = x.contiguous();
-    rows = as_rows(xin);
-  }
+  at::Tensor xin;
+  const Rows rows = rows_of(x, xin);
   const cpu::Isa isa = current_isa();
-  const cpu::DType dt = to_dtype(x.scalar_type());
+  const cpu::DType dt = cpu_dtype(x.scalar_type());
   void* o = out.data_ptr();
   const void* i = xin.data_ptr();
-  const int64_t stride = rows->stride;
+  const int64_t stride = rows.stride;
   const bool stream = allow_stream && use_stream(out);
-  at::parallel_for(0, rows->rows, grain_rows(2 * d), [&](int64_t b, int64_t e) {
+  at::parallel_for(0, rows.rows, grain_rows(2 * d), [&](int64_t b, int64_t e) {
     cpu::silu_and_mul_rows(isa, dt, o, d, i, stride, d, b, e, stream);
   });
 }
@@ -192,17 +164,6 @@ at::Tensor silu_and_mul_cpu(const at::Tensor& x) {
   at::Tensor out = new_output(silu_out_sizes(x), x.options());
   silu_and_mul_into(out, x, /*allow_stream=*/false);
   return out;
-}
-
-// A row view of t, or of a contiguous copy of it (kept alive in `holder`).
-Rows rows_of(const at::Tensor& t, at::Tensor& holder) {
-  holder = t;
-  auto rows = as_rows(holder);
-  if (!rows) {
-    holder = t.contiguous();
-    rows = as_rows(holder);
-  }
-  return *rows;
 }
 
 at::Tensor rms_norm_gated_cpu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& weight,
@@ -219,8 +180,8 @@ at::Tensor rms_norm_gated_cpu(const at::Tensor& x, const at::Tensor& gate, const
   const Rows gr = rows_of(gate, gin);
   const int64_t hidden = x.size(-1);
   const cpu::Isa isa = current_isa();
-  const cpu::DType dt = to_dtype(x.scalar_type());
-  const cpu::DType wdt = to_dtype(w.scalar_type());
+  const cpu::DType dt = cpu_dtype(x.scalar_type());
+  const cpu::DType wdt = cpu_dtype(w.scalar_type());
   void* o = out.data_ptr();
   const void* xp = xin.data_ptr();
   const void* gp = gin.data_ptr();
@@ -245,7 +206,7 @@ at::Tensor layer_norm_cpu(const at::Tensor& x, const std::optional<at::Tensor>& 
   const Rows xr = rows_of(x, xin);
   const int64_t hidden = x.size(-1);
   const cpu::Isa isa = current_isa();
-  const cpu::DType dt = to_dtype(x.scalar_type());
+  const cpu::DType dt = cpu_dtype(x.scalar_type());
   void* o = out.data_ptr();
   const void* xp = xin.data_ptr();
   const void* wp = w.defined() ? w.data_ptr() : nullptr;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <string>
 
+#include "cpu_common.h"
 #include "cpu_kernels.h"
 #include "cpu_rope.h"
 #include "ops_common.h"
@@ -16,17 +17,6 @@
 
 namespace ircore_vllm_c {
 namespace {
-
-cpu::DType rope_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::ScalarType::Half:
-      return cpu::DType::kHalf;
-    case at::ScalarType::BFloat16:
-      return cpu::DType::kBFloat16;
-    default:
-      return cpu::DType::kFloat;
-  }
-}
 
 // Tokens per task: about 16K elements of work each (a thread handoff costs more below that).
 int64_t grain_tokens(int64_t elems_per_token) {
@@ -50,18 +40,6 @@ void check_rows(const char* op, const int64_t* pos, const int64_t* off, int64_t 
   }
 }
 
-// x as the kernel reads it (x itself, or a contiguous copy to write back), with its layout.
-struct Work {
-  at::Tensor t;
-  TokenHeads view;
-};
-
-Work token_heads_work(const at::Tensor& x, int64_t tokens, int64_t head_size) {
-  if (auto v = as_token_heads(x, tokens, head_size)) return {x, *v};
-  at::Tensor c = x.contiguous();
-  return {c, *as_token_heads(c, tokens, head_size)};
-}
-
 void rope_cpu(const char* op, const at::Tensor& positions, at::Tensor& query, at::Tensor* key,
               int64_t head_size, int64_t rotary_dim, const at::Tensor& cache, bool neox,
               const std::optional<at::Tensor>& offsets, const std::string& format, bool inverse,
@@ -78,8 +56,8 @@ void rope_cpu(const char* op, const at::Tensor& positions, at::Tensor& query, at
   check_rows(op, pos.data_ptr<int64_t>(), with_offsets ? off.data_ptr<int64_t>() : nullptr,
              tokens, c.size(0));
   cpu::RopeParams p;
-  p.dt = rope_dtype(query.scalar_type());
-  p.cdt = rope_dtype(c.scalar_type());
+  p.dt = cpu_dtype(query.scalar_type());
+  p.cdt = cpu_dtype(c.scalar_type());
   p.n0 = tokens;
   p.n1 = 1;
   p.positions = pos.data_ptr<int64_t>();
@@ -91,7 +69,7 @@ void rope_cpu(const char* op, const at::Tensor& positions, at::Tensor& query, at
   p.neox = neox;
   p.inverse = inverse;
   at::Tensor* xs[2] = {&query, key};
-  Work work[2];
+  TokenHeadsWork work[2];
   int64_t heads = 0;
   p.nx = key ? 2 : 1;
   for (int i = 0; i < p.nx; ++i) {
@@ -104,9 +82,7 @@ void rope_cpu(const char* op, const at::Tensor& positions, at::Tensor& query, at
   at::parallel_for(0, tokens, grain_tokens(heads * rotary_dim), [&](int64_t b, int64_t e) {
     cpu::rope_tokens(isa, p, b, e);
   });
-  for (int i = 0; i < p.nx; ++i) {
-    if (!work[i].t.is_same(*xs[i])) xs[i]->copy_(work[i].t);
-  }
+  for (int i = 0; i < p.nx; ++i) copy_back(*xs[i], work[i].t);
 }
 
 void rotary_embedding_cpu(const at::Tensor& positions, at::Tensor& query, at::Tensor& key,
@@ -147,8 +123,8 @@ void rotary_pos_emb_cpu(at::Tensor& q, at::Tensor& k, const at::Tensor& cos,
     const at::Tensor& g = work[first];
     const at::Tensor wide = cs.unsqueeze(u).expand(g.sizes());
     cpu::RopeParams p;
-    p.dt = rope_dtype(q.scalar_type());
-    p.cdt = rope_dtype(cs.scalar_type());
+    p.dt = cpu_dtype(q.scalar_type());
+    p.cdt = cpu_dtype(cs.scalar_type());
     p.n0 = g.size(a);
     p.n1 = g.size(b);
     p.nx = shared ? 2 : 1;
@@ -168,9 +144,7 @@ void rotary_pos_emb_cpu(at::Tensor& q, at::Tensor& k, const at::Tensor& cos,
     at::parallel_for(0, p.n0 * p.n1, grain_tokens(heads * p.rotary_dim),
                      [&](int64_t s, int64_t e) { cpu::rope_tokens(isa, p, s, e); });
   }
-  for (int i = 0; i < 2; ++i) {
-    if (!work[i].is_same(*xs[i])) xs[i]->copy_(work[i]);
-  }
+  for (int i = 0; i < 2; ++i) copy_back(*xs[i], work[i]);
 }
 
 void fused_qk_norm_rope_cpu(at::Tensor& qkv, int64_t heads_q, int64_t heads_k, int64_t heads_v,
@@ -182,31 +156,27 @@ void fused_qk_norm_rope_cpu(at::Tensor& qkv, int64_t heads_q, int64_t heads_k, i
   check_qk_norm_rope_args(qkv, heads_q, heads_k, heads_v, head_dim, q_weight, k_weight, cache,
                           position_ids);
   if (qkv.numel() == 0) return;
-  at::Tensor work = qkv;
-  auto rows = as_writable_rows(work);
-  if (!rows) {
-    work = qkv.contiguous();
-    rows = as_rows(work);
-  }
+  at::Tensor work;
+  const Rows rows = writable_rows_of(qkv, work);
   const at::Tensor pos = position_ids.reshape(-1).contiguous();
   const at::Tensor c = cache.stride(1) == 1 ? cache : cache.contiguous();
-  check_rows(op, pos.data_ptr<int64_t>(), nullptr, rows->rows, c.size(0));
+  check_rows(op, pos.data_ptr<int64_t>(), nullptr, rows.rows, c.size(0));
   const at::Tensor wq = q_weight.to(at::ScalarType::Float).contiguous();
   const at::Tensor wk = k_weight.to(at::ScalarType::Float).contiguous();
   const cpu::Isa isa = cpu::selected_isa();
-  const cpu::DType dt = rope_dtype(qkv.scalar_type());
-  const cpu::DType cdt = rope_dtype(c.scalar_type());
+  const cpu::DType dt = cpu_dtype(qkv.scalar_type());
+  const cpu::DType cdt = cpu_dtype(c.scalar_type());
   void* data = work.data_ptr();
-  const int64_t stride = rows->stride;
+  const int64_t stride = rows.stride;
   const float e = static_cast<float>(eps);
-  at::parallel_for(0, rows->rows, grain_tokens((heads_q + heads_k) * head_dim * 2),
+  at::parallel_for(0, rows.rows, grain_tokens((heads_q + heads_k) * head_dim * 2),
                    [&](int64_t b, int64_t end) {
                      cpu::qk_norm_rope_rows(isa, dt, cdt, data, stride, heads_q, heads_k,
                                             head_dim, e, wq.data_ptr<float>(),
                                             wk.data_ptr<float>(), c.data_ptr(), c.stride(0),
                                             pos.data_ptr<int64_t>(), is_neox, b, end);
                    });
-  if (!work.is_same(qkv)) qkv.copy_(work);
+  copy_back(qkv, work);
 }
 
 }  // namespace

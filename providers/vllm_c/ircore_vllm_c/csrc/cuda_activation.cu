@@ -99,25 +99,6 @@ __global__ void __launch_bounds__(256)
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-#define IRC_ACT_CUDA_DISPATCH(st, ...) \
-  switch (st) {                        \
-    case at::ScalarType::Half: {       \
-      using T = __half;                \
-      __VA_ARGS__;                     \
-      break;                           \
-    }                                  \
-    case at::ScalarType::BFloat16: {   \
-      using T = __nv_bfloat16;         \
-      __VA_ARGS__;                     \
-      break;                           \
-    }                                  \
-    default: {                         \
-      using T = float;                 \
-      __VA_ARGS__;                     \
-      break;                           \
-    }                                  \
-  }
-
 // Runs launch(T*, const T*, in_stride, rows, d, vec_ok, stream) over x's rows (a contiguous copy
 // when x is not rows of one stride), into a new output with the last dim halved.
 template <class Launch>
@@ -127,21 +108,17 @@ at::Tensor run_rows(const char* op, const at::Tensor& x, Launch launch) {
   at::Tensor out = at::empty(half_last_dim(x), x.options());
   if (out.numel() == 0) return out;
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor xin = x;
-  auto rows = as_rows(xin);
-  if (!rows) {
-    xin = x.contiguous();
-    rows = as_rows(xin);
-  }
+  at::Tensor xin;
+  const Rows rows = rows_of(x, xin);
   const int64_t d = x.size(-1) / 2;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  IRC_ACT_CUDA_DISPATCH(x.scalar_type(), {
+  IRC_CUDA_DISPATCH(x.scalar_type(), {
     T* o = static_cast<T*>(out.data_ptr());
     const T* i = static_cast<const T*>(xin.data_ptr());
     constexpr int kVec = 16 / sizeof(T);
     const bool vec_ok = d % kVec == 0 && aligned16(o) && aligned16(i) &&
-                        (rows->stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
-    launch(o, i, rows->stride, rows->rows, d, vec_ok, stream);
+                        (rows.stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
+    launch(o, i, rows.stride, rows.rows, d, vec_ok, stream);
   })
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;

@@ -49,3 +49,24 @@ struct Cvt<__nv_bfloat16> {
 
 }  // namespace cuda_common
 }  // namespace ircore_vllm_c
+
+// For the bindings (the sources that include torch's headers): runs the statements with T the
+// CUDA type of the scalar type st (float32, float16 or bfloat16; the checks refuse the others).
+#define IRC_CUDA_DISPATCH(st, ...)         \
+  switch (st) {                            \
+    case at::ScalarType::Half: {           \
+      using T = __half;                    \
+      __VA_ARGS__;                         \
+      break;                               \
+    }                                      \
+    case at::ScalarType::BFloat16: {       \
+      using T = __nv_bfloat16;             \
+      __VA_ARGS__;                         \
+      break;                               \
+    }                                      \
+    default: {                             \
+      using T = float;                     \
+      __VA_ARGS__;                         \
+      break;                               \
+    }                                      \
+  }

@@ -44,27 +44,23 @@ at::Tensor rms_norm_invariant_cuda(const at::Tensor& x, const std::optional<at::
   at::Tensor out = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return out;
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor xin = x;
-  auto rows = as_rows(xin);
-  if (!rows) {
-    xin = x.contiguous();
-    rows = as_rows(xin);
-  }
+  at::Tensor xin;
+  const Rows rows = rows_of(x, xin);
   const int64_t hidden = x.size(-1);
-  check_sizes("rms_norm", hidden, rows->rows);
+  check_sizes("rms_norm", hidden, rows.rows);
   InvRmsLaunch l{};
   l.dtype = inv_dtype(x.scalar_type());
   l.fused = false;
   l.out = out.data_ptr();
   l.out_stride = hidden;
   l.in = xin.data_ptr();
-  l.in_stride = rows->stride;
+  l.in_stride = rows.stride;
   l.w = w.defined() ? w.data_ptr() : nullptr;
   l.w32 = w.defined() && w.scalar_type() != x.scalar_type();
   l.hidden = static_cast<int>(hidden);
   l.var_size = static_cast<int>(vs);
   l.eps = static_cast<float>(epsilon);
-  l.rows = rows->rows;
+  l.rows = rows.rows;
   l.pdl = cuda::use_pdl(x.device().index());
   C10_CUDA_CHECK(launch_rms_norm(l, stream_of(x)));
   return out;
@@ -74,44 +70,34 @@ void fused_add_rms_norm_invariant_cuda(at::Tensor& x, at::Tensor& residual,
                                        const std::optional<at::Tensor>& weight, double epsilon,
                                        std::optional<int64_t> variance_size) {
   check_cuda("fused_add_rms_norm", x);
-  check_residual("fused_add_rms_norm", x, residual);
   at::Tensor w;
-  const int64_t vs = check_norm_args("fused_add_rms_norm", x, weight, variance_size, w);
+  const int64_t vs = check_fused_add_args(x, residual, weight, variance_size, w);
   if (x.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor xw = x;
-  at::Tensor rw = residual;
-  auto xr = as_writable_rows(xw);
-  auto rr = as_writable_rows(rw);
-  if (!xr) {
-    xw = x.contiguous();
-    xr = as_rows(xw);
-  }
-  if (!rr) {
-    rw = residual.contiguous();
-    rr = as_rows(rw);
-  }
+  at::Tensor xw, rw;
+  const Rows xr = writable_rows_of(x, xw);
+  const Rows rr = writable_rows_of(residual, rw);
   const int64_t hidden = x.size(-1);
-  check_sizes("fused_add_rms_norm", hidden, xr->rows);
+  check_sizes("fused_add_rms_norm", hidden, xr.rows);
   InvRmsLaunch l{};
   l.dtype = inv_dtype(x.scalar_type());
   l.fused = true;
   l.out = xw.data_ptr();
-  l.out_stride = xr->stride;
+  l.out_stride = xr.stride;
   l.in = l.out;
-  l.in_stride = xr->stride;
+  l.in_stride = xr.stride;
   l.res = rw.data_ptr();
-  l.res_stride = rr->stride;
+  l.res_stride = rr.stride;
   l.w = w.defined() ? w.data_ptr() : nullptr;
   l.w32 = w.defined() && w.scalar_type() != x.scalar_type();
   l.hidden = static_cast<int>(hidden);
   l.var_size = static_cast<int>(vs);
   l.eps = static_cast<float>(epsilon);
-  l.rows = xr->rows;
+  l.rows = xr.rows;
   l.pdl = cuda::use_pdl(x.device().index());
   C10_CUDA_CHECK(launch_rms_norm(l, stream_of(x)));
-  if (!xw.is_same(x)) x.copy_(xw);
-  if (!rw.is_same(residual)) residual.copy_(rw);
+  copy_back(x, xw);
+  copy_back(residual, rw);
 }
 
 at::Tensor rms_norm_gated_invariant_cuda(const at::Tensor& x, const at::Tensor& gate,
@@ -125,32 +111,23 @@ at::Tensor rms_norm_gated_invariant_cuda(const at::Tensor& x, const at::Tensor& 
   at::Tensor out = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return out;
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor xin = x;
-  at::Tensor gin = gate;
-  auto xr = as_rows(xin);
-  auto gr = as_rows(gin);
-  if (!xr) {
-    xin = x.contiguous();
-    xr = as_rows(xin);
-  }
-  if (!gr) {
-    gin = gate.contiguous();
-    gr = as_rows(gin);
-  }
+  at::Tensor xin, gin;
+  const Rows xr = rows_of(x, xin);
+  const Rows gr = rows_of(gate, gin);
   const int64_t hidden = x.size(-1);
-  check_sizes("rms_norm_gated", hidden, xr->rows * (hidden / group));
+  check_sizes("rms_norm_gated", hidden, xr.rows * (hidden / group));
   InvGatedLaunch l{};
   l.dtype = inv_dtype(x.scalar_type());
   l.out = out.data_ptr();
   l.in = xin.data_ptr();
-  l.in_stride = xr->stride;
+  l.in_stride = xr.stride;
   l.gate = gin.data_ptr();
-  l.gate_stride = gr->stride;
+  l.gate_stride = gr.stride;
   l.w = w.data_ptr();
   l.w32 = w.scalar_type() != x.scalar_type();
   l.hidden = static_cast<int>(hidden);
   l.group = static_cast<int>(group);
-  l.rows = xr->rows;
+  l.rows = xr.rows;
   l.eps = static_cast<float>(epsilon);
   l.norm_before_gate = norm_before_gate;
   l.round_normalized = round_normalized;
@@ -168,23 +145,19 @@ at::Tensor layer_norm_invariant_cuda(const at::Tensor& x, const std::optional<at
   at::Tensor out = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return out;
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor xin = x;
-  auto xr = as_rows(xin);
-  if (!xr) {
-    xin = x.contiguous();
-    xr = as_rows(xin);
-  }
+  at::Tensor xin;
+  const Rows xr = rows_of(x, xin);
   const int64_t hidden = x.size(-1);
-  check_sizes("layer_norm", hidden, xr->rows);
+  check_sizes("layer_norm", hidden, xr.rows);
   InvLayerNormLaunch l{};
   l.dtype = inv_dtype(x.scalar_type());
   l.out = out.data_ptr();
   l.in = xin.data_ptr();
-  l.in_stride = xr->stride;
+  l.in_stride = xr.stride;
   l.w = w.defined() ? w.data_ptr() : nullptr;
   l.b = b.defined() ? b.data_ptr() : nullptr;
   l.hidden = static_cast<int>(hidden);
-  l.rows = xr->rows;
+  l.rows = xr.rows;
   l.eps = static_cast<float>(epsilon);
   l.pdl = cuda::use_pdl(x.device().index());
   C10_CUDA_CHECK(launch_layer_norm(l, stream_of(x)));

@@ -914,25 +914,6 @@ void launch_gated_vec(const GatedParams<T, WT>& p, int64_t rows, bool nbg, bool 
 // ------------------------------------------------------------------------------------------
 // Op bindings.
 
-#define IRC_CUDA_DISPATCH(st, ...)         \
-  switch (st) {                            \
-    case at::ScalarType::Half: {           \
-      using T = __half;                    \
-      __VA_ARGS__;                         \
-      break;                               \
-    }                                      \
-    case at::ScalarType::BFloat16: {       \
-      using T = __nv_bfloat16;             \
-      __VA_ARGS__;                         \
-      break;                               \
-    }                                      \
-    default: {                             \
-      using T = float;                     \
-      __VA_ARGS__;                         \
-      break;                               \
-    }                                      \
-  }
-
 void rms_norm_out_cuda(at::Tensor& out, const at::Tensor& x,
                        const std::optional<at::Tensor>& weight, double epsilon,
                        std::optional<int64_t> variance_size) {
@@ -942,14 +923,10 @@ void rms_norm_out_cuda(at::Tensor& out, const at::Tensor& x,
   check_out("rms_norm", out, x, x.sizes());
   if (x.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor xin = x;
-  auto rows = as_rows(xin);
-  if (!rows) {
-    xin = x.contiguous();
-    rows = as_rows(xin);
-  }
+  at::Tensor xin;
+  const Rows rows = rows_of(x, xin);
   const int64_t hidden = x.size(-1);
-  check_sizes("rms_norm", hidden, rows->rows);
+  check_sizes("rms_norm", hidden, rows.rows);
   const Launch l = launch_on(x);
   const bool fp32_weight = w.defined() && w.scalar_type() != x.scalar_type();
   IRC_CUDA_DISPATCH(x.scalar_type(), {
@@ -959,12 +936,12 @@ void rms_norm_out_cuda(at::Tensor& out, const at::Tensor& x,
       p.out = static_cast<T*>(out.data_ptr());
       p.out_stride = hidden;
       p.in = static_cast<const T*>(xin.data_ptr());
-      p.in_stride = rows->stride;
+      p.in_stride = rows.stride;
       p.w = w.defined() ? static_cast<const WT*>(w.data_ptr()) : nullptr;
       p.hidden = static_cast<int>(hidden);
       p.var_size = static_cast<int>(vs);
       p.eps = static_cast<float>(epsilon);
-      p.rows = rows->rows;
+      p.rows = rows.rows;
       launch_norm<T, WT, false>(p, l);
     };
     if (fp32_weight) {
@@ -987,25 +964,15 @@ void fused_add_rms_norm_cuda(at::Tensor& x, at::Tensor& residual,
                              const std::optional<at::Tensor>& weight, double epsilon,
                              std::optional<int64_t> variance_size) {
   check_cuda("fused_add_rms_norm", x);
-  check_residual("fused_add_rms_norm", x, residual);
   at::Tensor w;
-  const int64_t vs = check_norm_args("fused_add_rms_norm", x, weight, variance_size, w);
+  const int64_t vs = check_fused_add_args(x, residual, weight, variance_size, w);
   if (x.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor xw = x;
-  at::Tensor rw = residual;
-  auto xr = as_writable_rows(xw);
-  auto rr = as_writable_rows(rw);
-  if (!xr) {
-    xw = x.contiguous();
-    xr = as_rows(xw);
-  }
-  if (!rr) {
-    rw = residual.contiguous();
-    rr = as_rows(rw);
-  }
+  at::Tensor xw, rw;
+  const Rows xr = writable_rows_of(x, xw);
+  const Rows rr = writable_rows_of(residual, rw);
   const int64_t hidden = x.size(-1);
-  check_sizes("fused_add_rms_norm", hidden, xr->rows);
+  check_sizes("fused_add_rms_norm", hidden, xr.rows);
   const Launch l = launch_on(x);
   const bool fp32_weight = w.defined() && w.scalar_type() != x.scalar_type();
   IRC_CUDA_DISPATCH(x.scalar_type(), {
@@ -1013,16 +980,16 @@ void fused_add_rms_norm_cuda(at::Tensor& x, at::Tensor& residual,
       using WT = std::remove_pointer_t<decltype(wtag)>;
       NormParams<T, WT> p{};
       p.out = static_cast<T*>(xw.data_ptr());
-      p.out_stride = xr->stride;
+      p.out_stride = xr.stride;
       p.in = p.out;
-      p.in_stride = xr->stride;
+      p.in_stride = xr.stride;
       p.res = static_cast<T*>(rw.data_ptr());
-      p.res_stride = rr->stride;
+      p.res_stride = rr.stride;
       p.w = w.defined() ? static_cast<const WT*>(w.data_ptr()) : nullptr;
       p.hidden = static_cast<int>(hidden);
       p.var_size = static_cast<int>(vs);
       p.eps = static_cast<float>(epsilon);
-      p.rows = xr->rows;
+      p.rows = xr.rows;
       launch_norm<T, WT, true>(p, l);
     };
     if (fp32_weight) {
@@ -1031,8 +998,8 @@ void fused_add_rms_norm_cuda(at::Tensor& x, at::Tensor& residual,
       run(static_cast<T*>(nullptr));
     }
   })
-  if (!xw.is_same(x)) x.copy_(xw);
-  if (!rw.is_same(residual)) residual.copy_(rw);
+  copy_back(x, xw);
+  copy_back(residual, rw);
 }
 
 void silu_and_mul_out_cuda(at::Tensor& out, const at::Tensor& x) {
@@ -1042,23 +1009,19 @@ void silu_and_mul_out_cuda(at::Tensor& out, const at::Tensor& x) {
   if (out.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t d = x.size(-1) / 2;
-  at::Tensor xin = x;
-  auto rows = as_rows(xin);
-  if (!rows) {
-    xin = x.contiguous();
-    rows = as_rows(xin);
-  }
+  at::Tensor xin;
+  const Rows rows = rows_of(x, xin);
   const Launch l = launch_on(x);
   IRC_CUDA_DISPATCH(x.scalar_type(), {
     constexpr int kVec = 16 / sizeof(T);
     T* o = static_cast<T*>(out.data_ptr());
     const T* i = static_cast<const T*>(xin.data_ptr());
     const bool vec_ok = d % kVec == 0 && aligned16(o) && aligned16(i) &&
-                        (rows->stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
+                        (rows.stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
     if (vec_ok) {
-      launch_silu_vec<T, kVec>(o, i, rows->stride, rows->rows, d, l);
+      launch_silu_vec<T, kVec>(o, i, rows.stride, rows.rows, d, l);
     } else {
-      launch_silu_vec<T, 1>(o, i, rows->stride, rows->rows, d, l);
+      launch_silu_vec<T, 1>(o, i, rows.stride, rows.rows, d, l);
     }
   })
 }
@@ -1081,20 +1044,11 @@ at::Tensor rms_norm_gated_cuda(const at::Tensor& x, const at::Tensor& gate,
   at::Tensor out = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return out;
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor xin = x;
-  at::Tensor gin = gate;
-  auto xr = as_rows(xin);
-  auto gr = as_rows(gin);
-  if (!xr) {
-    xin = x.contiguous();
-    xr = as_rows(xin);
-  }
-  if (!gr) {
-    gin = gate.contiguous();
-    gr = as_rows(gin);
-  }
+  at::Tensor xin, gin;
+  const Rows xr = rows_of(x, xin);
+  const Rows gr = rows_of(gate, gin);
   const int64_t hidden = x.size(-1);
-  check_sizes("rms_norm_gated", hidden, xr->rows * (hidden / group));
+  check_sizes("rms_norm_gated", hidden, xr.rows * (hidden / group));
   const Launch l = launch_on(x);
   const bool fp32_weight = w.scalar_type() != x.scalar_type();
   IRC_CUDA_DISPATCH(x.scalar_type(), {
@@ -1104,9 +1058,9 @@ at::Tensor rms_norm_gated_cuda(const at::Tensor& x, const at::Tensor& gate,
       GatedParams<T, WT> p{};
       p.out = static_cast<T*>(out.data_ptr());
       p.in = static_cast<const T*>(xin.data_ptr());
-      p.in_stride = xr->stride;
+      p.in_stride = xr.stride;
       p.gate = static_cast<const T*>(gin.data_ptr());
-      p.gate_stride = gr->stride;
+      p.gate_stride = gr.stride;
       p.w = static_cast<const WT*>(w.data_ptr());
       p.hidden = static_cast<int>(hidden);
       p.group = static_cast<int>(group);
@@ -1117,9 +1071,9 @@ at::Tensor rms_norm_gated_cuda(const at::Tensor& x, const at::Tensor& gate,
                           (p.in_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
                           (p.gate_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
       if (vec_ok) {
-        launch_gated_vec<T, WT, kVec>(p, xr->rows, norm_before_gate, round_normalized, l);
+        launch_gated_vec<T, WT, kVec>(p, xr.rows, norm_before_gate, round_normalized, l);
       } else {
-        launch_gated_vec<T, WT, 1>(p, xr->rows, norm_before_gate, round_normalized, l);
+        launch_gated_vec<T, WT, 1>(p, xr.rows, norm_before_gate, round_normalized, l);
       }
     };
     if (fp32_weight) {
@@ -1140,21 +1094,17 @@ at::Tensor layer_norm_cuda(const at::Tensor& x, const std::optional<at::Tensor>&
   at::Tensor out = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return out;
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor xin = x;
-  auto xr = as_rows(xin);
-  if (!xr) {
-    xin = x.contiguous();
-    xr = as_rows(xin);
-  }
+  at::Tensor xin;
+  const Rows xr = rows_of(x, xin);
   const int64_t hidden = x.size(-1);
-  check_sizes("layer_norm", hidden, xr->rows);
+  check_sizes("layer_norm", hidden, xr.rows);
   const Launch l = launch_on(x);
   IRC_CUDA_DISPATCH(x.scalar_type(), {
     constexpr int kVec = 16 / sizeof(T);
     LayerNormParams<T> p{};
     p.out = static_cast<T*>(out.data_ptr());
     p.in = static_cast<const T*>(xin.data_ptr());
-    p.in_stride = xr->stride;
+    p.in_stride = xr.stride;
     p.w = w.defined() ? static_cast<const T*>(w.data_ptr()) : nullptr;
     p.b = b.defined() ? static_cast<const T*>(b.data_ptr()) : nullptr;
     p.hidden = static_cast<int>(hidden);
@@ -1162,7 +1112,7 @@ at::Tensor layer_norm_cuda(const at::Tensor& x, const std::optional<at::Tensor>&
     const bool vec_ok = hidden % kVec == 0 && aligned16(p.out) && aligned16(p.in) &&
                         (p.w == nullptr || aligned16(p.w)) && (p.b == nullptr || aligned16(p.b)) &&
                         (p.in_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
-    const unsigned grid = static_cast<unsigned>(xr->rows);
+    const unsigned grid = static_cast<unsigned>(xr.rows);
     if (vec_ok) {
       launch_kernel(layer_norm_kernel<T, kVec>, grid, row_block(hidden, kVec), l, p);
     } else {

@@ -27,9 +27,6 @@ namespace {
 using at::Tensor;
 using OptT = std::optional<Tensor>;
 
-// Numbers in messages via std::to_string, never the stream (see checks.cpp).
-std::string num(int64_t v) { return std::to_string(v); }
-
 QDType qdtype(at::ScalarType t) {
   switch (t) {
     case at::ScalarType::Half:
@@ -65,17 +62,6 @@ void check_common(const char* op, const Tensor& x, at::ScalarType fp8_dtype, int
               ": too many rows or too long a row for one launch");
 }
 
-// x (or the residual) as rows sharing one stride, on a contiguous copy when they do not.
-Tensor rows_of(const Tensor& x, Rows& r) {
-  if (auto v = as_rows(x)) {
-    r = *v;
-    return x;
-  }
-  Tensor c = x.contiguous();
-  r = *as_rows(c);
-  return c;
-}
-
 std::vector<int64_t> q_sizes(const Tensor& x, int64_t k, std::optional<int64_t> padding) {
   std::vector<int64_t> s(x.sizes().begin(), x.sizes().end());
   s.back() = k;
@@ -101,8 +87,7 @@ void set_source(Prepared& p, const char* op, QSource src, const Tensor& x, const
   const int64_t k = src == QSource::kSilu ? x.size(-1) / 2 : x.size(-1);
   check_common(op, x, fp8_dtype, k, src != QSource::kPlain);
   QuantLaunch& l = p.l;
-  Rows xr{};
-  p.keep[0] = rows_of(x, xr);
+  const Rows xr = rows_of(x, p.keep[0]);
   l.dtype = qdtype(x.scalar_type());
   l.source = src;
   l.rows = x.numel() / x.size(-1);
@@ -114,8 +99,7 @@ void set_source(Prepared& p, const char* op, QSource src, const Tensor& x, const
   l.eps = static_cast<float>(eps);
   l.m_rows = x.size(-2) > 0 ? x.size(-2) : 1;
   if (residual != nullptr) {
-    Rows rr{};
-    p.keep[1] = rows_of(*residual, rr);
+    const Rows rr = rows_of(*residual, p.keep[1]);
     l.residual = p.keep[1].data_ptr();
     l.r_stride = rr.stride;
     p.keep[2] = at::empty(x.sizes(), x.options());  // the residual output, contiguous

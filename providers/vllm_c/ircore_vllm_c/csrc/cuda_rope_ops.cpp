@@ -41,17 +41,6 @@ void check_launch_sizes(int64_t tokens, int64_t pairs) {
               "ircore_vllm_c: too many tokens or heads for one launch");
 }
 
-struct Work {
-  at::Tensor t;
-  TokenHeads view;
-};
-
-Work token_heads_work(const at::Tensor& x, int64_t tokens, int64_t head_size) {
-  if (auto v = as_token_heads(x, tokens, head_size)) return {x, *v};
-  at::Tensor c = x.contiguous();
-  return {c, *as_token_heads(c, tokens, head_size)};
-}
-
 void rope_cuda(const char* op, const at::Tensor& positions, at::Tensor& query, at::Tensor* key,
                int64_t head_size, int64_t rotary_dim, const at::Tensor& cache, bool neox,
                const std::optional<at::Tensor>& offsets, const std::string& format, bool inverse,
@@ -67,7 +56,7 @@ void rope_cuda(const char* op, const at::Tensor& positions, at::Tensor& query, a
   const at::Tensor off = with_offsets ? offsets->reshape(-1).contiguous() : at::Tensor();
   const at::Tensor c = cache.stride(1) == 1 ? cache : cache.contiguous();
   at::Tensor* xs[2] = {&query, key};
-  Work work[2];
+  TokenHeadsWork work[2];
   RopeLaunch l{};
   l.dtype = rope_dtype(query.scalar_type());
   l.cache_fp32 = c.scalar_type() == at::ScalarType::Float;
@@ -90,9 +79,7 @@ void rope_cuda(const char* op, const at::Tensor& positions, at::Tensor& query, a
   l.inverse = inverse;
   check_launch_sizes(l.tokens, l.pairs);
   C10_CUDA_CHECK(launch_rope(l, c10::cuda::getCurrentCUDAStream(query.get_device()).stream()));
-  for (int i = 0; i < l.nx; ++i) {
-    if (!work[i].t.is_same(*xs[i])) xs[i]->copy_(work[i].t);
-  }
+  for (int i = 0; i < l.nx; ++i) copy_back(*xs[i], work[i].t);
 }
 
 void rotary_embedding_cuda(const at::Tensor& positions, at::Tensor& query, at::Tensor& key,
@@ -153,9 +140,7 @@ void rotary_pos_emb_cuda(at::Tensor& q, at::Tensor& k, const at::Tensor& cos,
     check_launch_sizes(l.tokens, l.pairs);
     C10_CUDA_CHECK(launch_rope(l, stream));
   }
-  for (int i = 0; i < 2; ++i) {
-    if (!work[i].is_same(*xs[i])) xs[i]->copy_(work[i]);
-  }
+  for (int i = 0; i < 2; ++i) copy_back(*xs[i], work[i]);
 }
 
 void fused_qk_norm_rope_cuda(at::Tensor& qkv, int64_t heads_q, int64_t heads_k, int64_t heads_v,
@@ -168,12 +153,8 @@ void fused_qk_norm_rope_cuda(at::Tensor& qkv, int64_t heads_q, int64_t heads_k, 
                           position_ids);
   if (qkv.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(qkv.device());
-  at::Tensor work = qkv;
-  auto rows = as_writable_rows(work);
-  if (!rows) {
-    work = qkv.contiguous();
-    rows = as_rows(work);
-  }
+  at::Tensor work;
+  const Rows rows = writable_rows_of(qkv, work);
   const at::Tensor pos = position_ids.reshape(-1).contiguous();
   const at::Tensor c = cache.stride(1) == 1 ? cache : cache.contiguous();
   const at::Tensor wq = q_weight.to(at::ScalarType::Float).contiguous();
@@ -182,8 +163,8 @@ void fused_qk_norm_rope_cuda(at::Tensor& qkv, int64_t heads_q, int64_t heads_k, 
   l.dtype = rope_dtype(qkv.scalar_type());
   l.cache_fp32 = c.scalar_type() == at::ScalarType::Float;
   l.qkv = work.data_ptr();
-  l.stride = rows->stride;
-  l.rows = rows->rows;
+  l.stride = rows.stride;
+  l.rows = rows.rows;
   l.heads_q = heads_q;
   l.heads_k = heads_k;
   l.head_dim = head_dim;
@@ -197,7 +178,7 @@ void fused_qk_norm_rope_cuda(at::Tensor& qkv, int64_t heads_q, int64_t heads_k, 
   TORCH_CHECK(l.rows * (heads_q + heads_k) * 32 / 128 < (int64_t{1} << 31) - 1,
               "ircore_vllm_c.fused_qk_norm_rope: too many rows for one launch");
   C10_CUDA_CHECK(launch_qk_norm_rope(l, c10::cuda::getCurrentCUDAStream(qkv.get_device()).stream()));
-  if (!work.is_same(qkv)) qkv.copy_(work);
+  copy_back(qkv, work);
 }
 
 }  // namespace

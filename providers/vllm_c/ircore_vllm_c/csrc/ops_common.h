@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace ircore_vllm_c {
@@ -16,18 +17,13 @@ struct Rows {
   int64_t stride;
 };
 
-// The row view of x, or nullopt when x is not [rows, hidden] with a unit last stride and one
-// row stride (leading dimensions collapse into rows when their strides chain; size-1 dims are
-// ignored). Rows may overlap (stride < hidden, e.g. expanded tensors): fine for reading.
-inline std::optional<Rows> as_rows(const at::Tensor& x) {
-  const int64_t nd = x.dim();
-  const int64_t hidden = x.size(nd - 1);
-  if (hidden > 1 && x.stride(nd - 1) != 1) return std::nullopt;
-  int64_t rows = 1;
-  int64_t stride = hidden;
+// The stride that steps through dims [0, end) of x as one flat index, when they chain (size-1
+// dims ignored); nullopt when they do not; `none` when every one of them has size 1.
+inline std::optional<int64_t> flat_stride(const at::Tensor& x, int64_t end, int64_t none = 0) {
+  int64_t stride = none;
   int64_t expected = 0;
   bool have = false;
-  for (int64_t d = nd - 2; d >= 0; --d) {
+  for (int64_t d = end - 1; d >= 0; --d) {
     const int64_t size = x.size(d);
     if (size == 1) continue;
     if (!have) {
@@ -38,9 +34,22 @@ inline std::optional<Rows> as_rows(const at::Tensor& x) {
       if (x.stride(d) != expected) return std::nullopt;
       expected *= size;
     }
-    rows *= size;
   }
-  return Rows{rows, stride};
+  return stride;
+}
+
+// The row view of x, or nullopt when x is not [rows, hidden] with a unit last stride and one
+// row stride (leading dimensions collapse into rows when their strides chain; size-1 dims are
+// ignored). Rows may overlap (stride < hidden, e.g. expanded tensors): fine for reading.
+inline std::optional<Rows> as_rows(const at::Tensor& x) {
+  const int64_t nd = x.dim();
+  const int64_t hidden = x.size(nd - 1);
+  if (hidden > 1 && x.stride(nd - 1) != 1) return std::nullopt;
+  const auto stride = flat_stride(x, nd - 1, hidden);
+  if (!stride) return std::nullopt;
+  int64_t rows = 1;
+  for (int64_t d = 0; d < nd - 1; ++d) rows *= x.size(d);
+  return Rows{rows, *stride};
 }
 
 // As as_rows, but also requires rows not to overlap, so the view can be written in place.
@@ -50,10 +59,44 @@ inline std::optional<Rows> as_writable_rows(const at::Tensor& x) {
   return r;
 }
 
+// t as rows: t itself where `view` (as_rows or as_writable_rows) takes its layout, else a
+// contiguous copy. `holder` is set to the tensor the rows belong to (t or the copy): the kernel
+// uses holder's data, which it keeps alive.
+inline Rows rows_or_copy(const at::Tensor& t, at::Tensor& holder,
+                         std::optional<Rows> (*view)(const at::Tensor&)) {
+  holder = t;
+  auto rows = view(holder);
+  if (!rows) {
+    holder = t.contiguous();
+    rows = as_rows(holder);
+  }
+  return *rows;
+}
+
+// The rows a kernel reads.
+inline Rows rows_of(const at::Tensor& t, at::Tensor& holder) {
+  return rows_or_copy(t, holder, as_rows);
+}
+
+// The rows a kernel writes in place: where `holder` is a copy, copy_back(t, holder) writes the
+// result into t after the kernel.
+inline Rows writable_rows_of(const at::Tensor& t, at::Tensor& holder) {
+  return rows_or_copy(t, holder, as_writable_rows);
+}
+
+inline void copy_back(at::Tensor& t, const at::Tensor& holder) {
+  if (!holder.is_same(t)) t.copy_(holder);
+}
+
 inline bool is_supported_dtype(at::ScalarType t) {
   return t == at::ScalarType::Float || t == at::ScalarType::Half ||
          t == at::ScalarType::BFloat16;
 }
+
+// A number, and sizes as "[a, b]", for messages: TORCH_CHECK gets strings, never numbers to
+// insert into its stream (checks.cpp says why).
+std::string num(int64_t v);
+std::string dims(c10::IntArrayRef sizes);
 
 // Argument checks (defined in checks.cpp, where their messages are formatted without
 // std::ostream number insertion: see there).
@@ -63,7 +106,11 @@ void check_x(const char* op, const at::Tensor& x);
 int64_t check_norm_args(const char* op, const at::Tensor& x,
                         const std::optional<at::Tensor>& weight,
                         std::optional<int64_t> variance_size, at::Tensor& w_out);
-void check_residual(const char* op, const at::Tensor& x, const at::Tensor& residual);
+// fused_add_rms_norm, after the device check: residual like x, then check_norm_args (returns
+// the variance size; w_out as there).
+int64_t check_fused_add_args(const at::Tensor& x, const at::Tensor& residual,
+                             const std::optional<at::Tensor>& weight,
+                             std::optional<int64_t> variance_size, at::Tensor& w_out);
 void check_silu_args(const at::Tensor& x);
 // rms_norm_gated: gate like x, the weight as check_norm_args's; returns the group size (hidden
 // when group_size is None) and the weight made contiguous.

@@ -1,6 +1,6 @@
 // RoPE argument checks and layouts shared by the CPU and CUDA bindings (see rope_common.h).
-// Numbers are formatted with std::to_string, never inserted into TORCH_CHECK's stream (see
-// checks.cpp for why).
+// Numbers are formatted by num and dims (ops_common.h), never inserted into TORCH_CHECK's stream
+// (see checks.cpp for why).
 #include <c10/util/Exception.h>
 
 #include "ops_common.h"
@@ -9,38 +9,6 @@
 namespace ircore_vllm_c {
 
 namespace {
-
-std::string num(int64_t v) { return std::to_string(v); }
-
-std::string dims(c10::IntArrayRef sizes) {
-  std::string out = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(sizes[i]);
-  }
-  return out + "]";
-}
-
-// The stride that steps through dims [0, end) of x as one flat index, when they chain (size-1
-// dims ignored); nullopt when they do not.
-std::optional<int64_t> flat_stride(const at::Tensor& x, int64_t end) {
-  int64_t stride = 0;
-  int64_t expected = 0;
-  bool have = false;
-  for (int64_t d = end - 1; d >= 0; --d) {
-    const int64_t size = x.size(d);
-    if (size == 1) continue;
-    if (!have) {
-      stride = x.stride(d);
-      expected = stride * size;
-      have = true;
-    } else {
-      if (x.stride(d) != expected) return std::nullopt;
-      expected *= size;
-    }
-  }
-  return stride;
-}
 
 int64_t prod(c10::IntArrayRef sizes, int64_t end) {
   int64_t p = 1;

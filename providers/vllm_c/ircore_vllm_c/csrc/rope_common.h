@@ -23,6 +23,19 @@ struct TokenHeads {
 // on a contiguous copy and copies the result back).
 std::optional<TokenHeads> as_token_heads(const at::Tensor& x, int64_t tokens, int64_t head_size);
 
+// x as the kernel reads it: x itself where as_token_heads takes its layout, else a contiguous
+// copy (copy_back, ops_common.h, writes it into x after the kernel), with the layout.
+struct TokenHeadsWork {
+  at::Tensor t;
+  TokenHeads view;
+};
+
+inline TokenHeadsWork token_heads_work(const at::Tensor& x, int64_t tokens, int64_t head_size) {
+  if (auto v = as_token_heads(x, tokens, head_size)) return {x, *v};
+  at::Tensor c = x.contiguous();
+  return {c, *as_token_heads(c, tokens, head_size)};
+}
+
 // rotary_embedding / rotary_embedding_query_only (key may be undefined): everything but the
 // positions' values. Returns whether the cos/sin rows read positions + offsets (deepseek).
 bool check_rope_args(const char* op, const at::Tensor& positions, const at::Tensor& query,
