@@ -6,13 +6,13 @@ chain; native semantics, checks, samples, reference.
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
 from ircore.op import Sample, Tolerance, register_op
 from ircore.ops import _checks, _samples
-from ircore.ops._norm import rms_norm
+from ircore.ops._norm import _rms_norm_invariant, rms_norm
 from ircore.ops._rope_checks import _check_index_tensor, _positions_in_range
 from ircore.ops._rope_embedding import rotary_embedding
 from ircore.ops._rope_inputs import _positions, _rope_cache
@@ -186,6 +186,24 @@ def _make_fused_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, 
     return (qkv, hq, hkv, hkv, d, 1e-6, wq, wk, cache, True, _positions(tuple(shape[:-1]), rows, device, gen))
 
 
+def _fused_qk_norm_rope_invariant(
+    qkv: torch.Tensor,
+    num_heads_q: int,
+    num_heads_k: int,
+    num_heads_v: int,
+    head_dim: int,
+    eps: float,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool,
+    position_ids: torch.Tensor,
+) -> torch.Tensor:
+    """The native with each head's norm in its fixed-order form (batch-invariant mode)."""
+    return _norm_then_rotate(_rms_norm_invariant, qkv, num_heads_q, num_heads_k, num_heads_v, head_dim, eps,
+                             q_weight, k_weight, cos_sin_cache, is_neox, position_ids)  # fmt: skip
+
+
 @register_op(
     inplace_args=("qkv",),
     check_args=_check_fused_qk_norm_rope,
@@ -193,6 +211,7 @@ def _make_fused_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, 
     sample_inputs=_fused_samples,
     make_inputs=_make_fused_inputs,
     reference=_fused_qk_norm_rope_reference,
+    batch_invariant=_fused_qk_norm_rope_invariant,
 )
 def fused_qk_norm_rope(
     qkv: torch.Tensor,
@@ -217,9 +236,28 @@ def fused_qk_norm_rope(
     cos_sin_cache, is_neox)`` (standard format: cos/sin cast to qkv's dtype, every operation in
     it). v passes through. Returns a new qkv; an in-place implementation writes it into ``qkv``.
     """
+    return _norm_then_rotate(rms_norm.native, qkv, num_heads_q, num_heads_k, num_heads_v, head_dim, eps,
+                             q_weight, k_weight, cos_sin_cache, is_neox, position_ids)  # fmt: skip
+
+
+def _norm_then_rotate(
+    norm: Callable[..., torch.Tensor],
+    qkv: torch.Tensor,
+    num_heads_q: int,
+    num_heads_k: int,
+    num_heads_v: int,
+    head_dim: int,
+    eps: float,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool,
+    position_ids: torch.Tensor,
+) -> torch.Tensor:
+    """The unfused chain with ``norm`` as each head's RMSNorm (native's, or its fixed-order form)."""
     q, k, v = _split_heads(qkv, num_heads_q, num_heads_k, num_heads_v, head_dim)
     lead = qkv.shape[:-1]
-    qn = rms_norm.native(q.reshape(*lead, num_heads_q, head_dim), q_weight, eps).reshape(q.shape)
-    kn = rms_norm.native(k.reshape(*lead, num_heads_k, head_dim), k_weight, eps).reshape(k.shape)
+    qn = norm(q.reshape(*lead, num_heads_q, head_dim), q_weight, eps).reshape(q.shape)
+    kn = norm(k.reshape(*lead, num_heads_k, head_dim), k_weight, eps).reshape(k.shape)
     qr, kr = rotary_embedding.native(position_ids, qn, kn, head_dim, head_dim, cos_sin_cache, is_neox)
     return torch.cat((qr, kr, v), dim=-1)
