@@ -49,16 +49,27 @@ demo: setup
 # the core and one per provider: the providers' test folders share file names, the triton tests must set
 # TRITON_INTERPRET before triton is first imported, and the xpu tests define the torch namespace
 # _C that only one library per process may own.
+# Two lanes, one per core of the CI box: the core suite in the foreground, and mypy then the
+# providers' suites one after another beside it (a pytest keeps about one core busy: tiny tensors,
+# fresh interpreters, pip, one Inductor compile thread). The side lane's output is printed when
+# the core suite ends; the target fails if either lane failed. The suites share nothing that one
+# writes while the other reads but the Inductor cache (safe across processes).
 test: PYTEST_MARKS :=
 test-fast: PYTEST_MARKS := -m "not slow"
 test test-fast: setup
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q $(PYTEST_MARKS) tests
-	@for p in $(dir $(PROVIDERS)); do \
+	@side=$$(mktemp); \
+	( $(BIN)/python -m mypy && \
+	  for p in $(dir $(PROVIDERS)); do \
 		echo "==> testing provider $$p"; \
 		$(BIN)/python -m pytest -q $(PYTEST_MARKS) $${p}tests || exit 1; \
-	done
+	  done ) > $$side 2>&1 & pid=$$!; \
+	echo "==> mypy and the providers' suites run beside the core suite; their output follows it"; \
+	$(BIN)/python -m pytest -q $(PYTEST_MARKS) tests; core=$$?; \
+	wait $$pid; rest=$$?; \
+	echo "==> mypy and the providers' suites ($$( [ $$rest -eq 0 ] && echo passed || echo FAILED )):"; \
+	cat $$side; rm -f $$side; \
+	[ $$core -eq 0 ] && [ $$rest -eq 0 ]
 
 lint: setup
 	$(BIN)/python -m ruff check .
