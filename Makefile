@@ -45,20 +45,37 @@ demo: setup
 # leaves out those marked slow (pytest -m "not slow"; markers declared in each pyproject.toml):
 # fresh interpreters, Inductor compiles, gloo ranks, wheel and kernel builds, Triton's interpreter
 # beyond tiny cases; ~100 s of CPU, under 2 minutes on an idle 2-core box. (The GPU pass,
-# benchmarks/gpu_run.sh tests and tests-triton, runs -m "gpu or not slow".) One pytest run for
+# benchmarks/gpu_run.sh tests and tests-triton, runs -m "gpu or not slow".) Pytest runs for
 # the core and one per provider: the providers' test folders share file names, the triton tests must set
 # TRITON_INTERPRET before triton is first imported, and the xpu tests define the torch namespace
 # _C that only one library per process may own.
+# Two lanes, one per core of the CI box (a pytest keeps about one core busy: tiny tensors, fresh
+# interpreters, pip, one Inductor compile thread). The foreground lane runs the core suite but for
+# SIDE_CORE_TESTS; the side lane runs mypy, the providers' suites one after another, then
+# SIDE_CORE_TESTS (the loader's tests over pip-installed fixture providers, each scenario a fresh
+# interpreter: they need nothing the other core tests set up), so that the lanes take about as long.
+# The side lane's output is printed when the core suite ends; the target fails if either lane
+# failed. The lanes share nothing that one writes while the other reads but the Inductor cache
+# (safe across processes).
+SIDE_CORE_TESTS := tests/test_plugins.py tests/test_isolation.py tests/test_declarative.py tests/test_op_libraries.py
 test: PYTEST_MARKS :=
 test-fast: PYTEST_MARKS := -m "not slow"
 test test-fast: setup
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q $(PYTEST_MARKS) tests
-	@for p in $(dir $(PROVIDERS)); do \
+	@side=$$(mktemp); \
+	( $(BIN)/python -m mypy && \
+	  for p in $(dir $(PROVIDERS)); do \
 		echo "==> testing provider $$p"; \
 		$(BIN)/python -m pytest -q $(PYTEST_MARKS) $${p}tests || exit 1; \
-	done
+	  done && \
+	  echo "==> testing the core's loader tests: $(SIDE_CORE_TESTS)" && \
+	  $(BIN)/python -m pytest -q $(PYTEST_MARKS) $(SIDE_CORE_TESTS) ) > $$side 2>&1 & pid=$$!; \
+	echo "==> the core suite; beside it, mypy, the providers' suites and the core's loader tests (output below)"; \
+	$(BIN)/python -m pytest -q $(PYTEST_MARKS) $(addprefix --ignore=,$(SIDE_CORE_TESTS)) tests; core=$$?; \
+	wait $$pid; rest=$$?; \
+	echo "==> mypy, the providers' suites and the core's loader tests ($$( [ $$rest -eq 0 ] && echo passed || echo FAILED )):"; \
+	cat $$side; rm -f $$side; \
+	[ $$core -eq 0 ] && [ $$rest -eq 0 ]
 
 lint: setup
 	$(BIN)/python -m ruff check .

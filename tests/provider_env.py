@@ -3,16 +3,23 @@
 The fixtures under ``tests/fixtures`` are installed once per session with pip into a temporary
 target directory; each scenario runs in a subprocess with that directory on ``PYTHONPATH``, so
 discovery goes through real ``importlib.metadata`` and every provider is imported (or not)
-exactly as in a user's process.
+exactly as in a user's process. That subprocess is forked from a server that has imported torch
+and nothing else (``_Zygote``: torch's import is most of a scenario's CPU time) where the
+scenario's environment differs from the server's only in ``IRCORE_*`` variables; ircore, the
+providers and the configuration are read in the child, for the first time.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
@@ -75,6 +82,157 @@ with ircore.testing.simulated_platform(**platform) if platform else contextlib.n
     order = {n: [p for p in ircore.get_priority(n) if p != provider] for n in ircore.all_ops()}
 print("OTHERS" + json.dumps([records, impls, order]))
 """
+
+
+# The fork server (see ``_Zygote``): an interpreter that has imported torch and nothing of ircore
+# forks one child per scenario. The child takes the scenario's environment, working directory and
+# arguments, then runs ``-c CODE`` or ``-m MODULE`` as that interpreter would: ircore, the
+# providers and their entry points are imported in the child, for the first time.
+ZYGOTE = r"""
+import atexit, builtins, importlib, io, json, os, runpy, signal, sys, threading, types
+import torch  # noqa: F401  (what every scenario imports first: ~2 s of CPU each, paid once here)
+chan_in, chan_out = sys.stdin.buffer, sys.stdout.buffer
+
+def _child(req):
+    os.chdir(req["cwd"])
+    importlib.invalidate_caches()  # directory listings and distribution metadata: read afresh
+    os.environ.clear()
+    os.environ.update(req["env"])
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for fd, path in ((1, req["stdout"]), (2, req["stderr"])):
+        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(out, fd)
+        os.close(out)
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False))
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), errors="backslashreplace")
+    args = req["args"]
+    code = 0
+    try:
+        if args[0] == "-c":
+            sys.argv = ["-c", *args[2:]]
+            main = types.ModuleType("__main__")
+            main.__dict__["__builtins__"] = builtins
+            sys.modules["__main__"] = main
+            exec(compile(args[1], "<string>", "exec"), main.__dict__)
+        else:  # -m MODULE
+            sys.argv = [args[1], *args[2:]]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException as exc:  # printed as the interpreter prints it, without this frame
+        tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        code = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+    if code == -signal.SIGINT:  # as the interpreter does for an uncaught KeyboardInterrupt
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code & 0xFF)
+
+if threading.active_count() != 1:  # forking is safe only with no other thread
+    sys.exit(3)
+chan_out.write(b"READY\n")
+chan_out.flush()
+for line in iter(chan_in.readline, b""):
+    req = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        _child(req)
+    chan_out.write(json.dumps({"pid": pid}).encode() + b"\n")
+    chan_out.flush()
+    _, status = os.waitpid(pid, 0)
+    chan_out.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+    chan_out.flush()
+"""
+
+
+# What may differ between scenarios served by one fork server: ircore's configuration, and the
+# name of the test that pytest sets in the environment (neither is read by torch's import).
+_PER_SCENARIO = ("IRCORE_", "PYTEST_CURRENT_TEST")
+
+
+class _Zygote:
+    """One fork server per :class:`ProviderEnv` environment: a scenario whose environment differs
+    from that environment's only in ``_PER_SCENARIO`` variables runs in a child forked from an
+    interpreter that has imported torch, and nothing else of the scenario's. What the scenarios
+    test (which distributions are found, what ircore and each provider import, load and report,
+    configuration read from the environment and the working directory) happens in the child as
+    in a fresh interpreter; only torch's import (most of a scenario's CPU time) is shared.
+    ``PROVIDER_ENV_NO_FORK=1`` runs every scenario in a fresh interpreter instead."""
+
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            [sys.executable, "-c", ZYGOTE], env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        self._buf = b""
+        atexit.register(self.close)
+        if self._line(300) != b"READY":
+            self.close()
+
+    def _line(self, timeout: float) -> bytes | None:
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            ready, _, _ = select.select([fd], [], [], timeout)
+            chunk = os.read(fd, 65536) if ready else b""
+            if not chunk:
+                return None
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line
+
+    def serves(self, env: dict[str, str]) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        keys = set(env) | set(self.env)
+        return all(k.startswith(_PER_SCENARIO) or env.get(k) == self.env.get(k) for k in keys)
+
+    def run(self, args: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tuple[int, str, str]:
+        assert self.proc is not None and self.proc.stdin is not None
+        with tempfile.TemporaryDirectory() as tmp:
+            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+            req = {"args": args, "env": env, "cwd": str(cwd), "stdout": str(out), "stderr": str(err)}
+            self.proc.stdin.write(json.dumps(req).encode() + b"\n")
+            self.proc.stdin.flush()
+            started = self._line(30)
+            assert started is not None, "the fork server stopped"
+            pid = json.loads(started)["pid"]
+            done = self._line(timeout)
+            if done is None:  # as subprocess.run's timeout: kill the scenario, then fail
+                os.kill(pid, signal.SIGKILL)
+                self._line(30)
+                raise subprocess.TimeoutExpired(args, timeout)
+            code = json.loads(done)["status"]
+            read = lambda p: p.read_bytes().decode(errors="replace") if p.exists() else ""  # noqa: E731
+            return code, read(out), read(err)
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def install_fixtures(target: Path, projects: Iterable[str | Path] | Path | None = None) -> None:
@@ -168,16 +326,31 @@ class ProviderEnv:
     def run(self, args: list[str], env: dict[str, str | None] | None = None, cwd: Path | None = None) -> Run:
         log = self.tmp / "imports.log"
         log.unlink(missing_ok=True)
-        proc = subprocess.run(
-            [sys.executable, *args],
-            env=self.env(env),
-            cwd=cwd or self.tmp,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        full_env = self.env(env)
+        zygote = self._zygote() if args[:1] == ["-c"] or args[:2] == ["-m", "ircore"] else None
+        if zygote is not None and zygote.serves(full_env):
+            code, stdout, stderr = zygote.run(args, full_env, cwd or self.tmp, timeout=300)
+        else:
+            proc = subprocess.run(
+                [sys.executable, *args],
+                env=full_env,
+                cwd=cwd or self.tmp,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
         imported = log.read_text().split() if log.exists() else []
-        return Run(proc.returncode, proc.stdout, proc.stderr, imported)
+        return Run(code, stdout, stderr, imported)
+
+    def _zygote(self) -> _Zygote | None:
+        """This environment's fork server (see :class:`_Zygote`), started on first use."""
+        if os.environ.get("PROVIDER_ENV_NO_FORK") == "1" or not hasattr(os, "fork"):
+            return None
+        zygote = getattr(self, "_fork_server", None)
+        if zygote is None:
+            zygote = self._fork_server = _Zygote(self.env(), self.tmp)
+        return zygote
 
     def probe(
         self, env: dict[str, str | None] | None = None, cwd: Path | None = None, prelude: str = ""

@@ -7,7 +7,16 @@ real platform, a missing or broken AITER) run through :class:`ProviderEnv`.
 
 import os
 import sys
+import tempfile
 from pathlib import Path
+
+# The core suite's Inductor cache (tests/conftest.py), shared by every suite of a run and their
+# subprocesses: what one compiled (and Inductor's C++ toolchain checks) the others reuse; no pool
+# of compile workers to start for graphs this small (CI has 2 cores).
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"ircore-tests-inductor-{os.getuid()}")
+)
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import pytest
 

@@ -5,8 +5,17 @@
 
 import os
 import sys
+import tempfile
 from importlib import metadata
 from pathlib import Path
+
+# The core suite's Inductor cache (tests/conftest.py), shared by every suite of a run and their
+# subprocesses: what one compiled (and Inductor's C++ toolchain checks) the others reuse; no pool
+# of compile workers to start for graphs this small (CI has 2 cores).
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"ircore-tests-inductor-{os.getuid()}")
+)
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import pytest
 import torch
