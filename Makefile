@@ -56,7 +56,8 @@ demo: setup
 # interpreter: they need nothing the other core tests set up), so that the lanes take about as long.
 # The side lane's output is printed when the core suite ends; the target fails if either lane
 # failed. The lanes share nothing that one writes while the other reads but the Inductor cache
-# (safe across processes).
+# (safe across processes): tests that pip-install a project build it from a copy of its sources
+# (tests/provider_env.py), never in the folder the release tests build sdists in.
 SIDE_CORE_TESTS := tests/test_plugins.py tests/test_isolation.py tests/test_declarative.py tests/test_op_libraries.py
 test: PYTEST_MARKS :=
 test-fast: PYTEST_MARKS := -m "not slow"

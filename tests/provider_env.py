@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -254,6 +255,25 @@ def installed_distribution(project: Path, target: Path) -> metadata.Distribution
 
 
 def _pip_install(target: Path, projects: list[Path]) -> None:
+    """pip-install ``projects`` into ``target``, each built from a copy of its sources.
+
+    pip builds a local project in its folder (``build/``, ``*.egg-info``), and ``make test`` runs
+    two lanes at once (the core's release tests build sdists in the providers' folders; the
+    loader tests and the others install the same fixture projects): a copy per install keeps the
+    builds apart (and the source tree clean)."""
+    sources = Path(tempfile.mkdtemp(prefix="ircore-pip-src-"))
+    copies = []
+    for project in projects:
+        copy = sources / project.name
+        shutil.copytree(project, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        copies.append(copy)
+    try:
+        _run_pip(target, copies)
+    finally:
+        shutil.rmtree(sources, ignore_errors=True)
+
+
+def _run_pip(target: Path, projects: list[Path]) -> None:
     subprocess.run(
         [
             sys.executable,
