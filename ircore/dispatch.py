@@ -383,12 +383,6 @@ open_invariant_blocks = 0
 _OPEN_BLOCKS_LOCK = threading.Lock()
 
 
-def _count_open_blocks(step: int) -> None:
-    global open_invariant_blocks
-    with _OPEN_BLOCKS_LOCK:
-        open_invariant_blocks += step
-
-
 class BatchInvariantBlock(_BlockBase, contextlib.ContextDecorator):  # type: ignore[misc]
     """What :func:`batch_invariant` returns: a context manager (and decorator) holding no
     per-entry state, like :class:`PriorityBlock`."""
@@ -402,14 +396,18 @@ class BatchInvariantBlock(_BlockBase, contextlib.ContextDecorator):  # type: ign
         return self
 
     def __enter__(self) -> None:
+        global open_invariant_blocks
         super().__enter__()
-        _count_open_blocks(+1)
+        with _OPEN_BLOCKS_LOCK:
+            open_invariant_blocks += 1
 
     def __exit__(self, *exc_info: object) -> None:
+        global open_invariant_blocks
         try:
             super().__exit__(*exc_info)
         finally:
-            _count_open_blocks(-1)
+            with _OPEN_BLOCKS_LOCK:
+                open_invariant_blocks -= 1
 
     def _resolve(self, outer: Scope | None) -> Scope:
         _ownership.refuse_provider_code("ircore.batch_invariant()")
