@@ -29,7 +29,7 @@ def test_installs_as_a_real_distribution(tmp_path):
     assert [(ep.name, ep.value) for ep in dist.entry_points if ep.group == "ircore.providers"] == [
         ("aiter", "ircore_aiter.provider")
     ]
-    assert dist.metadata["License"] == "Apache-2.0"
+    assert dist.metadata["License-Expression"] == "Apache-2.0"  # an SPDX expression (setuptools>=77)
     assert "Operating System :: POSIX :: Linux" in dist.metadata.get_all("Classifier")
     assert "pip install ircore-provider-aiter" in dist.metadata.get_payload()  # the README
 

@@ -26,7 +26,7 @@ def test_installs_as_a_real_distribution(tmp_path):
     assert [(ep.name, ep.value) for ep in dist.entry_points if ep.group == "ircore.providers"] == [
         ("oink", "ircore_oink.provider")
     ]
-    assert dist.metadata["License"] == "Apache-2.0"
+    assert dist.metadata["License-Expression"] == "Apache-2.0"  # an SPDX expression (setuptools>=77)
     assert "pip install ./KernelAgent/oink" in dist.metadata.get_payload()  # the README
 
 

@@ -27,7 +27,7 @@ def test_installs_as_a_real_distribution(tmp_path):
     assert [(ep.name, ep.value) for ep in dist.entry_points if ep.group == "ircore.providers"] == [
         ("xpu", "ircore_xpu.provider")
     ]
-    assert dist.metadata["License"] == "Apache-2.0"
+    assert dist.metadata["License-Expression"] == "Apache-2.0"  # an SPDX expression (setuptools>=77)
     assert "pip install ircore-provider-xpu" in dist.metadata.get_payload()  # the README
 
 
