@@ -805,8 +805,9 @@ class IrOp(Generic[P, R]):
         impl = self.impls.get(chosen)
         invariant = dispatch.batch_invariant_active()
         if impl is None:
-            form = "native's fixed-order form" if invariant and callable(self.batch_invariant) else "native"
-            return f"{form}'s own ops (trace_implementations is on)"
+            if invariant and callable(self.batch_invariant):
+                return "the ops of native's fixed-order form (trace_implementations is on)"
+            return "native's own ops (trace_implementations is on)"
         variant = invariant and impl.invariant_fn is not None
         target = _torch_ops.built_impl_op(self, impl, variant)
         what = f"{chosen}'s batch-invariant variant" if variant else f"{chosen}'s op"
