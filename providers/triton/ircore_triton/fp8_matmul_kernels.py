@@ -197,19 +197,21 @@ def _block_config(
     cfg = _k._CONFIGS.get(key)
     if isinstance(cfg, BlockMatmulConfig):
         return cfg
-    if not _k._AUTOTUNE or _k._capturing(a.device):
-        return _block_heuristic(m)
-    t_rows = _k._BUCKET_ROWS[bucket] if bucket < len(_k._BUCKET_ROWS) else 8192
-    k_tiles = triton.cdiv(k, block_size[1])
-    # the weight itself (only read), scratch activations of the bucket's size (values do not matter)
-    at = torch.zeros((t_rows, k), dtype=a.dtype, device=a.device)
-    sat = torch.ones((k_tiles, t_rows), dtype=torch.float32, device=a.device).t()
-    ct = torch.empty((t_rows, n), dtype=out_dtype, device=a.device)
 
-    def make(cfg: BlockMatmulConfig) -> Callable[[], None]:
-        return lambda: _launch_block(cfg, at, b, sat, scale_b, block_size, ct)
+    def tune() -> BlockMatmulConfig:
+        t_rows = _k._BUCKET_ROWS[bucket] if bucket < len(_k._BUCKET_ROWS) else 8192
+        k_tiles = triton.cdiv(k, block_size[1])
+        # the weight itself (only read), scratch activations of the bucket's size (values do not matter)
+        at = torch.zeros((t_rows, k), dtype=a.dtype, device=a.device)
+        sat = torch.ones((k_tiles, t_rows), dtype=torch.float32, device=a.device).t()
+        ct = torch.empty((t_rows, n), dtype=out_dtype, device=a.device)
 
-    return _k._pick(key, _block_candidates(t_rows, n, k_tiles), make, a.device)
+        def make(cfg: BlockMatmulConfig) -> Callable[[], None]:
+            return lambda: _launch_block(cfg, at, b, sat, scale_b, block_size, ct)
+
+        return _k._pick(key, _block_candidates(t_rows, n, k_tiles), make, a.device)
+
+    return _k._untuned(lambda: _block_heuristic(m), tune, a.device)  # type: ignore[return-value]
 
 
 def block_scaled_mm_fp8(

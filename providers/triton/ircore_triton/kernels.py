@@ -21,7 +21,7 @@ Why it looks like this:
   being captured (a heuristic config is used and not cached) nor under ``TRITON_INTERPRET=1``.
   The gated activations, ``rms_norm_gated`` and ``rotary_pos_emb`` (act_kernels.py,
   norm_kernels.py, rope_kernels.py) go through the same cache and :func:`_pick` (via
-  :func:`_tuned`), their candidate lists starting with the heuristic launch they had before.
+  :func:`_untuned`), their candidate lists starting with the heuristic launch they had before.
 """
 
 from __future__ import annotations
@@ -705,18 +705,13 @@ def _launch_norm(
         )  # fmt: skip
 
 
-def _tuned(
-    key: tuple,
-    heuristic: Callable[[], TunedConfig],
-    tune: Callable[[], TunedConfig],
-    device: torch.device,
+def _untuned(
+    heuristic: Callable[[], TunedConfig], tune: Callable[[], TunedConfig], device: torch.device
 ) -> TunedConfig:
-    """The cached config of ``key``; else ``tune()`` (which scratches its own inputs and calls
-    :func:`_pick`), or, with the autotune off, under the interpreter or inside CUDA-graph capture,
-    ``heuristic()`` (not cached). The other modules' launchers (act, norm, rope) go through here."""
-    cfg = _CONFIGS.get(key)
-    if cfg is not None:
-        return cfg
+    """A launcher's config where its key has none in ``_CONFIGS``: ``tune()`` (which scratches
+    its own inputs and calls :func:`_pick`, caching the winner), or, with the autotune off, under
+    the interpreter or inside CUDA-graph capture, ``heuristic()`` (not cached). Every tuned
+    launcher looks in ``_CONFIGS`` first, so that a hit builds neither closure."""
     if not _AUTOTUNE or _capturing(device):
         return heuristic()
     return tune()
@@ -728,26 +723,28 @@ def _norm_config(op: str, x: torch.Tensor, rows: int, n: int, has_res: bool) -> 
     if cfg is not None:
         return cfg  # type: ignore[return-value]
     elem_bytes = x.element_size()
-    if not _AUTOTUNE or _capturing(x.device):
-        return _norm_heuristic(n, rows, elem_bytes)
-    t_rows = _bucket_rows(key[3], n)
-    dev = x.device
-    # Constant inputs: timing does not depend on values, and the caller's RNG stays untouched.
-    xs = torch.full((t_rows, n), 0.5, dtype=x.dtype, device=dev)
-    ws = torch.ones(n, dtype=x.dtype, device=dev)
-    # fused_add_rms_norm is timed in place, as engines call it (the residual stream updated where
-    # it lies; the out-of-place form takes the same config). Out of place it moves twice the
-    # tensors: at 1024x8192 bf16 that is 64 MiB, over the H200's L2, and timed 18 us against
-    # 12 in place, which is no basis for choosing the in-place call's config.
-    ys = xs if has_res else torch.empty_like(xs)
-    rs = torch.full_like(xs, 0.25) if has_res else None
-    ros = rs
-    cands = _norm_candidates(n, t_rows, elem_bytes, _sm_count(dev))
 
-    def make(c: NormConfig) -> Callable[[], None]:
-        return lambda: _launch_norm(c, xs, rs, ys, ros, ws, t_rows, n, n, 1e-6)
+    def tune() -> NormConfig:
+        t_rows = _bucket_rows(key[3], n)
+        dev = x.device
+        # Constant inputs: timing does not depend on values, and the caller's RNG stays untouched.
+        xs = torch.full((t_rows, n), 0.5, dtype=x.dtype, device=dev)
+        ws = torch.ones(n, dtype=x.dtype, device=dev)
+        # fused_add_rms_norm is timed in place, as engines call it (the residual stream updated
+        # where it lies; the out-of-place form takes the same config). Out of place it moves twice
+        # the tensors: at 1024x8192 bf16 that is 64 MiB, over the H200's L2, and timed 18 us
+        # against 12 in place, which is no basis for choosing the in-place call's config.
+        ys = xs if has_res else torch.empty_like(xs)
+        rs = torch.full_like(xs, 0.25) if has_res else None
+        ros = rs
+        cands = _norm_candidates(n, t_rows, elem_bytes, _sm_count(dev))
 
-    return _pick(key, cands, make, dev)
+        def make(c: NormConfig) -> Callable[[], None]:
+            return lambda: _launch_norm(c, xs, rs, ys, ros, ws, t_rows, n, n, 1e-6)
+
+        return _pick(key, cands, make, dev)
+
+    return _untuned(lambda: _norm_heuristic(n, rows, elem_bytes), tune, x.device)  # type: ignore[return-value]
 
 
 def _off_current_device(x: torch.Tensor) -> bool:
@@ -879,16 +876,18 @@ def _silu_config(x: torch.Tensor, rows: int, d: int) -> SiluConfig:
     if cfg is not None:
         return cfg  # type: ignore[return-value]
     elem_bytes = x.element_size()
-    if not _AUTOTUNE or _capturing(x.device):
-        return _silu_heuristic(d, rows, elem_bytes)
-    t_rows = _bucket_rows(key[3], 2 * d)
-    xs = torch.full((t_rows, 2 * d), 0.5, dtype=x.dtype, device=x.device)  # RNG untouched
-    ys = torch.empty(t_rows, d, dtype=x.dtype, device=x.device)
 
-    def make(c: SiluConfig) -> Callable[[], None]:
-        return lambda: _launch_silu(c, xs, ys, t_rows, d)
+    def tune() -> SiluConfig:
+        t_rows = _bucket_rows(key[3], 2 * d)
+        xs = torch.full((t_rows, 2 * d), 0.5, dtype=x.dtype, device=x.device)  # RNG untouched
+        ys = torch.empty(t_rows, d, dtype=x.dtype, device=x.device)
 
-    return _pick(key, _silu_candidates(d, t_rows, elem_bytes), make, x.device)
+        def make(c: SiluConfig) -> Callable[[], None]:
+            return lambda: _launch_silu(c, xs, ys, t_rows, d)
+
+        return _pick(key, _silu_candidates(d, t_rows, elem_bytes), make, x.device)
+
+    return _untuned(lambda: _silu_heuristic(d, rows, elem_bytes), tune, x.device)  # type: ignore[return-value]
 
 
 def silu_and_mul(x: torch.Tensor, config: SiluConfig | None = None) -> torch.Tensor:

@@ -147,6 +147,9 @@ def _gated_config(
     x2: torch.Tensor, rows: int, n: int, gs: int, norm_before_gate: bool, round_normalized: bool
 ) -> GatedNormConfig:
     key = ("rms_norm_gated", (n, gs), x2.dtype, _k._bucket(rows))
+    cfg = _k._CONFIGS.get(key)
+    if cfg is not None:
+        return cfg  # type: ignore[return-value]
     block_n = triton.next_power_of_2(gs)
 
     def tune() -> GatedNormConfig:
@@ -164,7 +167,7 @@ def _gated_config(
         return _k._pick(key, _gated_candidates(block_n, x2.element_size()), make, dev)
 
     heuristic = lambda: gated_heuristic(block_n, x2.element_size())  # noqa: E731
-    return _k._tuned(key, heuristic, tune, x2.device)  # type: ignore[return-value]
+    return _k._untuned(heuristic, tune, x2.device)  # type: ignore[return-value]
 
 
 def rms_norm_gated(

@@ -459,6 +459,9 @@ def _run_hf(
 
 def _hf_config(q: torch.Tensor, tokens: int, hq: int, hk: int, half: int) -> RopeConfig:
     key = ("rotary_pos_emb", (hq, hk, q.shape[-1]), q.dtype, _k._bucket(tokens))
+    cfg = _k._CONFIGS.get(key)
+    if cfg is not None:
+        return cfg  # type: ignore[return-value]
 
     def tune() -> RopeConfig:
         d = q.shape[-1]
@@ -480,7 +483,7 @@ def _hf_config(q: torch.Tensor, tokens: int, hq: int, hk: int, half: int) -> Rop
         return _k._pick(key, _hf_candidates(t, hq, hk, d // 2), make, dev)
 
     heuristic = lambda: _hf_heuristic(tokens, hq, hk, half)  # noqa: E731
-    return _k._tuned(key, heuristic, tune, q.device)  # type: ignore[return-value]
+    return _k._untuned(heuristic, tune, q.device)  # type: ignore[return-value]
 
 
 def rotary_pos_emb_(
