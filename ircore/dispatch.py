@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple, Protocol
@@ -374,13 +373,16 @@ def batch_invariant(*, matmul: bool = False) -> BatchInvariantBlock:
     return _MATMUL_BLOCK if matmul else _BLOCK
 
 
-#: How many ``ircore.batch_invariant()`` blocks are open, in all threads: a value Dynamo can
-#: guard on (the block itself is a context variable, which it cannot). A call Dynamo traces with
-#: ``trace_implementations`` takes the invariant plan while any is open (IrOp.traced_call), so a
-#: function traced inside a block recompiles outside it and the other way round; a thread outside
-#: any block while another thread is inside one gets the invariant kernels (slower, never wrong).
-open_invariant_blocks = 0
-_OPEN_BLOCKS_LOCK = threading.Lock()
+#: One element per ``ircore.batch_invariant()`` block open, in all threads (list appends and
+#: pops are atomic: no lock): a value Dynamo can guard on (the block itself is a context
+#: variable, which it cannot). A call Dynamo traces with ``trace_implementations`` takes the
+#: invariant plan while any is open (IrOp.traced_call), so a function traced inside a block
+#: recompiles outside it and the other way round; a thread outside any block while another thread
+#: is inside one gets the invariant kernels (slower, never wrong).
+open_invariant_blocks: list[None] = []
+_open_block, _close_block = open_invariant_blocks.append, open_invariant_blocks.pop
+_base_enter: Callable[[Any], None] = getattr(_BlockBase, "__enter__")  # noqa: B009 (a C type's slot)
+_base_exit: Callable[..., None] = getattr(_BlockBase, "__exit__")  # noqa: B009
 
 
 class BatchInvariantBlock(_BlockBase, contextlib.ContextDecorator):  # type: ignore[misc]
@@ -396,18 +398,14 @@ class BatchInvariantBlock(_BlockBase, contextlib.ContextDecorator):  # type: ign
         return self
 
     def __enter__(self) -> None:
-        global open_invariant_blocks
-        super().__enter__()
-        with _OPEN_BLOCKS_LOCK:
-            open_invariant_blocks += 1
+        _base_enter(self)
+        _open_block(None)
 
     def __exit__(self, *exc_info: object) -> None:
-        global open_invariant_blocks
         try:
-            super().__exit__(*exc_info)
+            _base_exit(self, *exc_info)
         finally:
-            with _OPEN_BLOCKS_LOCK:
-                open_invariant_blocks -= 1
+            _close_block()
 
     def _resolve(self, outer: Scope | None) -> Scope:
         _ownership.refuse_provider_code("ircore.batch_invariant()")

@@ -370,7 +370,7 @@ class IrOp(Generic[P, R]):
         if not _is_dynamo_compiling():
             entries = dispatch.lowering_plan(self)
         else:  # Dynamo cannot read the block (a context variable) but guards on what is read here
-            entries = self.traced_entries[STATE.batch_invariant or dispatch.open_invariant_blocks > 0]
+            entries = self.traced_entries[STATE.batch_invariant or len(dispatch.open_invariant_blocks) > 0]
         entry = dispatch.first_supported(self.name, entries, args)[0]
         _traced.record(self.name, entry.provider)
         impl = self.impls.get(entry.provider)
