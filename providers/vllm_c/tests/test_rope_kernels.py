@@ -372,7 +372,7 @@ def test_cuda_rope_paths(case, many):
     bufs = [_randn((tokens, h * head + 2 * shift), dtype, "cpu", 1 + n) for n, h in enumerate((hq, hk)) if h]
     runs = {}
     for device in ("cpu", "cuda"):
-        b = [t.to(device) for t in bufs]
+        b = [t.to(device, copy=True) for t in bufs]  # a copy on the CPU too: bufs stay as made
         xs = [t[:, shift : t.shape[1] - shift] for t in b]
         rest = (cache.to(device), neox, None if offsets is None else offsets.to(device), fmt, inverse, off)
         if hk:
@@ -403,7 +403,7 @@ def test_cuda_rotary_pos_emb_paths(shift, many):
     bufs = [_randn((1, seq, h * d + shift), dtype, "cpu", 1 + h) for h in (8, 2)]
     runs = {}
     for device in ("cpu", "cuda"):
-        b = [t.to(device) for t in bufs]
+        b = [t.to(device, copy=True) for t in bufs]
         q, k = (t[..., shift:].view(1, seq, h, d).transpose(1, 2) for t, h in zip(b, (8, 2), strict=True))
         impls.rotary_pos_emb(q, k, cos.to(device), sin.to(device), 1)
         runs[device] = [t.cpu() for t in b]
@@ -444,7 +444,7 @@ def test_cuda_fused_qk_norm_rope_paths(case, neox, many):
     pos = _positions(tokens, "cpu", 4)
     runs = {}
     for device in ("cpu", "cuda"):
-        b = buf.to(device)
+        b = buf.to(device, copy=True)
         rest = (wq.to(device), wk.to(device), cache.to(device), neox, pos.to(device))
         impls.fused_qk_norm_rope(b[:, shift : shift + width], hq, hk, hv, d, 1e-6, *rest)
         runs[device] = b.cpu()
