@@ -184,10 +184,25 @@ def test_ragged_last_group_and_tma_aligned_column_major_scales():
     x = torch.randn(5, 200)
     q, scales = ircore.ops.dynamic_group_quant_fp8(x, [1, 64], True, False, FN, 4)
     assert q.shape == (5, 200) and scales.shape == (5, 4)
+    assert q.is_contiguous()  # rows of K, as kernels return them (not a view of a padded buffer)
     assert scales.stride() == (1, 8)  # 5 rows rounded up to 16 bytes of fp32: 8
     assert scales[:, 3].tolist() == pytest.approx((x[:, 192:].abs().amax(-1) / 448).tolist())
     _, rows = ircore.ops.dynamic_group_quant_fp8(x, (64,), False, False, FN, 4)
     assert rows.stride() == (4, 1) and torch.equal(rows, scales)  # row-major ignores the alignment
+
+
+def test_ue8m0_scale_of_an_exact_power_of_two_stays_put():
+    """ue8m0 rounds ``amax / fp8_max`` up to a power of two; one that is a power of two already
+    (amax 7 = 448 / 64) stays, the next bf16 value above it (7.03125) goes up: natives and the
+    fp64 reference alike, exactly (no log2 rounding)."""
+    x = torch.zeros(2, 128, dtype=torch.bfloat16)
+    x[0, 5], x[1, 9] = 7.0, 7.03125
+    op = ircore.ops.dynamic_group_quant_fp8
+    args = (x, [1, 128], False, True, FN, 1)
+    _, scales = op(*args)
+    _, ref = op.reference(*args)
+    assert scales[:, 0].tolist() == ref[:, 0].tolist() == [2.0**-6, 2.0**-5]
+    assert _quant.pow2_ceil(torch.tensor([0.0, 2.0**-126, 0.75, float("inf")])).tolist() == [0.0, 2.0**-126, 1.0, float("inf")]
 
 
 def test_per_tensor_dynamic_quant_is_declared_batch_dependent():

@@ -152,8 +152,16 @@ def group_scales_fp32(
     grouped = padded.reshape(-1, groups, g)
     scales = grouped.abs().amax(dim=-1, keepdim=True).float() / fp8_max(fp8_dtype)
     if use_ue8m0:
-        scales = torch.exp2(torch.ceil(torch.log2(scales)))
+        scales = pow2_ceil(scales)
     return grouped, scales.clamp(min=min_scale(fp8_dtype))
+
+
+def pow2_ceil(s: torch.Tensor) -> torch.Tensor:
+    """``2 ** ceil(log2(s))`` for ``s >= 0``, exactly: by the exponent (``frexp``), not by
+    ``log2``, which CUDA documents to 1 ulp: a result a hair above an integer would turn an exact
+    power of two into the next one. 0, NaN and inf are kept."""
+    mantissa, exponent = torch.frexp(s)
+    return torch.where(torch.isfinite(s) & (mantissa > 0.5), torch.ldexp(torch.ones_like(s), exponent), s)
 
 
 # ---------------------------------------------------------------------- checks
@@ -352,7 +360,7 @@ def group_reference(
     grouped = padded.reshape(*x.shape[:-1], groups, g)
     scales = grouped.abs().amax(dim=-1, keepdim=True) / m
     if use_ue8m0:
-        scales = torch.exp2(torch.ceil(torch.log2(scales)))
+        scales = pow2_ceil(scales)
     scales = scales.clamp(min=min_scale(fp8_dtype))
     q = (grouped / scales).clamp(-m, m).reshape(*x.shape[:-1], groups * g)[..., : x.shape[-1]]
     return q, scales.squeeze(-1)
@@ -699,6 +707,7 @@ def group_quant(
         .to(fp8_dtype)
         .reshape(-1, groups * g)[:, : x.shape[-1]]
         .reshape(x.shape)
+        .contiguous()  # a ragged last group: not a view of the padded buffer (kernels return rows of K)
     )
     scales = scales.reshape(*x.shape[:-1], groups)
     return q, layout_scales(scales, column_major, scale_alignment)
