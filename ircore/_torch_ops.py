@@ -19,7 +19,7 @@ definition is destroyed first.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -218,7 +218,8 @@ def impl_op(op: DefinedOp, impl: Any, variant: bool = False) -> Any:
     schema, or its in-place schema for an in-place implementation (the kernel writes the results
     into the in-place arguments, as ``maybe_inplace`` does), a kernel for every device that calls
     the implementation, and a fake: ``impl.fake``, else the op's with contiguous outputs (what
-    kernels return; ``ircore verify`` checks that the real outputs agree).
+    kernels return) but for layouts of the op's contract (:func:`contract_layout`: column-major
+    group scales); ``ircore verify`` checks that the real outputs agree.
     """
     key = (impl.provider, op.name + (VARIANT_SUFFIX if variant else ""))
     with _lock:
@@ -308,7 +309,7 @@ def _define_impl_op(op: DefinedOp, impl: Any, name: str) -> tuple[torch.library.
         kernel, fake = _writing_kernel(op, impl.run), _checking_fake(op)
     else:  # functional (an in-place implementation of an op without an in-place schema: on clones)
         lib.define(name + op.schema)
-        kernel, fake = op.functional_call(impl), impl.fake or _contiguous(op_fake(op))
+        kernel, fake = op.functional_call(impl), impl.fake or _contiguous(op, op_fake(op))
     lib.impl(name, kernel, "CompositeExplicitAutograd")
     torch.library.register_fake(f"{namespace}::{name}", fake, lib=lib)
     return lib, getattr(getattr(torch.ops, namespace), name).default
@@ -323,7 +324,7 @@ def _give_fake(op: DefinedOp, impl: Any) -> torch.library.Library | None:
     ):
         return None
     lib = torch.library.Library(qualname.split("::")[0], "FRAGMENT")
-    fake = impl.fake or (_checking_fake(op) if impl.inplace else _contiguous(op_fake(op)))
+    fake = impl.fake or (_checking_fake(op) if impl.inplace else _contiguous(op, op_fake(op)))
     torch.library.register_fake(qualname, fake, lib=lib)
     return lib
 
@@ -355,11 +356,33 @@ def _checking_fake(op: DefinedOp) -> Callable[..., None]:
     return fake
 
 
-def _contiguous(fake: Callable[..., Any]) -> Callable[..., Any]:
-    """``fake`` with each output tensor a fresh contiguous one (what kernels return)."""
+def _contiguous(op: DefinedOp, fake: Callable[..., Any]) -> Callable[..., Any]:
+    """``fake`` with each output tensor a fresh contiguous one (what kernels return), except an
+    output whose layout is part of the op's contract (:func:`contract_layout`), kept as it is."""
+    keeps = getattr(op, "quantized_outputs", None) is not None
+
+    def fresh(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        if keeps and contract_layout(t):
+            return t.new_empty_strided(t.shape, t.stride())
+        return t.new_empty(t.shape)
 
     def contiguous_fake(*args: Any, **kwargs: Any) -> Any:
-        out = fake(*args, **kwargs)
-        return tree_map(lambda t: t.new_empty(t.shape) if isinstance(t, torch.Tensor) else t, out)
+        return tree_map(fresh, fake(*args, **kwargs))
 
     return contiguous_fake
+
+
+def contract_layout(native_out: torch.Tensor) -> bool:
+    """Whether an output of an op with fp8 outputs (``quantized_outputs``), as native returns it,
+    has a layout of the op's contract: a non-fp8 output that is not contiguous (column-major
+    group scales, with their TMA-aligned stride), which its readers (cuBLASLt, DeepGEMM) depend
+    on. Kernels must return it so; the fp8 values' own layout is free (kernels: contiguous)."""
+    return native_out.element_size() != 1 and native_out.numel() > 1 and not native_out.is_contiguous()
+
+
+def same_strides(shape: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bool:
+    """Strides ``a`` and ``b`` of a tensor of ``shape`` address the same elements: equal in every
+    dimension longer than 1 (a dimension of 1 is never stepped; Inductor's stride asserts skip it)."""
+    return all(n <= 1 or x == y for n, x, y in zip(shape, a, b))

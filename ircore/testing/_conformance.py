@@ -230,7 +230,7 @@ def _fake_problem(op: IrOp, impl: Impl, args: tuple, out: Any) -> str | None:
     for i, (real, fake) in enumerate(zip(reals, fakes)):
         got = (tuple(real.shape), real.dtype, real.stride())
         said = (tuple(fake.shape), fake.dtype, fake.stride())
-        if got != said:
+        if got[:2] != said[:2] or not _torch_ops.same_strides(got[0], got[2], said[2]):
             return (
                 f"output {i} is {got[1]} of shape {got[0]}, strides {got[2]}, but torch.ops.{name} "
                 f"(what compiled graphs hold for it) says {said[1]} of shape {said[0]}, strides {said[2]}: "
@@ -242,18 +242,18 @@ def _fake_problem(op: IrOp, impl: Impl, args: tuple, out: Any) -> str | None:
 
 def _layout_problem(op: IrOp, args: tuple, out: Any) -> str | None:
     """For an op with fp8 outputs (``quantized_outputs``): a scale (or other non-fp8 output) that
-    native returns in a layout of its own (not contiguous: column-major group scales, with their
-    TMA-aligned stride) must come back in that layout, which its readers (cuBLASLt, DeepGEMM)
-    depend on. The fp8 values' own layout is free (native's may be a view of a padded buffer)."""
+    native returns in a layout of its own (``_torch_ops.contract_layout``: column-major group
+    scales, with their TMA-aligned stride) must come back in that layout, which its readers
+    (cuBLASLt, DeepGEMM) depend on. The fp8 values' own layout is free."""
     if op.quantized_outputs is None:
         return None
     native_out = _torch_ops.fake_outputs(op, args)  # the op's own fake: native on fake tensors
     reals = out if isinstance(out, tuple) else (out,)
     natives = native_out if isinstance(native_out, tuple) else (native_out,)
     for i, (real, native) in enumerate(zip(reals, natives)):
-        if native.element_size() == 1 or native.is_contiguous() or native.numel() <= 1:
+        if not _torch_ops.contract_layout(native):
             continue
-        if real.stride() == native.stride():
+        if _torch_ops.same_strides(native.shape, real.stride(), native.stride()):
             continue
         return (
             f"output {op.name}[{i}] has strides {real.stride()} where the op returns {native.stride()} "

@@ -81,10 +81,6 @@ __all__ = [
     "silu_and_mul_static_quant_fp8_supports",
     "silu_and_mul_group_quant_fp8",
     "silu_and_mul_group_quant_fp8_supports",
-    "dynamic_group_quant_fp8_fake",
-    "rms_norm_group_quant_fp8_fake",
-    "fused_add_rms_norm_group_quant_fp8_fake",
-    "silu_and_mul_group_quant_fp8_fake",
 ]
 
 # CPU counts as a Triton device only under Triton's interpreter (tests).
@@ -797,71 +793,3 @@ def silu_and_mul_group_quant_fp8_supports(
 ) -> bool:
     """As :func:`dynamic_group_quant_fp8_supports`, on the output row (half of x's)."""
     return _quant_ok(x, fp8_dtype, x.shape[-1] // 2, int(group_shape[-1]))
-
-
-# The group ops return their scales in the op's promised layout (column-major, TMA-aligned), which
-# the op's own fake (contiguous outputs) does not say: these fakes do, for compiled graphs.
-def dynamic_group_quant_fp8_fake(
-    x: Tensor,
-    group_shape: list[int],
-    column_major: bool,
-    use_ue8m0: bool,
-    fp8_dtype: torch.dtype,
-    scale_alignment: int = 1,
-) -> tuple[Tensor, Tensor]:
-    """What :func:`dynamic_group_quant_fp8` returns, on fake tensors (scales in the op's layout)."""
-    q, scales, _ = _qk.group_outputs(
-        x, x.shape[-1], int(group_shape[-1]), column_major, scale_alignment, fp8_dtype
-    )
-    return q, scales
-
-
-def rms_norm_group_quant_fp8_fake(
-    x: Tensor,
-    weight: Tensor | None,
-    epsilon: float,
-    group_shape: list[int],
-    column_major: bool,
-    use_ue8m0: bool,
-    fp8_dtype: torch.dtype,
-    scale_alignment: int = 1,
-) -> tuple[Tensor, Tensor]:
-    """What :func:`rms_norm_group_quant_fp8` returns, on fake tensors (scales in the op's layout)."""
-    q, scales, _ = _qk.group_outputs(
-        x, x.shape[-1], int(group_shape[-1]), column_major, scale_alignment, fp8_dtype
-    )
-    return q, scales
-
-
-def fused_add_rms_norm_group_quant_fp8_fake(
-    x: Tensor,
-    x_residual: Tensor,
-    weight: Tensor | None,
-    epsilon: float,
-    group_shape: list[int],
-    column_major: bool,
-    use_ue8m0: bool,
-    fp8_dtype: torch.dtype,
-    scale_alignment: int = 1,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """What :func:`fused_add_rms_norm_group_quant_fp8` returns, on fake tensors (scales in the
-    op's layout)."""
-    q, scales, _ = _qk.group_outputs(
-        x, x.shape[-1], int(group_shape[-1]), column_major, scale_alignment, fp8_dtype
-    )
-    return q, scales, torch.empty(x.shape, dtype=x.dtype, device=x.device)
-
-
-def silu_and_mul_group_quant_fp8_fake(
-    x: Tensor,
-    group_shape: list[int],
-    column_major: bool,
-    use_ue8m0: bool,
-    fp8_dtype: torch.dtype,
-    scale_alignment: int = 1,
-) -> tuple[Tensor, Tensor]:
-    """What :func:`silu_and_mul_group_quant_fp8` returns, on fake tensors (scales in the op's layout)."""
-    q, scales, _ = _qk.group_outputs(
-        x, x.shape[-1] // 2, int(group_shape[-1]), column_major, scale_alignment, fp8_dtype
-    )
-    return q, scales

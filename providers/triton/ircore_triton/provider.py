@@ -102,7 +102,6 @@ IRCORE_IMPLEMENTATIONS = {
         "ircore_triton.impls",
         QUANT_OPS,
         cache_by_signature=False,
-        fakes=[op for op in QUANT_OPS if "group_quant" in op and "static" not in op],
         rank=DEFAULT_RANK,
         batch_invariant=True,  # one program per row; per-tensor dynamic calls: refused by the ops
     ),

@@ -354,8 +354,8 @@ def group_outputs(
     x: torch.Tensor, k: int, g: int, column_major: bool, scale_alignment: int, fp8_dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int, int]]:
     """The group ops' ``q`` and scales, the scales in the op's layout (row-major, column-major, or
-    TMA-aligned column-major), and the scale strides ``(matrix, row, group)`` the kernel writes by.
-    Also the fakes' outputs (impls.py), so that compiled graphs expect this layout."""
+    TMA-aligned column-major), and the scale strides ``(matrix, row, group)`` the kernel writes by
+    (the layout native returns, which the fake ircore builds declares)."""
     groups = -(-k // g)
     q = torch.empty((*x.shape[:-1], k), dtype=fp8_dtype, device=x.device)
     m = x.shape[-2]
