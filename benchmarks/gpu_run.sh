@@ -374,6 +374,9 @@ if want invariance; then  # issue 27: invariant kernels against the default ones
     --ops scaled_mm_fp8 block_scaled_mm_fp8 --hidden 4096 \
     --json "$RES/invariance_fp8.json" --markdown "$RES/invariance_fp8.md"; pack
   run_step invariance_e2e 120 python3 benchmarks/e2e_batch_invariant.py --device cuda; pack
+  # the contrast: without the mode the same prompt must differ somewhere (else the check above
+  # proves nothing here); rc 0 when it does
+  run_step invariance_e2e_off 120 python3 benchmarks/e2e_batch_invariant.py --device cuda --off; pack
 fi
 note "done: status $STATUS; outputs in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit $STATUS
