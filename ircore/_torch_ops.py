@@ -47,6 +47,7 @@ class DefinedOp(dispatch.OpLike, Protocol):
     inplace_indices: tuple[int, ...]
     fake: Callable[..., Any] | None
     torch_inplace_op: Any
+    quantized_outputs: Any  # None, or (for ops with fp8 outputs) which outputs are fp8
 
     def functional_call(self, impl: Any) -> Callable[..., Any]: ...
 
@@ -359,7 +360,7 @@ def _checking_fake(op: DefinedOp) -> Callable[..., None]:
 def _contiguous(op: DefinedOp, fake: Callable[..., Any]) -> Callable[..., Any]:
     """``fake`` with each output tensor a fresh contiguous one (what kernels return), except an
     output whose layout is part of the op's contract (:func:`contract_layout`), kept as it is."""
-    keeps = getattr(op, "quantized_outputs", None) is not None
+    keeps = op.quantized_outputs is not None
 
     def fresh(t: Any) -> Any:
         if not isinstance(t, torch.Tensor):
