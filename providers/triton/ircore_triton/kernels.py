@@ -40,6 +40,7 @@ __all__ = [
     "ActConfig",
     "GatedNormConfig",
     "NormConfig",
+    "QuantConfig",
     "RopeConfig",
     "SiluConfig",
     "clear_configs",
@@ -378,8 +379,20 @@ class GatedNormConfig:
     num_warps: int
 
 
+@dataclass(frozen=True)
+class QuantConfig:
+    """Launch config of the fp8 quant kernel (quant_kernels.py) for the ops whose outputs do not
+    need the whole row (static scales; per-group scales without a norm): each program takes a
+    ``block``-element chunk of a row, whole groups of it (``block // next_pow2(group)`` groups) or,
+    for the static forms, ``block`` columns; ``block`` >= the row's register block is the whole
+    row in one program (the launch before the split)."""
+
+    block: int
+    num_warps: int
+
+
 #: Every launch config this provider tunes.
-TunedConfig = NormConfig | SiluConfig | ActConfig | RopeConfig | GatedNormConfig
+TunedConfig = NormConfig | SiluConfig | ActConfig | RopeConfig | GatedNormConfig | QuantConfig
 
 _CONFIGS: dict[tuple, TunedConfig] = {}
 # What the autotune measured for each key it tuned: [(config, us per call), ...] in candidate order
@@ -406,8 +419,10 @@ def set_config(
     """Pin ``config`` for ``op`` at the bucket of ``rows``; ``hidden`` is the norm's row width,
     or an activation's output width ``d`` (ops "rms_norm", "fused_add_rms_norm", "silu_and_mul",
     "gelu_and_mul", "gelu_tanh_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul"),
-    ``(query heads, key heads, head_dim)`` for "rotary_pos_emb" (rows: tokens) and ``(row width,
-    group size)`` for "rms_norm_gated" (rows: rows, not groups)."""
+    ``(query heads, key heads, head_dim)`` for "rotary_pos_emb" (rows: tokens), ``(row width,
+    group size)`` for "rms_norm_gated" (rows: rows, not groups) and, for the split fp8 quant ops
+    ("static_quant_fp8", "silu_and_mul_static_quant_fp8", "dynamic_group_quant_fp8",
+    "silu_and_mul_group_quant_fp8"), ``quant_kernels.tune_hidden(...)``."""
     _CONFIGS[(op, hidden, dtype, _bucket(rows))] = config
 
 
