@@ -19,9 +19,10 @@ Why it looks like this:
   launches (the figure that matters for decode), and caches the winner in a dict. A steady-state
   call costs one dict lookup plus Triton's own launch. Tuning never runs while a CUDA graph is
   being captured (a heuristic config is used and not cached) nor under ``TRITON_INTERPRET=1``.
-  The gated activations, ``rms_norm_gated`` and ``rotary_pos_emb`` (act_kernels.py,
-  norm_kernels.py, rope_kernels.py) go through the same cache and :func:`_pick` (via
-  :func:`_untuned`), their candidate lists starting with the heuristic launch they had before.
+  The gated activations, ``rms_norm_gated``, ``rotary_pos_emb`` and the row split of the static
+  and plain/silu group fp8 quant ops (act_kernels.py, norm_kernels.py, rope_kernels.py,
+  quant_kernels.py) go through the same cache and :func:`_pick` (via :func:`_untuned`), their
+  candidate lists starting with the heuristic launch they had before.
 """
 
 from __future__ import annotations
@@ -402,8 +403,8 @@ _TUNE_TIMES: dict[tuple, list[tuple[TunedConfig, float]]] = {}
 
 def tuned_configs() -> dict[tuple, TunedConfig]:
     """A copy of the config cache: ``(op, hidden, dtype, bucket) -> config`` (``hidden`` is a
-    tuple for rotary_pos_emb, ``(query heads, key heads, head_dim)``, and rms_norm_gated,
-    ``(row width, group size)``)."""
+    tuple for rotary_pos_emb, ``(query heads, key heads, head_dim)``, rms_norm_gated, ``(row
+    width, group size)``, and the split fp8 quant ops, ``quant_kernels.tune_hidden(...)``)."""
     return dict(_CONFIGS)
 
 

@@ -52,11 +52,13 @@ from .norm_kernels import _round_to, _warps
 
 __all__ = [
     "MAX_ROW_BLOCK",
+    "candidates",
     "dynamic_group_quant_fp8",
     "dynamic_quant_fp8",
     "fused_add_rms_norm_dynamic_quant_fp8",
     "fused_add_rms_norm_group_quant_fp8",
     "fused_add_rms_norm_static_fp8_quant",
+    "heuristic",
     "row_block",
     "rms_norm_dynamic_quant_fp8",
     "rms_norm_group_quant_fp8",
@@ -64,6 +66,7 @@ __all__ = [
     "silu_and_mul_group_quant_fp8",
     "silu_and_mul_static_quant_fp8",
     "static_quant_fp8",
+    "tune_hidden",
 ]
 
 #: Most elements of one row's register block (``groups_pow2 * group_pow2``).
