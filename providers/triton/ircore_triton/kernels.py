@@ -19,9 +19,10 @@ Why it looks like this:
   launches (the figure that matters for decode), and caches the winner in a dict. A steady-state
   call costs one dict lookup plus Triton's own launch. Tuning never runs while a CUDA graph is
   being captured (a heuristic config is used and not cached) nor under ``TRITON_INTERPRET=1``.
-  The gated activations, ``rms_norm_gated`` and ``rotary_pos_emb`` (act_kernels.py,
-  norm_kernels.py, rope_kernels.py) go through the same cache and :func:`_pick` (via
-  :func:`_untuned`), their candidate lists starting with the heuristic launch they had before.
+  The gated activations, ``rms_norm_gated``, ``rotary_pos_emb`` and the row split of the static
+  and plain/silu group fp8 quant ops (act_kernels.py, norm_kernels.py, rope_kernels.py,
+  quant_kernels.py) go through the same cache and :func:`_pick` (via :func:`_untuned`), their
+  candidate lists starting with the heuristic launch they had before.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
     "ActConfig",
     "GatedNormConfig",
     "NormConfig",
+    "QuantConfig",
     "RopeConfig",
     "SiluConfig",
     "clear_configs",
@@ -378,8 +380,20 @@ class GatedNormConfig:
     num_warps: int
 
 
+@dataclass(frozen=True)
+class QuantConfig:
+    """Launch config of the fp8 quant kernel (quant_kernels.py) for the ops whose outputs do not
+    need the whole row (static scales; per-group scales without a norm): each program takes a
+    ``block``-element chunk of a row, whole groups of it (``block // next_pow2(group)`` groups) or,
+    for the static forms, ``block`` columns; ``block`` >= the row's register block is the whole
+    row in one program (the launch before the split)."""
+
+    block: int
+    num_warps: int
+
+
 #: Every launch config this provider tunes.
-TunedConfig = NormConfig | SiluConfig | ActConfig | RopeConfig | GatedNormConfig
+TunedConfig = NormConfig | SiluConfig | ActConfig | RopeConfig | GatedNormConfig | QuantConfig
 
 _CONFIGS: dict[tuple, TunedConfig] = {}
 # What the autotune measured for each key it tuned: [(config, us per call), ...] in candidate order
@@ -389,8 +403,8 @@ _TUNE_TIMES: dict[tuple, list[tuple[TunedConfig, float]]] = {}
 
 def tuned_configs() -> dict[tuple, TunedConfig]:
     """A copy of the config cache: ``(op, hidden, dtype, bucket) -> config`` (``hidden`` is a
-    tuple for rotary_pos_emb, ``(query heads, key heads, head_dim)``, and rms_norm_gated,
-    ``(row width, group size)``)."""
+    tuple for rotary_pos_emb, ``(query heads, key heads, head_dim)``, rms_norm_gated, ``(row
+    width, group size)``, and the split fp8 quant ops, ``quant_kernels.tune_hidden(...)``)."""
     return dict(_CONFIGS)
 
 
@@ -406,8 +420,10 @@ def set_config(
     """Pin ``config`` for ``op`` at the bucket of ``rows``; ``hidden`` is the norm's row width,
     or an activation's output width ``d`` (ops "rms_norm", "fused_add_rms_norm", "silu_and_mul",
     "gelu_and_mul", "gelu_tanh_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul"),
-    ``(query heads, key heads, head_dim)`` for "rotary_pos_emb" (rows: tokens) and ``(row width,
-    group size)`` for "rms_norm_gated" (rows: rows, not groups)."""
+    ``(query heads, key heads, head_dim)`` for "rotary_pos_emb" (rows: tokens), ``(row width,
+    group size)`` for "rms_norm_gated" (rows: rows, not groups) and, for the split fp8 quant ops
+    ("static_quant_fp8", "silu_and_mul_static_quant_fp8", "dynamic_group_quant_fp8",
+    "silu_and_mul_group_quant_fp8"), ``quant_kernels.tune_hidden(...)``."""
     _CONFIGS[(op, hidden, dtype, _bucket(rows))] = config
 
 

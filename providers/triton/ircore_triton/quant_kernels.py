@@ -1,10 +1,17 @@
 """Triton kernels and launchers for the fp8 quant ops and the fused RMSNorm / SiLU-and-mul + quant
 ops (``ircore.ops._quant``, ``ircore.ops._norm_quant``).
 
-One kernel, specialised by constexprs, and one program per row on a GPU (several under the
-interpreter, where each program costs milliseconds): the row (or, for silu_and_mul, both halves)
-is read once into registers laid out as ``[groups, group width]`` (one group of the whole row for
-the per-tensor and per-token ops), the input stage runs in fp32 (the plain row; the
+One kernel, specialised by constexprs. The norm forms and the per-token / per-tensor scales need
+the whole row: one program per row on a GPU (several under the interpreter, where each program
+costs milliseconds), the row (or, for silu_and_mul, both halves) read once into registers laid
+out as ``[groups, group width]`` (one group of the whole row for the per-tensor and per-token
+ops). The static forms and the group forms without a norm (``static_quant_fp8``,
+``static_group_quant_fp8``, ``silu_and_mul_static_quant_fp8``, ``dynamic_group_quant_fp8``,
+``silu_and_mul_group_quant_fp8``) need no more than a group: their rows may be split over a 2-D
+grid (rows, chunks of whole groups or of columns), the chunk and warps tuned per key
+(:func:`candidates`, :class:`~ircore_triton.kernels.QuantConfig`; the whole row, the launch
+before the split, first), so that few rows still fill the GPU and wide rows do not sit in one
+program's registers. The input stage runs in fp32 (the plain row; the
 RMSNorm with the residual added and rounded first; silu(gate) * up) and is rounded to x's dtype as
 the unfused chain rounds it, then the quant stage:
 
@@ -22,11 +29,16 @@ is the hardware's for e4m3fn on NVIDIA GPUs of sm_89 and later, else an exact ro
 encoding by the bits (:func:`_encode_fp8`: e4m3fnuz on any GPU, both types under the interpreter).
 The reciprocal and the division are IEEE round-to-nearest (``div_rn``), as torch computes them.
 Rows wider than :data:`MAX_ROW_BLOCK` elements in registers are left to other providers (the
-predicates). The launch is fixed per hidden size, group size and dtype (warps by the block; no
-autotuning): the per-row results do not depend on the batch.
+predicates). The whole-row launch is fixed per hidden size, group size and dtype (warps by the
+block); the split ops' chunking is tuned per row bucket too, but it decides only which program
+computes an element or a group (each element, and each group's exact amax, is computed alike in
+every chunking: tests/test_tuned_launches.py pins every candidate to the whole row's bits), so
+the per-row results do not depend on the batch.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import triton
@@ -34,16 +46,19 @@ import triton.language as tl
 
 from ircore.ops._quant import fp8_max, min_scale, prep_static_scale, tma_aligned
 
-from .kernels import _as_rows, _device_ctx, _launch_opts, _off_current_device
+from . import kernels as _k
+from .kernels import QuantConfig, _as_rows, _device_ctx, _launch_opts, _off_current_device
 from .norm_kernels import _round_to, _warps
 
 __all__ = [
     "MAX_ROW_BLOCK",
+    "candidates",
     "dynamic_group_quant_fp8",
     "dynamic_quant_fp8",
     "fused_add_rms_norm_dynamic_quant_fp8",
     "fused_add_rms_norm_group_quant_fp8",
     "fused_add_rms_norm_static_fp8_quant",
+    "heuristic",
     "row_block",
     "rms_norm_dynamic_quant_fp8",
     "rms_norm_group_quant_fp8",
@@ -51,6 +66,7 @@ __all__ = [
     "silu_and_mul_group_quant_fp8",
     "silu_and_mul_static_quant_fp8",
     "static_quant_fp8",
+    "tune_hidden",
 ]
 
 #: Most elements of one row's register block (``groups_pow2 * group_pow2``).
@@ -111,22 +127,37 @@ def _quant_rows_kernel(
     IN_MODE: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
     QUANT: tl.constexpr, DIVIDE: tl.constexpr, UE8M0: tl.constexpr, HAS_UB: tl.constexpr,
     G: tl.constexpr, NG: tl.constexpr, BG: tl.constexpr, SCALAR_SCALE: tl.constexpr, BLOCK_R: tl.constexpr,
-    HW_CAST: tl.constexpr, BIAS: tl.constexpr, USE_PDL: tl.constexpr = False,
+    HW_CAST: tl.constexpr, BIAS: tl.constexpr, USE_PDL: tl.constexpr = False, SPLIT: tl.constexpr = False,
 ):  # fmt: skip
-    """Program ``p`` quantises rows ``p * BLOCK_R ...`` (one on a GPU; more under the interpreter,
-    where each program costs milliseconds) of ``K`` output elements, in groups of ``G``: the
-    register block is ``[BLOCK_R, NG, BG]``. ``M`` is the row count of one matrix (x.shape[-2]):
-    static scale rows and the scale output are addressed by ``(r // M, r % M)``."""
+    """Program ``(p, c)`` quantises rows ``p * BLOCK_R ...`` (one on a GPU; more under the
+    interpreter, where each program costs milliseconds) of ``K`` output elements, in groups of
+    ``G``: the register block is ``[BLOCK_R, NG, BG]``. ``M`` is the row count of one matrix
+    (x.shape[-2]): static scale rows and the scale output are addressed by ``(r // M, r % M)``.
+    Without ``SPLIT`` the block is the whole row (``c`` = 0). With it (the static forms and the
+    group forms without a norm, plain or silu input: no value depends on the rest of the row)
+    program ``c`` takes groups ``c * NG ... c * NG + NG - 1`` of the row (the static forms: one
+    "group" of ``G = BG`` columns), each element and each group's amax computed exactly as in the
+    whole-row block, so the bits do not depend on the split."""
     rr = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     r = rr[:, None, None]
-    gi = tl.arange(0, NG)[None, :, None]
     j = tl.arange(0, BG)[None, None, :]
-    if NG == 1:  # one group: the row (contiguous columns the compiler can vectorise)
-        col = j
-        mask = (j < K) & (r < n_rows)
+    if SPLIT:
+        g0 = tl.program_id(1) * NG  # this program's first group of the row
+        if NG == 1 and G == BG:  # one chunk of G = BG columns (contiguous: the compiler vectorises)
+            col = g0 * G + j
+            mask = (col < K) & (r < n_rows)
+        else:
+            col = (g0 + tl.arange(0, NG)[None, :, None]) * G + j
+            mask = (j < G) & (col < K) & (r < n_rows)
     else:
-        col = gi * G + j
-        mask = (j < G) & (col < K) & (r < n_rows)
+        g0 = 0
+        gi = tl.arange(0, NG)[None, :, None]
+        if NG == 1:  # one group: the row (contiguous columns the compiler can vectorise)
+            col = j
+            mask = (j < K) & (r < n_rows)
+        else:
+            col = gi * G + j
+            mask = (j < G) & (col < K) & (r < n_rows)
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
     xh = tl.load(X + r * stride_x + col, mask=mask, other=0.0)
@@ -183,7 +214,7 @@ def _quant_rows_kernel(
                 scale = tl.maximum(scale, MIN_SCALE, propagate_nan=tl.PropagateNan.ALL)
                 b2 = rr[:, None] // M
                 m2 = rr[:, None] % M
-                g2 = tl.arange(0, NG)[None, :]
+                g2 = g0 + tl.arange(0, NG)[None, :]
                 tl.store(SC + b2 * stride_scb + m2 * stride_scm + g2 * stride_scg, scale,
                          mask=(g2 * G < K) & (rr[:, None] < n_rows))  # fmt: skip
                 if DIVIDE:
@@ -252,8 +283,10 @@ def _launch(
     group: int | None = None,
     divide: bool = False,
     ue8m0: bool = False,
+    cfg: QuantConfig | None = None,
 ) -> None:
-    """One launch over the rows of ``x`` (``k`` outputs a row; ``2k`` inputs for silu_and_mul)."""
+    """One launch over the rows of ``x`` (``k`` outputs a row; ``2k`` inputs for silu_and_mul);
+    ``cfg`` (the split ops only, see :func:`_split_ok`) splits each row over programs."""
     n_in = x.shape[-1]
     rows = x.numel() // n_in
     if rows == 0:
@@ -274,6 +307,20 @@ def _launch(
     hw_cast = fp8_dtype == torch.float8_e4m3fn and _hw_e4m3fn(x.device)
     if q is not None and not hw_cast:
         q = q.view(torch.uint8)
+    chunks, split, warps = 1, False, _warps(ng * bg, x.element_size())
+    if cfg is not None:
+        warps = cfg.num_warps
+        if cfg.block < ng * bg:  # a chunk of the row a program: whole groups, or columns
+            ok = _split_ok(mode, quant, group) and (group is None or cfg.block >= bg)
+            assert ok, f"no row split {cfg} for this launch"
+            split = True
+            if group is None:
+                g = bg = cfg.block
+                ng = 1
+                chunks = -(-k // g)
+            else:
+                ng = cfg.block // bg
+                chunks = triton.cdiv(triton.cdiv(k, g), ng)
     # one row a program on a device; under the interpreter (CPU) up to 16, at most 4096 elements
     block_r = 1 if not x.is_cpu else max(1, min(16, triton.next_power_of_2(rows), 4096 // (ng * bg)))
     dummy = x2
@@ -287,10 +334,126 @@ def _launch(
         IN_MODE=mode, HAS_RES=residual is not None, HAS_W=w is not None,
         QUANT=quant, DIVIDE=divide, UE8M0=ue8m0, HAS_UB=scale_ub is not None,
         G=g, NG=ng, BG=bg, SCALAR_SCALE=scale is not None and scale.numel() == 1, BLOCK_R=block_r,
-        HW_CAST=hw_cast, BIAS=8 if fp8_dtype == torch.float8_e4m3fnuz else 7,
-        num_warps=_warps(ng * bg, x.element_size()), grid=(triton.cdiv(rows, block_r),), warmup=False,
+        HW_CAST=hw_cast, BIAS=8 if fp8_dtype == torch.float8_e4m3fnuz else 7, SPLIT=split,
+        num_warps=warps, grid=(triton.cdiv(rows, block_r), chunks), warmup=False,
         **_launch_opts(x.device),
     )  # fmt: skip
+
+
+# ---------------------------------------------------------------------- the row split, tuned
+# The ops whose outputs do not need the whole row: per (quant stage, input stage), the op name
+# of their tuning key (static_group_quant_fp8 runs static_quant_fp8's launcher and key).
+_SPLIT_OPS = {
+    (_STATIC, _PLAIN): "static_quant_fp8",
+    (_STATIC, _SILU): "silu_and_mul_static_quant_fp8",
+    (_DYNAMIC, _PLAIN): "dynamic_group_quant_fp8",
+    (_DYNAMIC, _SILU): "silu_and_mul_group_quant_fp8",
+}
+
+
+def _split_ok(mode: int, quant: int, group: int | None) -> bool:
+    """Whether no output depends on the rest of its row: static scales, or per-group dynamic
+    scales (each group's amax its own), on the plain or silu input. A norm needs the row's sum of
+    squares and per-token / per-tensor scales the row's amax: those keep the whole row."""
+    return mode != _NORM and (quant == _STATIC or (quant == _DYNAMIC and group is not None))
+
+
+def heuristic(k: int, group: int | None, elem_bytes: int) -> QuantConfig:
+    """The launch before the split: the whole row in one program, warps from its block (about
+    four 16-byte vectors a thread). It runs under the interpreter, in CUDA-graph capture and with
+    the autotune off, and is every candidate list's first entry."""
+    b = row_block(k, group)
+    return QuantConfig(b, _warps(b, elem_bytes))
+
+
+def candidates(k: int, group: int | None, rows: int, elem_bytes: int) -> list[QuantConfig]:
+    """The heuristic, then chunks of the row: at T <= 128, of 512-4096 elements with 1 or 2
+    16-byte input vectors a thread (more programs for few rows: one row of 14336 in chunks of 512
+    is 28 programs, where the whole row is one); above, of 1024-8192 elements with 16 or 32
+    elements a thread (one or two 16-byte fp8 stores; two or four bf16 input vectors). At most
+    16 warps. A chunk is whole groups (``block // next_pow2(group)`` of them) or, for the static
+    forms (``group`` None), ``block`` columns; chunks no smaller than the row's block are the
+    heuristic's launch, chunks smaller than one padded group are not tried."""
+    whole = row_block(k, group)
+    out = [heuristic(k, group, elem_bytes)]
+    bg = 1 if group is None else triton.next_power_of_2(group)
+    vec = max(1, 16 // elem_bytes)
+    if rows <= 128:
+        blocks, per_thread = (512, 1024, 2048, 4096), (vec, 2 * vec)
+    else:
+        blocks, per_thread = (1024, 2048, 4096, 8192), (16, 32)
+    for b in blocks:
+        if b >= whole or b < bg:
+            continue
+        for e in per_thread:
+            c = QuantConfig(b, max(1, min(16, b // (32 * e))))
+            if c not in out:
+                out.append(c)
+    return out
+
+
+def tune_hidden(k: int, group: int | None, fp8_dtype: torch.dtype, layout: str) -> tuple:
+    """The ``hidden`` part of a split op's tuning key: output width, group size (0: the static
+    forms), fp8 type (the bits' encoding costs more than the hardware's cast) and the scale
+    layout the key was tuned with ("static"; for the group ops "row", "col" or "tma<alignment>",
+    "+ue8m0" where the scales round up to powers of two)."""
+    return (k, group or 0, fp8_dtype, layout)
+
+
+def _split_config(
+    x: torch.Tensor,
+    mode: int,
+    quant: int,
+    k: int,
+    fp8_dtype: torch.dtype,
+    group: int | None = None,
+    column_major: bool = False,
+    scale_alignment: int = 1,
+    ue8m0: bool = False,
+) -> QuantConfig:
+    """The tuned launch of a split op, per (op, :func:`tune_hidden`, dtype, row bucket). Tuned on
+    scratch rows (constant values: the timing does not depend on them): the static forms with one
+    scale element (per-channel, per-token and group scales take the same key), the group forms
+    with the caller's scale layout. Which config is picked never changes a bit of the result
+    (each element, and each group's amax, is computed as in the whole row), so the per-row
+    results stay independent of the row count although the config is chosen per row bucket."""
+    rows = x.numel() // x.shape[-1]
+    if quant == _STATIC:
+        layout = "static"
+    else:
+        layout = ("col" if scale_alignment <= 1 else f"tma{scale_alignment}") if column_major else "row"
+        layout += "+ue8m0" if ue8m0 else ""
+    key = (_SPLIT_OPS[(quant, mode)], tune_hidden(k, group, fp8_dtype, layout), x.dtype, _k._bucket(rows))
+    cfg = _k._CONFIGS.get(key)
+    if cfg is not None:
+        return cfg  # type: ignore[return-value]
+    elem_bytes = x.element_size()
+
+    def tune() -> QuantConfig:
+        n_in = 2 * k if mode == _SILU else k
+        t_rows = _k._bucket_rows(key[3], n_in)
+        dev = x.device
+        xs = torch.full((t_rows, n_in), 0.5, dtype=x.dtype, device=dev)  # the caller's RNG untouched
+        make: Callable[[QuantConfig], Callable[[], None]]
+        if quant == _STATIC:
+            ss = torch.ones(1, dtype=torch.float32, device=dev)
+            qs = torch.empty((t_rows, k), dtype=fp8_dtype, device=dev)
+
+            def make(c: QuantConfig) -> Callable[[], None]:
+                return lambda: _launch(xs, mode=mode, quant=_STATIC, k=k, q=qs, fp8_dtype=fp8_dtype,
+                                       scale=ss, cfg=c)  # fmt: skip
+
+        else:
+            qs, scs, strides = group_outputs(xs, k, group or k, column_major, scale_alignment, fp8_dtype)
+
+            def make(c: QuantConfig) -> Callable[[], None]:
+                return lambda: _launch(xs, mode=mode, quant=_DYNAMIC, k=k, q=qs, fp8_dtype=fp8_dtype,
+                                       scale_out=scs, scale_strides=strides, group=group, divide=True,
+                                       ue8m0=ue8m0, cfg=c)  # fmt: skip
+
+        return _k._pick(key, candidates(k, group, t_rows, elem_bytes), make, dev)
+
+    return _k._untuned(lambda: heuristic(k, group, elem_bytes), tune, x.device)  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------- the ops' launchers
@@ -303,15 +466,18 @@ def _static(
     residual: torch.Tensor | None = None,
     weight: torch.Tensor | None = None,
     eps: float = 0.0,
+    config: QuantConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     if _off_current_device(x):
         with _device_ctx(x):
-            return _static(x, mode, scale, fp8_dtype, pad, residual, weight, eps)
+            return _static(x, mode, scale, fp8_dtype, pad, residual, weight, eps, config)
     k = x.shape[-1] // 2 if mode == _SILU else x.shape[-1]
     q, q_rows = _q_out(tuple(x.shape), k, fp8_dtype, pad, x.device)
     res_out = None if residual is None else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if config is None and mode != _NORM and x.numel():
+        config = _split_config(x, mode, _STATIC, k, fp8_dtype)
     _launch(x, mode=mode, quant=_STATIC, k=k, q=q_rows, fp8_dtype=fp8_dtype, residual=residual,
-            res_out=res_out, weight=weight, eps=eps, scale=scale)  # fmt: skip
+            res_out=res_out, weight=weight, eps=eps, scale=scale, cfg=config)  # fmt: skip
     return q, res_out
 
 
@@ -381,26 +547,34 @@ def _group(
     residual: torch.Tensor | None = None,
     weight: torch.Tensor | None = None,
     eps: float = 0.0,
+    config: QuantConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     if _off_current_device(x):
         with _device_ctx(x):
             return _group(x, mode, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment,
-                          residual, weight, eps)  # fmt: skip
+                          residual, weight, eps, config)  # fmt: skip
     k = x.shape[-1] // 2 if mode == _SILU else x.shape[-1]
     g = int(group_shape[-1])
     q, scales, strides = group_outputs(x, k, g, column_major, scale_alignment, fp8_dtype)
     res_out = None if residual is None else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if config is None and mode != _NORM and x.numel():
+        config = _split_config(x, mode, _DYNAMIC, k, fp8_dtype, g, column_major, scale_alignment, use_ue8m0)
     _launch(x, mode=mode, quant=_DYNAMIC, k=k, q=q, fp8_dtype=fp8_dtype, residual=residual, res_out=res_out,
             weight=weight, eps=eps, scale_out=scales, scale_strides=strides, group=g, divide=True,
-            ue8m0=use_ue8m0)  # fmt: skip
+            ue8m0=use_ue8m0, cfg=config)  # fmt: skip
     return q, scales, res_out
 
 
 def static_quant_fp8(
-    x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+    config: QuantConfig | None = None,
 ) -> torch.Tensor:
-    """``clamp(x * (1/scale), ±fp8_max)`` cast to fp8, any static scale layout; zero padding rows."""
-    return _static(x, _PLAIN, scale, fp8_dtype, num_token_padding)[0]
+    """``clamp(x * (1/scale), ±fp8_max)`` cast to fp8, any static scale layout; zero padding rows.
+    ``config``: a launch (:func:`candidates`) instead of the tuned one."""
+    return _static(x, _PLAIN, scale, fp8_dtype, num_token_padding, config=config)[0]
 
 
 def dynamic_quant_fp8(
@@ -422,9 +596,12 @@ def dynamic_group_quant_fp8(
     use_ue8m0: bool,
     fp8_dtype: torch.dtype,
     scale_alignment: int = 1,
+    config: QuantConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-group dynamic quant, scales in the op's layout: ``(q, scales)``."""
-    q, scales, _ = _group(x, _PLAIN, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment)
+    """Per-group dynamic quant, scales in the op's layout: ``(q, scales)``. ``config``: a launch
+    (:func:`candidates`) instead of the tuned one."""
+    q, scales, _ = _group(x, _PLAIN, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment,
+                          config=config)  # fmt: skip
     return q, scales
 
 
@@ -533,10 +710,15 @@ def fused_add_rms_norm_group_quant_fp8(
 
 
 def silu_and_mul_static_quant_fp8(
-    x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None = None
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+    config: QuantConfig | None = None,
 ) -> torch.Tensor:
-    """``silu(gate) * up`` (rounded to x's dtype) then static quant, one pass."""
-    return _static(x, _SILU, scale, fp8_dtype, num_token_padding)[0]
+    """``silu(gate) * up`` (rounded to x's dtype) then static quant, one pass. ``config``: a
+    launch (:func:`candidates`) instead of the tuned one."""
+    return _static(x, _SILU, scale, fp8_dtype, num_token_padding, config=config)[0]
 
 
 def silu_and_mul_group_quant_fp8(
@@ -546,7 +728,10 @@ def silu_and_mul_group_quant_fp8(
     use_ue8m0: bool,
     fp8_dtype: torch.dtype,
     scale_alignment: int = 1,
+    config: QuantConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``silu(gate) * up`` then per-group quant, one pass."""
-    q, scales, _ = _group(x, _SILU, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment)
+    """``silu(gate) * up`` then per-group quant, one pass. ``config``: a launch
+    (:func:`candidates`) instead of the tuned one."""
+    q, scales, _ = _group(x, _SILU, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment,
+                          config=config)  # fmt: skip
     return q, scales

@@ -221,3 +221,26 @@ def test_act_gated_norm_and_rope_launches_are_tuned_per_key(fake_tuner: list[int
     t = kernels._bucket_rows(rope_key[3], 2 * (hq + hk) * d)
     assert kernels.tuned_configs()[rope_key] == rope_kernels._hf_candidates(t, hq, hk, d // 2)[-1]
     assert kernels.tuned_configs()[rope_key].split_qk
+
+
+def test_quant_splits_are_tuned_per_key(fake_tuner: list[int]) -> None:
+    """The four split fp8 quant ops go through the same autotune, keyed by (op, (K, group, fp8
+    type, scale layout), dtype, bucket): the fastest candidate (the last under the fake timer) is
+    cached and gives the heuristic's bits; the norm forms and per-token scales are not tuned."""
+    from ircore_triton import quant_kernels as qk
+
+    e4 = torch.float8_e4m3fn
+    x = torch.randn(3, 1100) * 10
+    q, s = qk.dynamic_group_quant_fp8(x, [1, 128], True, True, e4, 4)
+    key = ("dynamic_group_quant_fp8", qk.tune_hidden(1100, 128, e4, "tma4+ue8m0"), torch.float32, kernels._bucket(3))
+    cands = qk.candidates(1100, 128, kernels._bucket_rows(key[3], 1100), 4)
+    assert list(kernels.tuned_configs()) == [key] and fake_tuner == [len(cands)]
+    pick = kernels.tuned_configs()[key]
+    assert pick == cands[-1] and pick.block < qk.row_block(1100, 128)
+    q0, s0 = qk.dynamic_group_quant_fp8(x, [1, 128], True, True, e4, 4, config=cands[0])
+    assert torch.equal(q.view(torch.uint8), q0.view(torch.uint8)) and torch.equal(s, s0)
+    qk.static_quant_fp8(x, torch.full((1100,), 0.1), e4)  # per channel: the static key (tuned with one scale)
+    assert ("static_quant_fp8", (1100, 0, e4, "static"), torch.float32, key[3]) in kernels.tuned_configs()
+    qk.rms_norm_group_quant_fp8(x, None, 1e-6, [1, 128], False, False, e4)
+    qk.dynamic_quant_fp8(x, True, e4)
+    assert len(kernels.tuned_configs()) == 2 and len(fake_tuner) == 2

@@ -40,6 +40,7 @@ def test_compile_sm90_quick() -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "0 failed, spilling or unordered" in proc.stdout
     assert " ok\n" in proc.stdout  # the PDL column was checked, not skipped
+    assert "silu_and_mul_group_quant_fp8 g128 block 512 bf16" in proc.stdout  # the quant row-split candidates
 
 
 @pytest.mark.skipif(not _has_cuda_backend(), reason="this triton has no CUDA backend with ptxas")

@@ -211,3 +211,122 @@ def test_gpu_gated_norm_candidates_and_the_autotune() -> None:
     finally:
         kernels.clear_configs()
         kernels._CONFIGS.update(saved)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fp8 quant ops split over programs (quant_kernels.candidates): every chunking gives the
+# whole-row launch's bits, the claim their row-bucket tuning and batch invariance rest on
+
+_FP8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+
+
+def _quant_configs(k: int, group: int | None) -> list:
+    """Every bucket's candidates (heuristic, the whole row, first), one per launch shape under
+    the interpreter."""
+    from ircore_triton import quant_kernels
+
+    out: list = []
+    for rows in (1, 3, 1024):
+        out += [c for c in quant_kernels.candidates(k, group, rows, 2) if c not in out]
+    return _distinct_for_device(out)
+
+
+def _bits(outs) -> list[torch.Tensor]:
+    """Each output's bits (fp8 as bytes, fp32 scales as int32: NaN compares), with its strides."""
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    return [o.view(torch.uint8 if o.element_size() == 1 else torch.int32) for o in outs]
+
+
+def _quant_x(shape: tuple[int, ...], pad: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Values past fp8's range and below its subnormals, a NaN in one group, rows padded by
+    ``pad`` columns (a row stride); on the test's device."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape[:-1], shape[-1] + pad, generator=g) * torch.logspace(-6, 3, shape[-1] + pad)
+    x.view(-1, x.shape[-1])[1, 700] = float("nan")
+    return x.to(dtype).to(DEVICE)[..., : shape[-1]]
+
+
+# (op, x's shape, row padding, dtype, group size, extra args): K = 1100 is a ragged last group of
+# 128 (76 wide) and of 96 (44 wide, group 96 padded to 128 in registers); static in chunks of
+# 512 / 1024 columns, the last one ragged; 1024 with 2-D group scales of 2 rows x 128 columns.
+_QUANT_CASES = [
+    ("dynamic_group_quant_fp8", (3, 1100), 8, torch.bfloat16, 128, ([1, 128], False, False, _FP8[0])),
+    ("dynamic_group_quant_fp8", (2, 3, 1100), 0, torch.bfloat16, 128, ([1, 128], True, True, _FP8[1])),
+    ("dynamic_group_quant_fp8", (5, 1100), 4, torch.float16, 96, ([1, 96], True, False, _FP8[0], 4)),
+    ("silu_and_mul_group_quant_fp8", (3, 2200), 16, torch.bfloat16, 128, ([1, 128], True, True, _FP8[0])),
+    ("silu_and_mul_group_quant_fp8", (2, 2, 2200), 0, torch.float32, 128, ([1, 128], False, False, _FP8[1])),
+    ("static_quant_fp8", (3, 1100), 8, torch.bfloat16, None, ("scalar", _FP8[1], 8)),
+    ("static_quant_fp8", (2, 3, 1100), 0, torch.float16, None, ("channel", _FP8[0])),
+    ("static_quant_fp8", (4, 1024), 0, torch.bfloat16, None, ("group", _FP8[0])),
+    ("silu_and_mul_static_quant_fp8", (3, 2200), 8, torch.bfloat16, None, ("token", _FP8[0], 6)),
+]
+
+
+@pytest.mark.parametrize("case", _QUANT_CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}")
+def test_every_quant_split_gives_the_whole_rows_bits(case: tuple) -> None:
+    from ircore_triton import quant_kernels
+
+    name, shape, pad, dtype, group, extra = case
+    x = _quant_x(shape, pad, dtype, len(name) + shape[-1])
+    k = shape[-1] // 2 if name.startswith("silu") else shape[-1]
+    if group is None:  # the scale layouts the static kernel addresses: one, per channel / token, 2-D groups
+        m = shape[-2]
+        sizes = {"scalar": (1,), "channel": (k,), "token": (m, 1), "group": (m // 2, k // 128)}
+        scale = (torch.rand(sizes[extra[0]], generator=torch.Generator().manual_seed(1)) * 0.1 + 1e-3).to(DEVICE)
+        args: tuple = (x, scale, *extra[1:])
+    else:
+        args = (x, *extra)
+    fn = getattr(quant_kernels, name)
+    configs = _quant_configs(k, group)
+    assert configs[0] == quant_kernels.heuristic(k, group, 2) and len(configs) >= 2
+    whole = fn(*args)  # the interpreter's launch: the heuristic's
+    assert_close_to_reference(ircore.get_op(name), whole, args)
+    ref = _bits(whole)
+    for c in configs:
+        got = _bits(fn(*args, config=c))
+        for a, b in zip(got, ref):
+            assert a.stride() == b.stride() and torch.equal(a, b), f"{name} {c}"
+
+
+def test_quant_candidates_split_only_what_the_row_need_not_hold() -> None:
+    """At Llama's 14336 the heuristic (the whole row, 16 warps) comes first, then chunks of 4-32
+    groups (512-4096 elements) at T <= 128 and 8-64 (1024-8192) above, at 16 or 32 elements a
+    thread there; the norm forms and per-token / per-tensor scales keep the row whole."""
+    from ircore_triton import quant_kernels as qk
+    from ircore_triton.kernels import QuantConfig
+
+    small, large = qk.candidates(14336, 128, 1, 2), qk.candidates(14336, 128, 8192, 2)
+    assert small[0] == large[0] == QuantConfig(16384, 16)
+    assert {c.block for c in small[1:]} == {512, 1024, 2048, 4096}
+    assert {c.block for c in large[1:]} == {1024, 2048, 4096, 8192}
+    assert all(c.block // (32 * c.num_warps) in (16, 32) for c in large[1:])
+    assert qk.candidates(14336, 1024, 1, 2)[1:] and all(c.block >= 1024 for c in qk.candidates(14336, 1024, 1, 2))
+    assert qk.candidates(256, None, 1, 2) == [QuantConfig(256, 1)]  # nothing to split
+    assert qk._split_ok(qk._PLAIN, qk._STATIC, None) and qk._split_ok(qk._SILU, qk._DYNAMIC, 128)
+    assert not qk._split_ok(qk._NORM, qk._STATIC, None) and not qk._split_ok(qk._NORM, qk._DYNAMIC, 128)
+    assert not qk._split_ok(qk._PLAIN, qk._DYNAMIC, None)  # per token
+    assert not qk._split_ok(qk._PLAIN, qk._FROM_AMAX, None) and not qk._split_ok(qk._PLAIN, qk._AMAX, None)
+
+
+@pytest.mark.gpu
+@_needs_cuda
+@pytest.mark.parametrize("tokens", [1, 33, 4096])
+def test_gpu_every_quant_split_gives_the_whole_rows_bits(tokens: int) -> None:
+    """Llama-3-8B's 4096 and 14336, bf16: each bucket's candidates (compiled for this GPU, the
+    hardware cast) give the whole row's bits for the four split ops."""
+    from ircore_triton import quant_kernels
+
+    for k in (4096, 14336):
+        x = (torch.randn(tokens, 2 * k, device="cuda") * 4).to(torch.bfloat16)
+        s = torch.full((1,), 0.02, device="cuda")
+        for name, args, group in (
+            ("static_quant_fp8", (x[:, :k], s, _FP8[0]), None),
+            ("silu_and_mul_static_quant_fp8", (x, s, _FP8[0]), None),
+            ("dynamic_group_quant_fp8", (x[:, :k], [1, 128], True, True, _FP8[0], 4), 128),
+            ("silu_and_mul_group_quant_fp8", (x, [1, 128], False, False, _FP8[0]), 128),
+        ):
+            fn = getattr(quant_kernels, name)
+            configs = quant_kernels.candidates(k, group, tokens, 2)
+            ref = _bits(fn(*args, config=configs[0]))
+            for c in configs[1:]:
+                assert all(torch.equal(a, b) for a, b in zip(_bits(fn(*args, config=c)), ref)), f"{name} {c}"

@@ -11,7 +11,8 @@ key heads of each ``--rope-head-dim``, both rotation styles (and every autotune 
 ``rotary_pos_emb``), the gated activations (act_kernels.py) in every candidate tile at each
 ``--silu-d``, ``rms_norm_gated`` (norm_kernels.py) in every candidate warp count at each
 ``--hidden`` up to its register limit, and the fp8 quant kernel (quant_kernels.py) in each input
-and quant stage at each ``--quant-hidden``.
+and quant stage at each ``--quant-hidden``, with every row-split candidate of the static and
+plain/silu group forms (``quant_kernels.candidates``, each row bucket's).
 Run without ``TRITON_INTERPRET``::
 
     python providers/triton/tools/compile_check.py [--arch 90] [--hidden 4096 8192] [--quick]
@@ -41,7 +42,7 @@ from ircore_triton import kernels as K
 from ircore_triton import norm_kernels as N
 from ircore_triton import quant_kernels as Q
 from ircore_triton import rope_kernels as R
-from ircore_triton.kernels import ActConfig, GatedNormConfig, RopeConfig
+from ircore_triton.kernels import ActConfig, GatedNormConfig, QuantConfig, RopeConfig
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -320,13 +321,28 @@ QUANT_VARIANTS = (
 )
 
 
-def quant_source(variant: tuple, k: int, dtype: torch.dtype, arch: int) -> tuple[str, ASTSource, int]:
-    """The quant kernel as a launch of ``variant`` on rows of ``k`` outputs compiles it."""
+def quant_source(
+    variant: tuple, k: int, dtype: torch.dtype, arch: int, cfg: QuantConfig | None = None
+) -> tuple[str, ASTSource, int]:
+    """The quant kernel as a launch of ``variant`` on rows of ``k`` outputs compiles it (``cfg``:
+    a row-split candidate, as ``quant_kernels._launch`` sets it up)."""
     label, mode, has_res, quant, group, ue8m0, hw_cast = variant
     ty = _TY[dtype]
     fn = Q._quant_rows_kernel
     g = k if group is None else group
     ng, bg = triton.next_power_of_2(-(-k // g)), triton.next_power_of_2(g)
+    warps = Q._warps(ng * bg, dtype.itemsize)
+    split = cfg is not None and cfg.block < ng * bg
+    if cfg is not None:
+        warps = cfg.num_warps
+        label += f" block {cfg.block}"
+    if split:
+        assert cfg is not None
+        if group is None:
+            g = bg = cfg.block
+            ng = 1
+        else:
+            ng = cfg.block // bg
     q_ty = "fp8e4nv" if hw_cast else "u8"
     sig = {"X": f"*{ty}", "R": f"*{ty}", "RO": f"*{ty}", "W": f"*{ty}", "S": "*fp32", "UB": "*fp32"}
     sig.update({"Q": f"*{q_ty}", "SC": "*fp32", "AMAX": "*fp32"})
@@ -337,23 +353,46 @@ def quant_source(variant: tuple, k: int, dtype: torch.dtype, arch: int) -> tuple
     cons = {"FP8_MAX": m, "MIN_SCALE": 1.0 / (m * 512), "IN_MODE": mode, "HAS_RES": has_res,
             "HAS_W": mode == 1, "QUANT": quant, "DIVIDE": group is not None, "UE8M0": ue8m0,
             "HAS_UB": False, "G": g, "NG": ng, "BG": bg, "SCALAR_SCALE": True, "BLOCK_R": 1,
-            "HW_CAST": hw_cast, "BIAS": 7 if hw_cast else 8, "USE_PDL": arch >= 90}  # fmt: skip
+            "HW_CAST": hw_cast, "BIAS": 7 if hw_cast else 8, "USE_PDL": arch >= 90,
+            "SPLIT": split}  # fmt: skip
     sig.update(dict.fromkeys(cons, "constexpr"))
     aligned = ["X", "R", "RO", "W", "Q", "SC"]
     if k % 16 == 0:
         aligned += ["K", "stride_x", "stride_r", "stride_q"]
-    warps = Q._warps(ng * bg, dtype.itemsize)
     return f"{label} {ty} K={k} w{warps}", ASTSource(fn, sig, cons, _attrs(fn, aligned)), warps
 
 
-def check_quant(k: int, dtype: torch.dtype, arch: int, variants: tuple = QUANT_VARIANTS) -> list[tuple]:
+def _quant_split_configs(variant: tuple, k: int, dtype: torch.dtype) -> list[QuantConfig]:
+    """The row-split candidates the autotune may try for ``variant`` (its heuristic excluded: the
+    plain compile above), over every row bucket; none for the forms that keep the whole row."""
+    _, mode, _, quant, group, _, _ = variant
+    if not Q._split_ok(mode, quant, group):
+        return []
+    out: list[QuantConfig] = []
+    n_in = 2 * k if mode == Q._SILU else k
+    for rows in _ROWS:
+        t_rows = K._bucket_rows(K._bucket(rows), n_in)
+        out += [c for c in Q.candidates(k, group, t_rows, dtype.itemsize)[1:] if c not in out]
+    return out
+
+
+def check_quant(
+    k: int,
+    dtype: torch.dtype,
+    arch: int,
+    variants: tuple = QUANT_VARIANTS,
+    split: tuple[str, ...] | None = None,
+) -> list[tuple]:
+    """Each variant's whole-row launch and its row-split candidates (those of the variants
+    labelled in ``split``; None: every variant's)."""
     out = []
     for v in variants:
-        label, src, w = quant_source(v, k, dtype, arch)
-        try:
-            out.append((label, _compile(src, arch, w)))
-        except Exception as e:
-            out.append((label, {"error": f"{type(e).__name__}: {str(e)[:200]}"}))
+        for cfg in [None, *(_quant_split_configs(v, k, dtype) if split is None or v[0] in split else [])]:
+            label, src, w = quant_source(v, k, dtype, arch, cfg)
+            try:
+                out.append((label, _compile(src, arch, w)))
+            except Exception as e:
+                out.append((label, {"error": f"{type(e).__name__}: {str(e)[:200]}"}))
     return out
 
 
@@ -369,13 +408,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     dtypes = [d for d, name in _TY.items() if name in args.dtypes]
     hiddens, silu_ds, rope_ds = args.hidden, args.silu_d, args.rope_head_dim
-    quant_ks, quant_variants = args.quant_hidden, QUANT_VARIANTS
+    quant_ks, quant_variants, quant_split = args.quant_hidden, QUANT_VARIANTS, None
     if args.quick:
         dtypes, hiddens, silu_ds, rope_ds = [torch.bfloat16], [4096, 8192], [14336], [128]
         quant_ks = [14336]  # the heaviest variants: the add + norm + group quant, silu + group quant
         heavy = ("fused_add_rms_norm_group_quant_fp8 g128", "silu_and_mul_group_quant_fp8 g128")
         quant_variants = tuple(v for v in QUANT_VARIANTS if v[0] in heavy)
         quant_variants = tuple(v for v in QUANT_VARIANTS if "fused_add" in v[0] or "silu" in v[0])
+        quant_split = ("silu_and_mul_group_quant_fp8 g128",)  # the heaviest split: two inputs, group amax
 
     results = []
     for dtype in dtypes:
@@ -389,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         for d in rope_ds:
             results += check_rope(d, dtype, args.arch, args.quick)
         for k in quant_ks:
-            results += check_quant(k, dtype, args.arch, quant_variants)
+            results += check_quant(k, dtype, args.arch, quant_variants, quant_split)
 
     bad = 0
     print(f"sm_{args.arch}, triton {triton.__version__}")
