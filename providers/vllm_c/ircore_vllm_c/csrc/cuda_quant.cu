@@ -143,11 +143,21 @@ __device__ __forceinline__ unsigned block_max(unsigned v, unsigned* red) {
   return warp_max(v);
 }
 
+// 2^ceil(log2(s)) for s >= 0, exactly, by the exponent (as the natives' _quant.pow2_ceil): log2f
+// is documented to 1 ulp, and one ulp high turns an exact power of two into the next. 0, NaN
+// and inf are kept.
+__device__ __forceinline__ float pow2_ceil(float s) {
+  if (!(s > 0.0f) || isinf(s)) return s;
+  int e;
+  const float m = frexpf(s, &e);  // s = m * 2^e, m in [0.5, 1)
+  return m == 0.5f ? s : ldexpf(1.0f, e);
+}
+
 // The dynamic scale of an amax, in fp32 as the natives: amax / fp8_max, rounded up to a power
-// of two (ue8m0: exp2(ceil(log2(s)))), then floored at min_scale (a NaN stays NaN).
+// of two (ue8m0), then floored at min_scale (a NaN stays NaN).
 __device__ __forceinline__ float dyn_scale(float amax, const QuantLaunch& l, bool ue8m0) {
   float s = amax / l.fp8_max;
-  if (ue8m0) s = exp2f(ceilf(log2f(s)));
+  if (ue8m0) s = pow2_ceil(s);
   return s < l.min_scale ? l.min_scale : s;
 }
 
