@@ -182,6 +182,11 @@ def test_cpu_fp8_encoding_is_torchs(fp8, cpu_isa):
         assert q.reshape(-1).view(torch.uint8)[v == big][0] == top, big
 
 
+def _bits(t):
+    """fp8 tensors as their bytes (torch.equal compares NaNs unequal; bytes compare bits)."""
+    return t.view(torch.uint8) if t.dtype.itemsize == 1 else t
+
+
 # (ISA, dtype): every dtype in the vector copy; the portable copy in float16 (its software
 # half conversion; the loops are the same for every dtype)
 CPU_CASES = [(isa, d) for isa in CPU_ISAS if isa != "scalar" for d in DTYPES] + [("scalar", torch.float16)]
@@ -192,12 +197,18 @@ CPU_CASES = [(isa, d) for isa in CPU_ISAS if isa != "scalar" for d in DTYPES] + 
 def test_cpu_modes(op, replace, isa, dtype):
     """Each kernel mode against its fp64 reference (the scales' layout and the residual's bits
     against the native's): a row of whole vectors and an element-wise tail, with a ragged last
-    group (1002), row-strided x and residual, 3-D x, padding rows, e4m3fnuz."""
+    group (1002), row-strided x and residual, 3-D x, padding rows, e4m3fnuz. The plain quant ops
+    compute what their natives compute, in the same fp32 steps: bit for bit the native's bytes
+    and scales (the fp8 tolerance, one fp8 ulp, would let a scale a few % off pass)."""
     names = list(inspect.signature(ircore.get_op(op).native).parameters)
     torch.ops.ircore_vllm_c._set_cpu_isa(isa)
     try:
         args = list(_args(op, (3, 1002), dtype, "cpu", seed=1, **replace))
         _run_and_check(op, tuple(args), "3x1002")
+        if op not in FUSED:
+            got, want = getattr(impls, op)(*args), ircore.get_op(op).native(*args)
+            for g, w in zip(*((t if isinstance(t, tuple) else (t,)) for t in (got, want))):
+                assert torch.equal(_bits(g), _bits(w)), (op, replace)
         args[0] = torch.randn(3, 1002 + 24).to(dtype)[:, :1002]  # row stride 1026
         if "x_residual" in names:
             args[1] = torch.randn(3, 1002 + 8).to(dtype)[:, :1002]
