@@ -15,7 +15,8 @@ Run:  .venv/bin/python benchmarks/kernels_cpu.py            (ours only)
 The gated activations (``--ops gelu_and_mul gelu_tanh_and_mul mul_and_silu fatrelu_and_mul
 swigluoai_and_mul``) are compared with the op's native (eager torch in fp32: what a CPU user gets
 without ircore) and, with ``--compile``, the native compiled by Inductor, as the RoPE ops are
-(``--inductor`` is the same flag's older name).
+(``--inductor`` is the same flag's older name). The fp8 quant ops (``--ops static_quant_fp8
+dynamic_quant_fp8 ...``, see QUANT) are compared the same way.
 
 Method: per case, rounds of back-to-back calls (calls per round calibrated to ~20 ms), median of
 the per-round means, candidates interleaved round by round; inference_mode on; in-place
@@ -133,6 +134,52 @@ def _cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, with_vllm: boo
             cases["vllm"] = (lambda: vfn(out2, x2, *vparams), None)
     elif op in ROPE_OPS:
         cases.update(_rope_cases(op, tokens, hidden, dtype, gen, compile_native))
+    elif op in QUANT:
+        cases.update(_quant_cases(op, tokens, hidden, dtype, compile_native))
+    return cases
+
+
+# The fp8 quant ops (--ops names below; the "_tensor" names: per_token=False): inputs from each
+# op's make_inputs at (tokens, hidden) (silu_and_mul's x: (tokens, 2 * hidden)), e4m3fn, group
+# 128 row-major; "torch" is the op's native (eager: a chain of torch ops), "compile" (with
+# --compile) that native under torch.compile. vLLM's CPU _C has no fp8 quant kernel.
+QUANT = {
+    "static_quant_fp8": ("static_quant_fp8", {}),
+    "dynamic_quant_fp8": ("dynamic_quant_fp8", {}),
+    "dynamic_quant_fp8_tensor": ("dynamic_quant_fp8", {"per_token": False}),
+    "dynamic_group_quant_fp8": ("dynamic_group_quant_fp8", {}),
+    "rms_norm_static_fp8_quant": ("rms_norm_static_fp8_quant", {}),
+    "fused_add_rms_norm_static_fp8_quant": ("fused_add_rms_norm_static_fp8_quant", {}),
+    "rms_norm_dynamic_quant_fp8": ("rms_norm_dynamic_quant_fp8", {}),
+    "rms_norm_dynamic_quant_fp8_tensor": ("rms_norm_dynamic_quant_fp8", {"per_token": False}),
+    "fused_add_rms_norm_dynamic_quant_fp8": ("fused_add_rms_norm_dynamic_quant_fp8", {}),
+    "rms_norm_group_quant_fp8": ("rms_norm_group_quant_fp8", {}),
+    "fused_add_rms_norm_group_quant_fp8": ("fused_add_rms_norm_group_quant_fp8", {}),
+    "silu_and_mul_static_quant_fp8": ("silu_and_mul_static_quant_fp8", {}),
+    "silu_and_mul_group_quant_fp8": ("silu_and_mul_group_quant_fp8", {}),
+}
+
+
+def _quant_cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, compile_native: bool) -> dict:
+    import inspect
+
+    import ircore
+
+    name, replace = QUANT[op]
+    o = ircore.get_op(name)
+    width = 2 * hidden if name.startswith("silu") else hidden
+    args = list(o.make_inputs((tokens, width), dtype, "cpu", 0))
+    params = list(inspect.signature(o.native).parameters)
+    for key, value in replace.items():
+        args[params.index(key)] = value
+    kernel, native = getattr(torch.ops.ircore_vllm_c, name).default, o.native
+    cases = {"ours": (lambda: kernel(*args), None), "torch": (lambda: native(*args), None)}
+    if compile_native:
+        # one native compiled per size, dtype and variant (the _tensor names share theirs) is over
+        # dynamo's recompile limit (8), past which it would silently run eager: start afresh
+        torch._dynamo.reset()
+        compiled = torch.compile(native, dynamic=False)
+        cases["compile"] = (lambda: compiled(*args), None)
     return cases
 
 
@@ -291,14 +338,15 @@ def main(argv: list[str] | None = None) -> int:
         f"the gated activations {', '.join(GATED)} (against the op's native, eager, and with --compile "
         "compiled; vLLM's _C where it has the op; hidden is then the output width, x: 2 * hidden), and the RoPE "
         "ops rotary_embedding, rotary_pos_emb, fused_qk_norm_rope (against the op's native, with --compile "
-        "also compiled; --hidden is the query width, head size 128)",
+        "also compiled; --hidden is the query width, head size 128), and the fp8 quant ops "
+        f"{', '.join(QUANT)} (against the op's native, with --compile also compiled)",
     )
     p.add_argument(
         "--compile",
         "--inductor",
         dest="compile",
         action="store_true",
-        help="the gated activations and the RoPE ops: also the op's native under torch.compile (Inductor)",
+        help="the gated activations, the RoPE and the quant ops: also the op's native under torch.compile (Inductor)",
     )
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--rounds", type=int, default=11)

@@ -48,6 +48,8 @@ CPU_SOURCES = (
     "cpu_rope_kernels.cpp",
     "rope_checks.cpp",
     "cpu_quant.cpp",
+    "cpu_quant_kernels.cpp",
+    "cpu_quant_rows.cpp",
 )
 CUDA_SOURCES = (
     "cuda_ops.cu",
@@ -79,6 +81,7 @@ HEADERS = (
     "cuda_rope.h",
     "cuda_quant.h",
     "cuda_norm_invariant.h",
+    "cpu_quant_rows.h",
 )
 CPU_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wno-unused-parameter")
 CPU_LDFLAGS = ("-fopenmp",)

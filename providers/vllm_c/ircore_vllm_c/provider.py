@@ -58,10 +58,11 @@ MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
 NORMS = ("rms_norm", "fused_add_rms_norm", "rms_norm_gated", "layer_norm")
 BATCH_INVARIANT = dict.fromkeys(OPS, True)
 
-# FP8 quantisation and the fused norm/activation + quant ops: CUDA kernels only (impls.py says what
-# they take; CPU calls are declined). Their predicates read fp8_dtype, a dtype value: no signature
-# cache. Batch invariance: every kernel is one block per row whose threads depend on the row
-# length only; the per-tensor dynamic forms (per_token=False) are claimed not (impls.py).
+# FP8 quantisation and the fused norm/activation + quant ops: CPU and CUDA kernels (impls.py says
+# what they take). Their predicates read fp8_dtype, a dtype value: no signature cache. Batch
+# invariance: every CUDA kernel is one block per row whose threads depend on the row length only,
+# every CPU kernel computes each row in one thread; the per-tensor dynamic forms (per_token=False)
+# are claimed not (impls.py).
 QUANT_OPS = (
     "static_quant_fp8",
     "static_group_quant_fp8",
@@ -92,8 +93,9 @@ IRCORE_IMPLEMENTATIONS = {
         QUANT_OPS,
         cache_by_signature=False,
         rank=DEFAULT_RANK,
-        # one block per row, its threads fixed by the row length: each row's reductions are its
-        # own (per-tensor dynamic calls depend on the batch by definition: the ops refuse them)
+        # CUDA: one block per row, its threads fixed by the row length; CPU: one thread per row;
+        # each row's reductions are its own (per-tensor dynamic calls depend on the batch by
+        # definition: the ops refuse them)
         batch_invariant=True,
     ),
 }

@@ -1,14 +1,18 @@
-"""The fp8 quant kernels (csrc/cuda_quant.cu): the schemas are the ops', the predicates take
-exactly what the kernels do, and, on a GPU, the kernels match the ops at real sizes.
+"""The fp8 quant kernels (csrc/cpu_quant_kernels.cpp, csrc/cuda_quant.cu): the schemas are the
+ops', the predicates take exactly what the kernels do, and the kernels match the ops.
 
-On every machine: the schemas (defined in the CPU library, kernels CUDA only) name the ops'
-parameters with their defaults; the predicates decline CPU, e4m3fnuz and (fused ops) rows over
-the shared-memory bound, and claim batch invariance except for per-tensor scales. On a GPU
-(marked gpu): each op at LLM sizes in each dtype against its fp64 reference with the kit's fp8
-comparison, the scales' layout (strides) and the residual's bits against the native's, rows
-that are not 16-byte aligned (element-wise path), strided and 3-D inputs, rows over 48 KiB of
-shared memory. The ops' own samples and the batch-invariance claims run on the GPU through the
-conformance kit (test_provider.py::test_conformance_kit[cuda]).
+On every machine: the schemas (defined in the CPU library) name the ops' parameters with their
+defaults; the predicates take CPU calls in both fp8 dtypes where the CPU kernels are loaded, and
+on CUDA decline e4m3fnuz and (fused ops) rows over the shared-memory bound; every kernel claims
+batch invariance (the ops refuse their per-tensor calls in the mode). On the CPU, in each ISA
+compiled in: the fp8 encodings bit for bit against torch's casts (every representable value,
+ties, +-max, NaN, e4m3fnuz's 224), and each kernel mode at a few shapes (ragged tails, strided
+rows, 3-D, padding) against its fp64 reference, the scales' layout and the residual's bits
+against the native's. On a GPU (marked gpu): each op at LLM sizes in each dtype against its fp64
+reference with the kit's fp8 comparison, the scales' layout (strides) and the residual's bits
+against the native's, rows that are not 16-byte aligned (element-wise path), strided and 3-D
+inputs, rows over 48 KiB of shared memory. The ops' own samples and the batch-invariance claims
+run through the conformance kit on each device (test_provider.py::test_conformance_kit).
 """
 
 import inspect
@@ -16,7 +20,7 @@ import inspect
 import pytest
 import torch
 from conftest import requires_cuda
-from ircore_vllm_c import impls, provider
+from ircore_vllm_c import impls, kernels, provider
 
 import ircore
 from ircore._torch_ops import same_strides
@@ -49,12 +53,21 @@ def test_schema_is_the_ops(op):
             assert a.default_value == default, (op, a.name)
 
 
-def test_predicates_device_independent_halves():
-    """CPU calls declined (no CPU kernels); e4m3fnuz declined; the fused ops' row bound; the
-    batch-invariance claim of the dynamic ops per token only."""
+def test_predicates_device_independent_halves(monkeypatch):
+    """CPU calls taken in both fp8 dtypes where the CPU kernels are loaded (at any row length:
+    no shared-memory bound), declined where they are not; the CUDA fused ops' row bound; the
+    batch-invariance claim of every kernel."""
+    assert kernels.CPU_LOADED  # conftest loads them (or stops the run)
     for op in QUANT_OPS:
-        args = _args(op, (4, 256), torch.bfloat16, "cpu")
-        assert not getattr(impls, f"{op}_supports")(*args), op
+        for fp8 in (torch.float8_e4m3fn, FNUZ):
+            args = _args(op, (4, 256), torch.bfloat16, "cpu", fp8_dtype=fp8)
+            assert getattr(impls, f"{op}_supports")(*args) is True, (op, fp8)
+        wide = (2 if "silu" in op else 1) * (impls.QUANT_ROW_BYTES // 4 + 4)  # over the CUDA bound
+        assert getattr(impls, f"{op}_supports")(*_args(op, (1, wide), torch.float32, "cpu")), op
+    with monkeypatch.context() as m:
+        m.setattr(kernels, "CPU_LOADED", False)
+        for op in QUANT_OPS:
+            assert not getattr(impls, f"{op}_supports")(*_args(op, (4, 256), torch.bfloat16, "cpu")), op
     fits = impls.quant_row_fits
     limit = impls.QUANT_ROW_BYTES
     assert fits(torch.empty(1, limit // 2, dtype=torch.bfloat16))
@@ -68,7 +81,7 @@ def test_predicates_device_independent_halves():
         assert provider.IRCORE_IMPLEMENTATIONS[op].batch_invariant is True, op
 
 
-# ---------------------------------------------------------------------------------------- GPU
+# ------------------------------------------------------------------------- both devices
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 # (op, argument replacements): each kernel mode
 VARIANTS = [
@@ -110,6 +123,132 @@ def _run_and_check(op, args, label):
         torch.testing.assert_close(outs[-1], want[-1], atol=0, rtol=0)
 
 
+# ---------------------------------------------------------------------------------------- CPU
+def _cpu_isas():
+    have = []
+    for isa in ("scalar", "avx2"):  # the two copies of the quantisation loops (AVX-512 runs avx2's)
+        try:
+            torch.ops.ircore_vllm_c._set_cpu_isa(isa)
+        except RuntimeError:
+            continue
+        have.append(isa)
+    torch.ops.ircore_vllm_c._set_cpu_isa("auto")
+    return have
+
+
+CPU_ISAS = _cpu_isas()
+
+
+@pytest.fixture(params=CPU_ISAS)
+def cpu_isa(request):
+    torch.ops.ircore_vllm_c._set_cpu_isa(request.param)
+    try:
+        yield request.param
+    finally:
+        torch.ops.ircore_vllm_c._set_cpu_isa("auto")
+
+
+def _fp8_probe(fp8):
+    """Every finite value of fp8, the midpoints between neighbours (ties: round to even) and one
+    fp32 ulp either side of them, values past the max, fp32 subnormals, +-0, +-inf, +-NaN, and
+    random values over the whole exponent range."""
+    allv = torch.arange(256, dtype=torch.uint8).view(fp8).float()
+    allv = allv[torch.isfinite(allv)].unique()
+    mids = (allv[1:] + allv[:-1]) / 2
+    gen = torch.Generator().manual_seed(0)
+    rnd = torch.randn(4096, generator=gen) * torch.exp2(torch.randint(-20, 12, (4096,), generator=gen).float())
+    special = [0.0, -0.0, 1e-40, -1e-40, 224.0, 230.0, 240.0, 448.0, 449.0, 464.0, 500.0, -1e30]
+    special += [float("inf"), -float("inf"), float("nan"), -float("nan")]
+    return torch.cat(
+        [allv, mids, torch.nextafter(mids, allv[1:]), torch.nextafter(mids, allv[:-1]), rnd, torch.tensor(special)]
+    )
+
+
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, FNUZ], ids=str)
+def test_cpu_fp8_encoding_is_torchs(fp8, cpu_isa):
+    """The kernels' fp8 bytes are torch's cast of the clamped value, bit for bit: round to nearest
+    even (ties included), +-fp8_max (448; 224 for e4m3fnuz, not its finfo 240), NaN (with its
+    sign on e4m3fn; e4m3fnuz's one NaN 0x80 and no -0), subnormals; in a whole-vector body and
+    its element-wise tail (length not a multiple of 8)."""
+    m = 224.0 if fp8 is FNUZ else 448.0
+    v = _fp8_probe(fp8)
+    v = v[: v.numel() // 8 * 8 - 3]  # a tail of 5
+    q = torch.ops.ircore_vllm_c.static_quant_fp8(v.reshape(1, -1), torch.ones(1), fp8, None)
+    want = v.clamp(-m, m).to(fp8)
+    bad = (q.reshape(-1).view(torch.uint8) != want.view(torch.uint8)).nonzero().reshape(-1)
+    assert not bad.numel(), (v[bad][:8], q.reshape(-1).view(torch.uint8)[bad][:8], want.view(torch.uint8)[bad][:8])
+    top = torch.tensor(m).to(fp8).view(torch.uint8)  # 448: 0x7e; 224 (e4m3fnuz): 0x77, not 240
+    for big in [b for b in (230.0, 449.0, 500.0) if b > m]:
+        assert q.reshape(-1).view(torch.uint8)[v == big][0] == top, big
+
+
+def _bits(t):
+    """fp8 tensors as their bytes (torch.equal compares NaNs unequal; bytes compare bits)."""
+    return t.view(torch.uint8) if t.dtype.itemsize == 1 else t
+
+
+# (ISA, dtype): every dtype in the vector copy; the portable copy in float16 (its software
+# half conversion; the loops are the same for every dtype)
+CPU_CASES = [(isa, d) for isa in CPU_ISAS if isa != "scalar" for d in DTYPES] + [("scalar", torch.float16)]
+
+
+@pytest.mark.parametrize("isa, dtype", CPU_CASES, ids=[f"{i}-{d}" for i, d in CPU_CASES])
+@pytest.mark.parametrize("op, replace", VARIANTS, ids=[f"{op}-{'-'.join(r) or 'default'}" for op, r in VARIANTS])
+def test_cpu_modes(op, replace, isa, dtype):
+    """Each kernel mode against its fp64 reference (the scales' layout and the residual's bits
+    against the native's): a row of whole vectors and an element-wise tail, with a ragged last
+    group (1002), row-strided x and residual, 3-D x, padding rows, e4m3fnuz. The plain quant ops
+    compute what their natives compute, in the same fp32 steps: bit for bit the native's bytes
+    and scales (the fp8 tolerance, one fp8 ulp, would let a scale a few % off pass)."""
+    names = list(inspect.signature(ircore.get_op(op).native).parameters)
+    torch.ops.ircore_vllm_c._set_cpu_isa(isa)
+    try:
+        args = list(_args(op, (3, 1002), dtype, "cpu", seed=1, **replace))
+        _run_and_check(op, tuple(args), "3x1002")
+        if op not in FUSED:
+            got, want = getattr(impls, op)(*args), ircore.get_op(op).native(*args)
+            for g, w in zip(*((t if isinstance(t, tuple) else (t,)) for t in (got, want))):
+                assert torch.equal(_bits(g), _bits(w)), (op, replace)
+        args[0] = torch.randn(3, 1002 + 24).to(dtype)[:, :1002]  # row stride 1026
+        if "x_residual" in names:
+            args[1] = torch.randn(3, 1002 + 8).to(dtype)[:, :1002]
+        _run_and_check(op, tuple(args), "3x1002 row-strided")
+        if not replace.get("scale_alignment", 1) > 1:  # TMA alignment: 2-D only
+            _run_and_check(op, _args(op, (2, 5, 256), dtype, "cpu", seed=5, **replace), "2x5x256")
+        if "num_token_padding" in names:
+            args = _args(op, (5, 512), dtype, "cpu", seed=6, num_token_padding=16, **replace)
+            _run_and_check(op, args, "5x512 padded to 16")
+        _run_and_check(op, _args(op, (4, 512), dtype, "cpu", seed=7, fp8_dtype=FNUZ, **replace), "e4m3fnuz")
+    finally:
+        torch.ops.ircore_vllm_c._set_cpu_isa("auto")
+
+
+@pytest.mark.parametrize("form", ["channel", "token", "group"])
+def test_cpu_static_scale_forms(form):
+    """vLLM's static scale forms, plain and fused: per channel (K,), per token (M, 1), 2-D group
+    scales (M/2, K/64)."""
+    shapes = {"channel": (256,), "token": (6, 1), "group": (3, 4)}
+    scale = torch.rand(shapes[form], generator=torch.Generator().manual_seed(1)) * 0.02 + 0.005
+    for op in ("static_quant_fp8", "rms_norm_static_fp8_quant", "fused_add_rms_norm_static_fp8_quant"):
+        args = _args(op, (6, 256), torch.bfloat16, "cpu", seed=3, scale=scale)
+        _run_and_check(op, args, form)
+    args = _args("silu_and_mul_static_quant_fp8", (6, 512), torch.bfloat16, "cpu", seed=3, scale=scale)
+    _run_and_check("silu_and_mul_static_quant_fp8", args, form)
+
+
+def test_cpu_dispatch_picks_vllm_c():
+    """Through ircore on the CPU: vllm_c's kernel runs for both fp8 dtypes."""
+    x = torch.randn(16, 4096, dtype=torch.bfloat16)
+    op = ircore.get_op("dynamic_quant_fp8")
+    for fp8 in (torch.float8_e4m3fn, FNUZ):
+        with ircore.priority(dynamic_quant_fp8=["vllm_c"]):
+            assert ircore.explain("dynamic_quant_fp8", x, True, fp8).chosen == "vllm_c"
+            q, s = ircore.ops.dynamic_quant_fp8(x, True, fp8)
+        assert q.dtype == fp8 and s.shape == (16, 1)
+        assert_close_to_reference(op, (q, s), (x, True, fp8))
+
+
+# ---------------------------------------------------------------------------------------- GPU
 @requires_cuda
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

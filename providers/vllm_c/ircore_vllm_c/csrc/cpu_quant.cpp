@@ -1,7 +1,7 @@
 // Schemas of the fp8 quant ops and the fused norm/activation + quant ops (ircore's
 // ircore/ops/_quant.py and _norm_quant.py, argument for argument), defined once here in the
-// library every machine loads; their kernels are CUDA only (cuda_quant.cu, bound in
-// cuda_quant_ops.cpp). There is no CPU kernel: the predicates decline CPU calls, which run native.
+// library every machine loads; their kernels are cpu_quant_kernels.cpp (CPU) and cuda_quant.cu
+// (CUDA, bound in cuda_quant_ops.cpp).
 #include <torch/library.h>
 
 TORCH_LIBRARY_FRAGMENT(ircore_vllm_c, m) {
