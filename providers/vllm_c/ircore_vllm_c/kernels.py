@@ -82,6 +82,7 @@ HEADERS = (
     "cuda_quant.h",
     "cuda_norm_invariant.h",
     "cpu_quant_rows.h",
+    "quant_op_bindings.inc",
 )
 CPU_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wno-unused-parameter")
 CPU_LDFLAGS = ("-fopenmp",)

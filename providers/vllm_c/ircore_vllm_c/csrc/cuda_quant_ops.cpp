@@ -150,40 +150,6 @@ Tensor static_impl(const char* op, QSource src, const Tensor& x, const Tensor* r
   return q;
 }
 
-Tensor static_quant_fp8(const Tensor& x, const Tensor& scale, at::ScalarType fp8_dtype,
-                        std::optional<int64_t> padding) {
-  return static_impl("static_quant_fp8", QSource::kPlain, x, nullptr, std::nullopt, 0.0, scale,
-                     fp8_dtype, padding, nullptr);
-}
-
-Tensor static_group_quant_fp8(const Tensor& x, const Tensor& scale, at::ScalarType fp8_dtype,
-                              std::optional<int64_t> padding) {
-  return static_impl("static_group_quant_fp8", QSource::kPlain, x, nullptr, std::nullopt, 0.0,
-                     scale, fp8_dtype, padding, nullptr);
-}
-
-Tensor rms_norm_static_fp8_quant(const Tensor& x, const OptT& weight, double eps,
-                                 const Tensor& scale, at::ScalarType fp8_dtype,
-                                 std::optional<int64_t> padding) {
-  return static_impl("rms_norm_static_fp8_quant", QSource::kNorm, x, nullptr, weight, eps, scale,
-                     fp8_dtype, padding, nullptr);
-}
-
-std::tuple<Tensor, Tensor> fused_add_rms_norm_static_fp8_quant(
-    const Tensor& x, const Tensor& residual, const OptT& weight, double eps, const Tensor& scale,
-    at::ScalarType fp8_dtype, std::optional<int64_t> padding) {
-  Tensor res;
-  Tensor q = static_impl("fused_add_rms_norm_static_fp8_quant", QSource::kAddNorm, x, &residual,
-                         weight, eps, scale, fp8_dtype, padding, &res);
-  return {q, res};
-}
-
-Tensor silu_and_mul_static_quant_fp8(const Tensor& x, const Tensor& scale,
-                                     at::ScalarType fp8_dtype, std::optional<int64_t> padding) {
-  return static_impl("silu_and_mul_static_quant_fp8", QSource::kSilu, x, nullptr, std::nullopt,
-                     0.0, scale, fp8_dtype, padding, nullptr);
-}
-
 // ------------------------------------------------------------------ dynamic (per token / tensor)
 std::tuple<Tensor, Tensor, Tensor> dynamic_impl(const char* op, QSource src, const Tensor& x,
                                                 const Tensor* residual, const OptT& weight,
@@ -226,31 +192,6 @@ std::tuple<Tensor, Tensor, Tensor> dynamic_impl(const char* op, QSource src, con
     launch(p, x);
   }
   return {q, scale, p.keep[2]};
-}
-
-std::tuple<Tensor, Tensor> dynamic_quant_fp8(const Tensor& x, bool per_token,
-                                             at::ScalarType fp8_dtype, const OptT& scale_ub,
-                                             std::optional<int64_t> padding) {
-  auto [q, s, r] = dynamic_impl("dynamic_quant_fp8", QSource::kPlain, x, nullptr, std::nullopt,
-                                0.0, per_token, fp8_dtype, scale_ub, padding);
-  return {q, s};
-}
-
-std::tuple<Tensor, Tensor> rms_norm_dynamic_quant_fp8(const Tensor& x, const OptT& weight,
-                                                      double eps, bool per_token,
-                                                      at::ScalarType fp8_dtype,
-                                                      const OptT& scale_ub,
-                                                      std::optional<int64_t> padding) {
-  auto [q, s, r] = dynamic_impl("rms_norm_dynamic_quant_fp8", QSource::kNorm, x, nullptr, weight,
-                                eps, per_token, fp8_dtype, scale_ub, padding);
-  return {q, s};
-}
-
-std::tuple<Tensor, Tensor, Tensor> fused_add_rms_norm_dynamic_quant_fp8(
-    const Tensor& x, const Tensor& residual, const OptT& weight, double eps, bool per_token,
-    at::ScalarType fp8_dtype, const OptT& scale_ub, std::optional<int64_t> padding) {
-  return dynamic_impl("fused_add_rms_norm_dynamic_quant_fp8", QSource::kAddNorm, x, &residual,
-                      weight, eps, per_token, fp8_dtype, scale_ub, padding);
 }
 
 // ------------------------------------------------------------------ group
@@ -298,61 +239,11 @@ std::tuple<Tensor, Tensor, Tensor> group_impl(const char* op, QSource src, const
   return {q, scales, p.keep[2]};
 }
 
-std::tuple<Tensor, Tensor> dynamic_group_quant_fp8(const Tensor& x, c10::IntArrayRef group_shape,
-                                                   bool column_major, bool use_ue8m0,
-                                                   at::ScalarType fp8_dtype,
-                                                   int64_t scale_alignment) {
-  auto [q, s, r] = group_impl("dynamic_group_quant_fp8", QSource::kPlain, x, nullptr,
-                              std::nullopt, 0.0, group_shape, column_major, use_ue8m0, fp8_dtype,
-                              scale_alignment);
-  return {q, s};
-}
-
-std::tuple<Tensor, Tensor> rms_norm_group_quant_fp8(const Tensor& x, const OptT& weight,
-                                                    double eps, c10::IntArrayRef group_shape,
-                                                    bool column_major, bool use_ue8m0,
-                                                    at::ScalarType fp8_dtype,
-                                                    int64_t scale_alignment) {
-  auto [q, s, r] = group_impl("rms_norm_group_quant_fp8", QSource::kNorm, x, nullptr, weight, eps,
-                              group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment);
-  return {q, s};
-}
-
-std::tuple<Tensor, Tensor, Tensor> fused_add_rms_norm_group_quant_fp8(
-    const Tensor& x, const Tensor& residual, const OptT& weight, double eps,
-    c10::IntArrayRef group_shape, bool column_major, bool use_ue8m0, at::ScalarType fp8_dtype,
-    int64_t scale_alignment) {
-  return group_impl("fused_add_rms_norm_group_quant_fp8", QSource::kAddNorm, x, &residual, weight,
-                    eps, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment);
-}
-
-std::tuple<Tensor, Tensor> silu_and_mul_group_quant_fp8(const Tensor& x,
-                                                        c10::IntArrayRef group_shape,
-                                                        bool column_major, bool use_ue8m0,
-                                                        at::ScalarType fp8_dtype,
-                                                        int64_t scale_alignment) {
-  auto [q, s, r] = group_impl("silu_and_mul_group_quant_fp8", QSource::kSilu, x, nullptr,
-                              std::nullopt, 0.0, group_shape, column_major, use_ue8m0, fp8_dtype,
-                              scale_alignment);
-  return {q, s};
-}
+using QuantSource = QSource;
+#include "quant_op_bindings.inc"  // the twelve ops' bindings, shared with the other device's
 
 }  // namespace
 }  // namespace cuda_quant
 }  // namespace ircore_vllm_c
 
-TORCH_LIBRARY_IMPL(ircore_vllm_c, CUDA, m) {
-  namespace q = ircore_vllm_c::cuda_quant;
-  m.impl("static_quant_fp8", &q::static_quant_fp8);
-  m.impl("static_group_quant_fp8", &q::static_group_quant_fp8);
-  m.impl("dynamic_quant_fp8", &q::dynamic_quant_fp8);
-  m.impl("dynamic_group_quant_fp8", &q::dynamic_group_quant_fp8);
-  m.impl("rms_norm_static_fp8_quant", &q::rms_norm_static_fp8_quant);
-  m.impl("fused_add_rms_norm_static_fp8_quant", &q::fused_add_rms_norm_static_fp8_quant);
-  m.impl("rms_norm_dynamic_quant_fp8", &q::rms_norm_dynamic_quant_fp8);
-  m.impl("fused_add_rms_norm_dynamic_quant_fp8", &q::fused_add_rms_norm_dynamic_quant_fp8);
-  m.impl("rms_norm_group_quant_fp8", &q::rms_norm_group_quant_fp8);
-  m.impl("fused_add_rms_norm_group_quant_fp8", &q::fused_add_rms_norm_group_quant_fp8);
-  m.impl("silu_and_mul_static_quant_fp8", &q::silu_and_mul_static_quant_fp8);
-  m.impl("silu_and_mul_group_quant_fp8", &q::silu_and_mul_group_quant_fp8);
-}
+TORCH_LIBRARY_IMPL(ircore_vllm_c, CUDA, m) { IRC_QUANT_OP_IMPLS(m, ircore_vllm_c::cuda_quant); }
