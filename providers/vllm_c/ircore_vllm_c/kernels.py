@@ -83,6 +83,7 @@ HEADERS = (
     "cuda_norm_invariant.h",
     "cpu_quant_rows.h",
     "quant_op_bindings.inc",
+    "quant_common.h",
 )
 CPU_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wno-unused-parameter")
 CPU_LDFLAGS = ("-fopenmp",)

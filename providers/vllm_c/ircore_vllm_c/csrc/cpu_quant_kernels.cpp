@@ -30,6 +30,7 @@
 #include "cpu_kernels.h"
 #include "cpu_quant_rows.h"
 #include "ops_common.h"
+#include "quant_common.h"
 
 namespace ircore_vllm_c {
 namespace cpu_quant {
@@ -332,22 +333,7 @@ std::tuple<Tensor, Tensor, Tensor> group_impl(const char* op, Source src, const 
   const int64_t g = group_shape.back();
   const int64_t groups = (a.k + g - 1) / g;
   const int64_t m = a.m_rows;
-  std::vector<int64_t> ss(x.sizes().begin(), x.sizes().end());
-  ss.back() = groups;
-  const auto fopt = x.options().dtype(at::ScalarType::Float);
-  Tensor scales;
-  int64_t col = m;
-  if (!column_major) {
-    scales = at::empty(ss, fopt);
-  } else if (scale_alignment > 1 && x.dim() == 2) {
-    const int64_t stepa = 16 / scale_alignment;
-    col = (m + stepa - 1) / stepa * stepa;  // DeepGEMM's TMA-aligned column stride
-    scales = at::empty_strided({m, groups}, {1, col}, fopt);
-  } else {
-    std::vector<int64_t> t = ss;
-    std::swap(t[t.size() - 1], t[t.size() - 2]);
-    scales = at::empty(t, fopt).transpose(-2, -1);  // strides (..., 1, M)
-  }
+  auto [scales, col] = group_scales_out(x, m, groups, column_major, scale_alignment);
   Tensor q = new_q(x, a.k, fp8_dtype, std::nullopt);
   a.q = static_cast<uint8_t*>(q.data_ptr());
   a.mode = Mode::kGroup;

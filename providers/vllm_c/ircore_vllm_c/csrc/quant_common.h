@@ -1,0 +1,34 @@
+// Host-side pieces of the fp8 quant bindings that the CPU and CUDA files share.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+
+#include <utility>
+#include <vector>
+
+namespace ircore_vllm_c {
+
+// The scales of a group quant op, allocated in the layout the call asks for (the natives'
+// layout_scales): row-major x.shape[:-1] + (groups,); column-major, strides (..., 1, M); with
+// scale_alignment > 1 on 2-D x, column-major with the column stride M rounded up to a multiple
+// of 16 / scale_alignment (DeepGEMM's TMA alignment). Returns the tensor and the column stride
+// the kernels address it by (m unless aligned).
+inline std::pair<at::Tensor, int64_t> group_scales_out(const at::Tensor& x, int64_t m,
+                                                       int64_t groups, bool column_major,
+                                                       int64_t scale_alignment) {
+  std::vector<int64_t> ss(x.sizes().begin(), x.sizes().end());
+  ss.back() = groups;
+  const auto fopt = x.options().dtype(at::ScalarType::Float);
+  if (!column_major) return {at::empty(ss, fopt), m};
+  if (scale_alignment > 1 && x.dim() == 2) {
+    const int64_t step = 16 / scale_alignment;
+    const int64_t col = (m + step - 1) / step * step;
+    return {at::empty_strided({m, groups}, {1, col}, fopt), col};
+  }
+  std::swap(ss[ss.size() - 1], ss[ss.size() - 2]);
+  return {at::empty(ss, fopt).transpose(-2, -1), m};  // strides (..., 1, M)
+}
+
+}  // namespace ircore_vllm_c
