@@ -312,10 +312,18 @@ def test_one_call_per_op_and_the_conformance_kit(venv):
     norms = ("fused_add_rms_norm", "layer_norm", "rms_norm", "rms_norm_gated", "silu_and_mul")
     gated = ("fatrelu_and_mul", "gelu_and_mul", "mul_and_silu", "swigluoai_and_mul")
     rope = ("fused_qk_norm_rope", "rotary_embedding", "rotary_embedding_query_only", "rotary_pos_emb")
-    ops = norms + gated + rope
-    # vllm_c's ops run vllm_c; the ops it has no kernel for (the fp8 quant ops) run native
+    quant = (
+        "static_quant_fp8", "static_group_quant_fp8", "dynamic_quant_fp8", "dynamic_group_quant_fp8",
+        "rms_norm_static_fp8_quant", "fused_add_rms_norm_static_fp8_quant", "rms_norm_dynamic_quant_fp8",
+        "fused_add_rms_norm_dynamic_quant_fp8", "rms_norm_group_quant_fp8", "fused_add_rms_norm_group_quant_fp8",
+        "silu_and_mul_static_quant_fp8", "silu_and_mul_group_quant_fp8",
+    )  # fmt: skip
+    ops = norms + gated + rope + quant
+    # vllm_c's ops run vllm_c (the fp8 quant ops too: its CPU kernels); the ops it has no CPU
+    # kernel for (the fp8 matmuls: torch._scaled_mm is CUDA only) run native
     assert doc["chosen"] == {name: "vllm_c" if name in ops else "native" for name in doc["chosen"]}
     assert set(ops) <= set(doc["chosen"])
+    assert {name for name, who in doc["chosen"].items() if who == "native"} == {"block_scaled_mm_fp8", "scaled_mm_fp8"}
     # the kit checks exactly these (the fp8 matmuls' predicates decline every CPU case: 0 checked)
     assert {name for name, n in doc["checked"].items() if n} == set(ops)
     assert all(doc["checked"][name] > 20 for name in norms)
