@@ -240,20 +240,6 @@ void set_source(Prepared& p, const char* op, Source src, const Tensor& x, const 
   }
 }
 
-std::vector<int64_t> q_sizes(const Tensor& x, int64_t k, std::optional<int64_t> padding) {
-  std::vector<int64_t> s(x.sizes().begin(), x.sizes().end());
-  s.back() = k;
-  if (padding && *padding > s[0]) s[0] = *padding;
-  return s;
-}
-
-// The quantised output, its padding rows (past x's first dimension) zeroed (+0 in both formats).
-Tensor new_q(const Tensor& x, int64_t k, at::ScalarType fp8_dtype, std::optional<int64_t> padding) {
-  Tensor q = at::empty(q_sizes(x, k, padding), x.options().dtype(fp8_dtype));
-  if (q.size(0) > x.size(0)) q.narrow(0, x.size(0), q.size(0) - x.size(0)).view(at::kByte).zero_();
-  return q;
-}
-
 // ------------------------------------------------------------------ static
 Tensor static_impl(const char* op, Source src, const Tensor& x, const Tensor* residual,
                    const OptT& weight, double eps, const Tensor& scale, at::ScalarType fp8_dtype,

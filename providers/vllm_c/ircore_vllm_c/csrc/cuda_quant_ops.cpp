@@ -63,20 +63,6 @@ void check_common(const char* op, const Tensor& x, at::ScalarType fp8_dtype, int
               ": too many rows or too long a row for one launch");
 }
 
-std::vector<int64_t> q_sizes(const Tensor& x, int64_t k, std::optional<int64_t> padding) {
-  std::vector<int64_t> s(x.sizes().begin(), x.sizes().end());
-  s.back() = k;
-  if (padding && *padding > s[0]) s[0] = *padding;
-  return s;
-}
-
-// The quantised output, its padding rows (past x's first dimension) zeroed.
-Tensor new_q(const Tensor& x, int64_t k, std::optional<int64_t> padding) {
-  Tensor q = at::empty(q_sizes(x, k, padding), x.options().dtype(at::ScalarType::Float8_e4m3fn));
-  if (q.size(0) > x.size(0)) q.narrow(0, x.size(0), q.size(0) - x.size(0)).view(at::kByte).zero_();
-  return q;
-}
-
 struct Prepared {
   QuantLaunch l{};
   Tensor keep[6];  // what the launch points into
@@ -144,7 +130,7 @@ Tensor static_impl(const char* op, QSource src, const Tensor& x, const Tensor* r
   l.scale = p.keep[4].data_ptr<float>();
   l.sa = s.size(0);
   l.sb = s.size(1);
-  Tensor q = new_q(x, l.k, padding);
+  Tensor q = new_q(x, l.k, at::ScalarType::Float8_e4m3fn, padding);
   l.q = static_cast<uint8_t*>(q.data_ptr());
   launch(p, x);
   if (res_out) *res_out = p.keep[2];
@@ -162,7 +148,7 @@ std::tuple<Tensor, Tensor, Tensor> dynamic_impl(const char* op, QSource src, con
   set_source(p, op, src, x, residual, weight, eps, fp8_dtype);
   QuantLaunch& l = p.l;
   const auto fopt = x.options().dtype(at::ScalarType::Float);
-  Tensor q = new_q(x, l.k, padding);
+  Tensor q = new_q(x, l.k, at::ScalarType::Float8_e4m3fn, padding);
   l.q = static_cast<uint8_t*>(q.data_ptr());
   Tensor scale;
   if (per_token) {
@@ -211,7 +197,7 @@ std::tuple<Tensor, Tensor, Tensor> group_impl(const char* op, QSource src, const
   const int64_t groups = (l.k + g - 1) / g;
   const int64_t m = l.m_rows;
   auto [scales, col] = group_scales_out(x, m, groups, column_major, scale_alignment);
-  Tensor q = new_q(x, l.k, std::nullopt);
+  Tensor q = new_q(x, l.k, at::ScalarType::Float8_e4m3fn, std::nullopt);
   l.q = static_cast<uint8_t*>(q.data_ptr());
   l.mode = QMode::kGroup;
   l.scales = scales.data_ptr<float>();

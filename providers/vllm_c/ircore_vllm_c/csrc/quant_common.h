@@ -5,10 +5,23 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
+#include <optional>
 #include <utility>
 #include <vector>
 
 namespace ircore_vllm_c {
+
+// The quantised output: x's shape with last dimension k, dimension 0 grown to `padding` rows
+// (num_token_padding) when that is more, the padding rows zeroed (+0 in both fp8 formats).
+inline at::Tensor new_q(const at::Tensor& x, int64_t k, at::ScalarType fp8_dtype,
+                        std::optional<int64_t> padding) {
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = k;
+  if (padding && *padding > sizes[0]) sizes[0] = *padding;
+  at::Tensor q = at::empty(sizes, x.options().dtype(fp8_dtype));
+  if (q.size(0) > x.size(0)) q.narrow(0, x.size(0), q.size(0) - x.size(0)).view(at::kByte).zero_();
+  return q;
+}
 
 // The scales of a group quant op, allocated in the layout the call asks for (the natives'
 // layout_scales): row-major x.shape[:-1] + (groups,); column-major, strides (..., 1, M); with
