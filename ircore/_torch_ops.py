@@ -310,7 +310,7 @@ def _define_impl_op(op: DefinedOp, impl: Any, name: str) -> tuple[torch.library.
         kernel, fake = _writing_kernel(op, impl.run), _checking_fake(op)
     else:  # functional (an in-place implementation of an op without an in-place schema: on clones)
         lib.define(name + op.schema)
-        kernel, fake = op.functional_call(impl), impl.fake or _contiguous(op, op_fake(op))
+        kernel, fake = op.functional_call(impl), impl.fake or _kernel_layout(op, op_fake(op))
     lib.impl(name, kernel, "CompositeExplicitAutograd")
     torch.library.register_fake(f"{namespace}::{name}", fake, lib=lib)
     return lib, getattr(getattr(torch.ops, namespace), name).default
@@ -325,7 +325,7 @@ def _give_fake(op: DefinedOp, impl: Any) -> torch.library.Library | None:
     ):
         return None
     lib = torch.library.Library(qualname.split("::")[0], "FRAGMENT")
-    fake = impl.fake or (_checking_fake(op) if impl.inplace else _contiguous(op, op_fake(op)))
+    fake = impl.fake or (_checking_fake(op) if impl.inplace else _kernel_layout(op, op_fake(op)))
     torch.library.register_fake(qualname, fake, lib=lib)
     return lib
 
@@ -357,7 +357,7 @@ def _checking_fake(op: DefinedOp) -> Callable[..., None]:
     return fake
 
 
-def _contiguous(op: DefinedOp, fake: Callable[..., Any]) -> Callable[..., Any]:
+def _kernel_layout(op: DefinedOp, fake: Callable[..., Any]) -> Callable[..., Any]:
     """``fake`` with each output tensor a fresh contiguous one (what kernels return), except an
     output whose layout is part of the op's contract (:func:`contract_layout`), kept as it is."""
     keeps = op.quantized_outputs is not None
@@ -369,10 +369,10 @@ def _contiguous(op: DefinedOp, fake: Callable[..., Any]) -> Callable[..., Any]:
             return t.new_empty_strided(t.shape, t.stride())
         return t.new_empty(t.shape)
 
-    def contiguous_fake(*args: Any, **kwargs: Any) -> Any:
+    def kernel_layout_fake(*args: Any, **kwargs: Any) -> Any:
         return tree_map(fresh, fake(*args, **kwargs))
 
-    return contiguous_fake
+    return kernel_layout_fake
 
 
 def contract_layout(native_out: torch.Tensor) -> bool:
