@@ -48,11 +48,11 @@ DEFAULT_RANK = 20
 # The fp8 matmuls take a dtype argument and their predicates read block_size: no signature cache.
 MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
 
-# The fp8 quant ops and the fused norm/act + quant ops (quant_kernels.py): one program per row, a
-# launch fixed per hidden size and group size (no autotuning), so each row's scale and values
-# come from that row alone: batch-invariant, except per-tensor dynamic quant, whose scale is the
-# whole batch's amax (the claim is a predicate: per_token only). The predicates read the
-# fp8_dtype and group_shape arguments: no signature cache.
+# The fp8 quant ops and the fused norm/act + quant ops (quant_kernels.py): each row's scale and
+# values come from that row alone (one program per row, or, for the static and plain group forms,
+# chunks of it tuned per row bucket that give the whole row's bits): batch-invariant; the calls
+# that depend on the batch by definition (per-tensor dynamic scales) are refused by the ops. The
+# predicates read the fp8_dtype and group_shape arguments: no signature cache.
 QUANT_OPS = (
     "static_quant_fp8",
     "static_group_quant_fp8",
