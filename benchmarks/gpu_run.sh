@@ -18,7 +18,7 @@
 # Liger), then both providers' PDL and forced-config GPU tests. (remeasure, ~9 min) triton's GPU
 # tests (SKIP_TESTS=1: not), then benchmarks/kernels_gpu.py over every row, graph replay only
 # (no no-PDL columns).
-# (gpu-tests, wave2-kernels, quant-kernels, fp8-matmul, e2e-llama, e2e-moe, e2e-decoder, invariance) the wave-2
+# (gpu-tests, wave2-kernels, quant-kernels, fp8-matmul, e2e-llama, e2e-moe, e2e-decoder, invariance, fp8-host) the wave-2
 # steps, chainable in one call and capped together by CALL_BUDGET_S (see the end of this file and
 # benchmarks/README.md); their JSON and markdown come back in $OUT/results.tgz.
 # A failing step does not stop the next one; the exit status is the first failure's.
@@ -44,7 +44,7 @@ cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 WHAT=${1:-all}
 WHATS=" ${*:-all} "  # the wave-2 steps below may be chained in one call: gpu-tests wave2-kernels ...
-MODES="all tests tests-triton bench compile transformers session pdl checks tune profile remeasure gpu-tests wave2-kernels quant-kernels fp8-matmul e2e-llama e2e-moe e2e-decoder invariance"
+MODES="all tests tests-triton bench compile transformers session pdl checks tune profile remeasure gpu-tests wave2-kernels quant-kernels fp8-matmul e2e-llama e2e-moe e2e-decoder invariance fp8-host"
 for w in $WHATS; do
   case " $MODES " in *" $w "*) ;; *) echo "usage: bash benchmarks/gpu_run.sh [MODE ...], MODE one of: $MODES" >&2; exit 2 ;; esac
 done
@@ -362,6 +362,10 @@ fi
 if want fp8-matmul; then  # issue 26: the fp8 matmuls against torch._scaled_mm
   wave_install
   run_step matmul_fp8 200 python3 benchmarks/matmul_fp8_gpu.py --json "$RES/matmul_fp8.json"; pack
+fi
+if want fp8-host; then  # issue 26: where an eager FP8 linear's time goes (host cost of each piece against its kernels)
+  wave_install
+  run_step fp8_host 200 python3 benchmarks/fp8_linear_host.py --device cuda --json "$RES/fp8_host.json"; pack
 fi
 if want e2e-llama; then  # issues 24, 26, 29: the Llama rows, rope-routed and fp8 variants included
   wave_install

@@ -1,0 +1,146 @@
+"""Where an eager FP8 linear's time goes: the host's cost of each piece against the kernels' time.
+
+The FP8 Llama's eager decode ran at 0.60x of stock eager on the H200 (benchmarks/README.md,
+section 5): about 0.2 ms more per FP8 linear than a bf16 one, far more than ircore's dispatch
+(15-25 us per call on the CPU). This script splits one FP8 linear (``ircore.integrations._fp8.
+fp8_linear_forward``: ``dynamic_group_quant_fp8`` then ``block_scaled_mm_fp8``) at the Llama-3-8B
+projection shapes into its pieces and times each two ways, side by side in one process:
+
+- ``wall``: back-to-back eager calls, synchronised once at the end (per call: what a host-bound
+  forward pays; the larger of host cost and kernel time);
+- ``kernel`` (CUDA only): the same call replayed from a CUDA graph (the kernels alone).
+
+Pieces: the whole linear; each op through ircore's dispatch; each op's chosen implementation
+called directly (the dispatch's share is the difference); a bf16 ``F.linear`` of the same shape as
+the reference. ``wall - kernel`` where positive is the host's excess. CPU: the dispatch figures
+only (the kernels there are the natives' or vllm_c's C++ ones, no graph column).
+
+    python3 benchmarks/fp8_linear_host.py --device cuda [--tokens 1 16] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+import ircore
+from ircore.integrations._fp8 import fp8_linear_forward
+from ircore.ops import block_scaled_mm_fp8, dynamic_group_quant_fp8
+from ircore.ops._scaled_mm import quantize_blocks
+
+# Llama-3-8B's projections (N, K): qkv's q, k/v, o, gate/up, down
+SHAPES = ((4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336))
+BLOCK = [128, 128]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def wall_us(fn: Callable[[], Any], device: str, calls: int) -> float:
+    for _ in range(10):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def graph_us(fn: Callable[[], Any], calls: int) -> float | None:
+    """Kernel time per call: ``calls`` calls captured in one CUDA graph, replayed."""
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        graph.replay()
+        torch.cuda.synchronize()
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            graph.replay()
+            torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - t0)
+        return best / calls * 1e6
+    except Exception as exc:  # a piece that cannot be captured: say so, keep the rest
+        log(f"    graph capture failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        return None
+
+
+def chosen(op: Any, args: tuple) -> tuple[str, Callable[..., Any]]:
+    """The implementation ircore's dispatch picks for ``args``, and its function."""
+    name = op.explain(*args).chosen
+    return name, op.entry(name).fn
+
+
+def pieces(m: int, n: int, k: int, device: str) -> dict[str, Callable[[], Any]]:
+    torch.manual_seed(0)
+    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+    w = torch.randn(n, k, device=device, dtype=torch.bfloat16) / k**0.5
+    wq, ws = quantize_blocks(w, (BLOCK[0], BLOCK[1]), torch.float8_e4m3fn)
+    linear = SimpleNamespace(weight=wq, weight_scale_inv=ws, block_size=BLOCK, bias=None)
+    qargs = (x, [1, BLOCK[1]], True, False, torch.float8_e4m3fn)
+    q, s = dynamic_group_quant_fp8(*qargs)
+    margs = (q, wq, s, ws, BLOCK, torch.bfloat16)
+    qname, qfn = chosen(dynamic_group_quant_fp8, qargs)
+    mname, mfn = chosen(block_scaled_mm_fp8, margs)
+    return {
+        "fp8 linear (ircore)": lambda: fp8_linear_forward(linear, x),
+        "quant, dispatched": lambda: dynamic_group_quant_fp8(*qargs),
+        f"quant, {qname} direct": lambda: qfn(*qargs),
+        "matmul, dispatched": lambda: block_scaled_mm_fp8(*margs),
+        f"matmul, {mname} direct": lambda: mfn(*margs),
+        "bf16 F.linear": lambda: torch.nn.functional.linear(x, w),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--tokens", type=int, nargs="+", default=[1, 16, 64])
+    p.add_argument("--calls", type=int, default=200, help="calls per timing (CUDA graph: per capture)")
+    p.add_argument("--shapes", default="all", choices=["all", "small"], help="small: N, K = 512 (CPU smoke)")
+    p.add_argument("--json", help="write the rows here")
+    args = p.parse_args()
+    shapes = SHAPES if args.shapes == "all" else ((512, 512),)
+    log(f"torch {torch.__version__}, ircore {ircore.__version__}, device {args.device}")
+    rows = []
+    print("| M | N x K | piece | wall us/call | kernel us/call | host excess us |")
+    print("|---|---|---|---|---|---|")
+    for m in args.tokens:
+        for n, k in shapes:
+            log(f"M={m} N={n} K={k} ...")
+            for name, fn in pieces(m, n, k, args.device).items():
+                wall = wall_us(fn, args.device, args.calls)
+                kern = graph_us(fn, args.calls) if args.device == "cuda" else None
+                excess = None if kern is None else max(0.0, wall - kern)
+                rows.append({"M": m, "N": n, "K": k, "piece": name, "wall_us": wall, "kernel_us": kern,
+                             "host_excess_us": excess})  # fmt: skip
+                kc = "n/a" if kern is None else f"{kern:.1f}"
+                ec = "n/a" if excess is None else f"{excess:.1f}"
+                print(f"| {m} | {n}x{k} | {name} | {wall:.1f} | {kc} | {ec} |", flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"torch": torch.__version__, "device": args.device, "rows": rows}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
