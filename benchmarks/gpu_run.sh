@@ -86,6 +86,25 @@ fi
 # folders on sys.path themselves (the core tests want no provider importable).
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if [ -d "$SITE" ]; then export PYTHONPATH="$PYTHONPATH:$SITE"; fi
+# transformers as ircore supports it (pyproject: >=5.22,<5.24), carried in .whl/transformers/ with
+# the huggingface-hub it needs: the image ships 5.17, whose MoE experts loop is no form `apply`
+# knows. Installed apart and put first on the path only if it imports and builds a model here;
+# otherwise the image's stays (the e2e tables say which version ran).
+SITE_TF=/tmp/site-tf
+TF_DIGEST=$(ls -l .whl/transformers 2>/dev/null | sha1sum | cut -c1-16)
+tf_ok() { PYTHONPATH="$SITE_TF:$PYTHONPATH" python3 -c "import transformers as t; from transformers import LlamaConfig, LlamaForCausalLM; LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, vocab_size=128)); print(t.__version__)" 2>>"$SETUP/transformers_check.log"; }
+if ls .whl/transformers/*.whl >/dev/null 2>&1; then
+  if ! done_before transformers "$TF_DIGEST"; then
+    rm -rf "$SITE_TF"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE_TF" .whl/transformers/*.whl \
+      >"$SETUP/pip_transformers.log" 2>&1 && echo "$TF_DIGEST" >"$SETUP/transformers.stamp"
+  fi
+  if TF_VERSION=$(tf_ok); then
+    export PYTHONPATH="$SITE_TF:$PYTHONPATH"; note "transformers $TF_VERSION from .whl/transformers (in $SITE_TF)"
+  else
+    note "transformers from .whl/transformers does not import here (see $SETUP/transformers_check.log): the image's runs"
+  fi
+fi
 
 # ircore's compiled call-signature helper, built in place against this machine's torch (as
 # `pip install --no-build-isolation` does on an install); without it the pure-Python path runs.
