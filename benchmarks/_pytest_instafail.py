@@ -1,4 +1,4 @@
-"""A pytest plugin for the device runs (``-p benchmarks._pytest_instafail``): each failure's
+"""A pytest plugin for the device runs (``-p _pytest_instafail`` with ``benchmarks/`` on the path): each failure's
 report is written the moment the test fails, not in the summary at the end, so a suite cut off
 by its time cap still leaves every failure it reached in the log."""
 

@@ -329,7 +329,7 @@ if want gpu-tests; then
   # triton's in three shards: on 2026-12-05 (H200) its whole suite, one process, reached 60% in 420 s.
   # Each failure is printed as it happens (benchmarks/_pytest_instafail.py): a capped suite keeps them.
   wave_install
-  GPU_ONLY=(python3 -m pytest -q -p no:cacheprovider -p benchmarks._pytest_instafail -m gpu -rfE --tb=short --durations=15)
+  GPU_ONLY=(env PYTHONPATH="$ROOT/benchmarks:$PYTHONPATH" python3 -m pytest -q -p no:cacheprovider -p _pytest_instafail -m gpu -rfE --tb=short --durations=15)
   # GPU_TESTS_SUITES picks the suites (default both providers, then the core's).
   cap=${GPU_TESTS_CAP_S:-330}
   suites=${GPU_TESTS_SUITES:-vllm_c triton core}
