@@ -495,9 +495,9 @@ def fused_add_rms_norm_invariant(
 # The quant ops and the fused RMSNorm / SiLU-and-mul + quant ops: one program per row, the row in
 # registers (at most quant_kernels.MAX_ROW_BLOCK elements as [groups, group width] padded to
 # powers of two), or split (the static and plain/silu group forms) or walked in chunks (the norm
-# forms) where the autotune picks it. The predicates run after the ops' own checks (scale shapes that broadcast,
-# group_shape (1, g), scale_alignment, even silu width, weight and residual like x) and test what
-# the kernels add: a Triton device, an e4m3 type (_QUANT_FP8_OK), unit last-dim
+# forms) where the autotune picks it. The predicates run after the ops' own checks (scale shapes
+# that broadcast, group_shape (1, g), scale_alignment, even silu width, weight and residual like
+# x) and test what the kernels add: a Triton device, an e4m3 type (_QUANT_FP8_OK), unit last-dim
 # stride of x (and the residual), and the row block. Weights, scales and scale_ub of any float
 # dtype (read in fp32). They read the fp8_dtype and group_shape arguments: not cached by signature.
 # Both fp8 types on every device: the kernel encodes by the bits where the hardware's cast is not
@@ -816,7 +816,8 @@ def rms_norm_static_fp8_quant_invariant(
     """rms_norm_static_fp8_quant with the whole row in one program (batch-invariant mode)."""
     from . import invariant_kernels
 
-    return invariant_kernels.rms_norm_static_fp8_quant(x, weight, epsilon, scale, fp8_dtype, num_token_padding)
+    args = (scale, fp8_dtype, num_token_padding)
+    return invariant_kernels.rms_norm_static_fp8_quant(x, weight, epsilon, *args)
 
 
 def fused_add_rms_norm_static_fp8_quant_invariant(

@@ -77,7 +77,8 @@ def rms_norm_static_fp8_quant(
     fp8_dtype: torch.dtype,
     num_token_padding: int | None = None,
 ) -> torch.Tensor:
-    return _qk.rms_norm_static_fp8_quant(x, weight, epsilon, scale, fp8_dtype, num_token_padding, whole_row(x))
+    cfg = whole_row(x)
+    return _qk.rms_norm_static_fp8_quant(x, weight, epsilon, scale, fp8_dtype, num_token_padding, cfg)
 
 
 def fused_add_rms_norm_static_fp8_quant(

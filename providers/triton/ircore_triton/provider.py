@@ -74,9 +74,9 @@ NORM_QUANT_OPS = tuple(op for op in QUANT_OPS if "rms_norm" in op)
 
 # Batch invariance: the norms and silu_and_mul; rms_norm, fused_add_rms_norm, rms_norm_gated and
 # the fused norm + quant ops through their invariant variants (a launch fixed per hidden size,
-# invariant_kernels.py), whose default launch is tuned per row-count bucket; the position ops as they are; the fp8 matmuls through variants
-# with one launch config for every M. The matmul layer of ircore.batch_invariant(matmul=True):
-# matmul_layer.py.
+# invariant_kernels.py), whose default launch is tuned per row-count bucket; the position ops as
+# they are; the fp8 matmuls through variants with one launch config for every M. The matmul layer
+# of ircore.batch_invariant(matmul=True): matmul_layer.py.
 IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table(
         "ircore_triton.impls",
