@@ -630,17 +630,20 @@ def norm_candidates(k: int, group: int | None, elem_bytes: int) -> list[QuantCon
     """The norm forms' launches: the heuristic (the whole row in one program, the launch before
     the chunks and the invariant variant's) first, then the row walked in chunks of
     :data:`NORM_CHUNKS` elements (whole groups of the padded group width, or columns) with 4, 8
-    or 16 warps at 4 to 16 elements a thread, only chunks that cover less than the row. One list
-    for every row bucket: one program a row either way, the autotune times it per bucket."""
+    or 16 warps at one or two 16-byte input vectors a thread (fewer elements a thread are not
+    vector loads: sm_90 SASS of 1024 bf16 on 8 warps had none), only chunks that cover less than
+    the row. One list for every row bucket: one program a row either way, the autotune times it
+    per bucket."""
     whole = row_block(k, group)
     out = [heuristic(k, group, elem_bytes)]
     bg = 1 if group is None else triton.next_power_of_2(group)
+    vec = max(1, 16 // elem_bytes)
     for b in NORM_CHUNKS:
         cols = b if group is None else (b // bg) * group
         if b >= whole or b < bg or cols >= k:
             continue
         for w in (4, 8, 16):
-            if 4 <= b // (32 * w) <= 16:
+            if b // (32 * w) in (vec, 2 * vec):
                 out.append(QuantConfig(b, w))
     return out
 
