@@ -292,7 +292,8 @@ def test_every_quant_split_gives_the_whole_rows_bits(case: tuple) -> None:
 def test_quant_candidates_split_only_what_the_row_need_not_hold() -> None:
     """At Llama's 14336 the heuristic (the whole row, 16 warps) comes first, then chunks of 4-32
     groups (512-4096 elements) at T <= 128 and 8-64 (1024-8192) above, at 16 or 32 elements a
-    thread there; the norm forms and per-token / per-tensor scales keep the row whole."""
+    thread there; the norm forms (walked in chunks instead: norm_candidates) and per-token /
+    per-tensor scales are not split."""
     from ircore_triton import quant_kernels as qk
     from ircore_triton.kernels import QuantConfig
 
