@@ -682,6 +682,10 @@ def _norm_config(
     elem_bytes = x.element_size()
 
     def tune() -> QuantConfig:
+        cands = norm_candidates(k, group, elem_bytes)
+        if len(cands) == 1:  # a row no wider than a chunk: the whole row, no scratch to time it on
+            _k._CONFIGS[key] = cands[0]
+            return cands[0]
         t_rows = _k._bucket_rows(key[3], k)
         dev = x.device
         xs = torch.full((t_rows, k), 0.5, dtype=x.dtype, device=dev)  # the caller's RNG untouched
@@ -713,7 +717,7 @@ def _norm_config(
                                        group=group, divide=True, ue8m0=ue8m0, cfg=c,
                                        **common)  # type: ignore[arg-type]  # fmt: skip
 
-        return _k._pick(key, norm_candidates(k, group, elem_bytes), make, dev)
+        return _k._pick(key, cands, make, dev)
 
     return _k._untuned(lambda: heuristic(k, group, elem_bytes), tune, x.device)  # type: ignore[return-value]
 

@@ -483,3 +483,31 @@ def test_gpu_every_norm_quant_chunk_matches_reference(tokens: int) -> None:
                 _near_whole_row(out, whole, f"{name} {c}")
             inv = _bits(getattr(invariant_kernels, name)(*args))
             assert all(torch.equal(a, b) for a, b in zip(inv, ref)), name
+
+
+@pytest.mark.gpu
+@_needs_cuda
+def test_gpu_norm_quant_autotune_picks_a_candidate() -> None:
+    """The real autotune (timed on this GPU) of the add + norm + group quant at 14336, 1024 rows:
+    one key, its pick one of the candidates, the tuned call's outputs the pick's bits."""
+    from ircore_triton import kernels, quant_kernels
+
+    if not kernels._AUTOTUNE:
+        pytest.skip("IRCORE_TRITON_AUTOTUNE=0: the autotune is off")
+    saved = kernels.tuned_configs()
+    kernels.clear_configs()
+    try:
+        k = 14336
+        x = torch.randn(1024, k, device="cuda").to(torch.bfloat16)
+        r = torch.randn(1024, k, device="cuda").to(torch.bfloat16)
+        w = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
+        args = (x, r, w, 1e-6, [1, 128], False, False, _FP8[0])
+        out = quant_kernels.fused_add_rms_norm_group_quant_fp8(*args)
+        key = ("fused_add_rms_norm_group_quant_fp8", (k, 128, _FP8[0], "row"), torch.bfloat16, kernels._bucket(1024))
+        pick = kernels.tuned_configs()[key]
+        assert pick in quant_kernels.norm_candidates(k, 128, 2) and len(kernels._TUNE_TIMES) == 1
+        again = quant_kernels.fused_add_rms_norm_group_quant_fp8(*args, config=pick)
+        assert all(torch.equal(a, b) for a, b in zip(_bits(out), _bits(again)))
+    finally:
+        kernels.clear_configs()
+        kernels._CONFIGS.update(saved)
