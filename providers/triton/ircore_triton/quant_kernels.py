@@ -18,8 +18,8 @@ walks it in chunks of whole groups or of columns (:func:`norm_candidates`,
 ``_norm_quant_chunked_kernel``): pass 1 sums the squares (and stores the rounded residual sum),
 the last pass re-reads each chunk from L2 and quantises it, per-token scales with a pass between
 for the row's amax; the whole row first, the chunks tried only where they are narrower than it
-(a 14336-wide row in one program is a 16384-element fp32 block: at most one 16-warp block per
-SM, too few loads in flight). The input stage runs in fp32 (the plain row; the
+(a 14336-wide row in one program is a 16384-element fp32 block on 16 warps: 63-128 registers a
+thread on sm_90, one or two such blocks per SM, too few loads in flight). The input stage runs in fp32 (the plain row; the
 RMSNorm with the residual added and rounded first; silu(gate) * up) and is rounded to x's dtype as
 the unfused chain rounds it, then the quant stage:
 
