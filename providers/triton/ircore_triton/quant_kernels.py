@@ -19,9 +19,9 @@ walks it in chunks of whole groups or of columns (:func:`norm_candidates`,
 the last pass re-reads each chunk from L2 and quantises it, per-token scales with a pass between
 for the row's amax; the whole row first, the chunks tried only where they are narrower than it
 (a 14336-wide row in one program is a 16384-element fp32 block on 16 warps: 63-128 registers a
-thread on sm_90, one or two such blocks per SM, too few loads in flight). The input stage runs in fp32 (the plain row; the
-RMSNorm with the residual added and rounded first; silu(gate) * up) and is rounded to x's dtype as
-the unfused chain rounds it, then the quant stage:
+thread on sm_90, one or two such blocks per SM, too few loads in flight). The input stage runs in
+fp32 (the plain row; the RMSNorm with the residual added and rounded first; silu(gate) * up) and
+is rounded to x's dtype as the unfused chain rounds it, then the quant stage:
 
 - static: ``y * (1/scale)``, the scale element addressed per row and column group (per tensor,
   per channel, per token, 2-D group scales: ``prep_static_scale`` then ``group_broadcast``);
@@ -631,7 +631,7 @@ def norm_candidates(k: int, group: int | None, elem_bytes: int) -> list[QuantCon
     the chunks and the invariant variant's) first, then the row walked in chunks of
     :data:`NORM_CHUNKS` elements (whole groups of the padded group width, or columns) with 4, 8
     or 16 warps at one or two 16-byte input vectors a thread (fewer elements a thread are not
-    vector loads: sm_90 SASS of 1024 bf16 on 8 warps had none), only chunks that cover less than
+    vector loads: the sm_90 PTX of 1024 bf16 on 8 warps had none), only chunks that cover less than
     the row. One list for every row bucket: one program a row either way, the autotune times it
     per bucket."""
     whole = row_block(k, group)
