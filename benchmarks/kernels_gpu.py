@@ -16,7 +16,11 @@ Columns: ``eager`` (``F.rms_norm``; fused: eager add then ``F.rms_norm``; silu: 
 ``vllm_c`` (``torch.ops.ircore_vllm_c.*``) and ``triton`` (``ircore_triton.impls``). Liger and
 FlashInfer have norms only. ``--pdl-ab`` adds ``vllm_c_nopdl`` and ``triton_nopdl``: the same
 kernels launched without programmatic dependent launch (both providers use it on sm_90+), to show
-what it is worth at each size; they are not counted as ours in the summary. Effective bandwidth = bytes the op must read + write (rms_norm
+what it is worth at each size; they are not counted as ours in the summary. ``--whole-row-ab``
+adds ``triton_whole`` for the fused norm + quant ops: triton's launch with the whole row in one
+program (its batch-invariant variant, the launch before the chunked walk), next to ``triton``,
+whose first call of each key tunes between it and the chunks (quant_kernels.norm_candidates); not
+counted as ours either. Effective bandwidth = bytes the op must read + write (rms_norm
 ``2*T*H + H`` elements, fused ``4*T*H + H``, silu ``3*T*H``, H = output width) / time, shown as %
 of the device-to-device copy bandwidth measured in the same run.
 
@@ -160,6 +164,7 @@ DTYPES = ("bf16", "fp16")
 ANCHORS = ("eager", "compile", "liger", "flashinfer")
 PROVIDERS = ("vllm_c", "triton")
 NO_PDL = {"vllm_c_nopdl": "vllm_c", "triton_nopdl": "triton"}  # --pdl-ab columns -> provider
+WHOLE_ROW = {"triton_whole": "triton"}  # --whole-row-ab column -> provider
 QUICK = {"tokens": (1, 128, 8192), "hidden": (4096,), "dtypes": ("bf16",)}
 EPS = 1e-6
 REL_TOL = 1e-2
@@ -184,10 +189,12 @@ APPLIES["liger"].add("rotary_pos_emb")
 APPLIES["flashinfer"].add("rotary_embedding")
 APPLIES["vllm_c"].update(QUANT_OPS)  # csrc/cuda_quant.cu (e4m3fn)
 APPLIES["triton"].update(QUANT_OPS)  # quant_kernels.py (e4m3fn, e4m3fnuz)
+# the fused norm + quant ops: triton's whole-row launch (impls.<op>_invariant) beside its tuned one
+APPLIES["triton_whole"] = {op for op in QUANT_OPS if "rms_norm" in op}
 # Measuring order: columns needing a background build go last, so their builds overlap the rest.
-ORDER = ("eager", "triton", "triton_nopdl", "liger", "compile", "vllm_c", "vllm_c_nopdl", "flashinfer")
+ORDER = ("eager", "triton", "triton_whole", "triton_nopdl", "liger", "compile", "vllm_c", "vllm_c_nopdl", "flashinfer")
 # Display order in the tables: anchors, then ours.
-DISPLAY = ("eager", "compile", "liger", "flashinfer", "vllm_c", "triton", "vllm_c_nopdl", "triton_nopdl")
+DISPLAY = ("eager", "compile", "liger", "flashinfer", "vllm_c", "triton", "triton_whole", "vllm_c_nopdl", "triton_nopdl")
 EAGER_LABEL = {
     "rms_norm": "F.rms_norm",
     "fused_add_rms_norm": "add+F.rms_norm",
@@ -208,6 +215,7 @@ LABEL = {
     "triton": "triton",
     "vllm_c_nopdl": "vllm_c no PDL",
     "triton_nopdl": "triton no PDL",
+    "triton_whole": "triton whole row",
 }
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 INPLACE = {
@@ -303,6 +311,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="skip what is left after this")
     p.add_argument("--no-do-bench", action="store_true", help="graph replay only (faster)")
     p.add_argument("--pdl-ab", action="store_true", help="add vllm_c and triton columns without PDL")
+    p.add_argument(
+        "--whole-row-ab", action="store_true", help="add triton's whole-row launch of the fused norm + quant ops"
+    )
     p.add_argument("--build-timeout-s", type=float, default=240.0, help="max wait for a background build")
     args = p.parse_args(argv)
 
@@ -343,6 +354,8 @@ def columns(args: argparse.Namespace) -> list[str]:
     chosen = set(args.anchors) | set(args.providers)
     if getattr(args, "pdl_ab", False):
         chosen |= {c for c, p in NO_PDL.items() if p in args.providers}
+    if getattr(args, "whole_row_ab", False):
+        chosen |= {c for c, p in WHOLE_ROW.items() if p in args.providers}
     return [c for c in ORDER if c in chosen]
 
 
@@ -620,6 +633,8 @@ class Impls:
         import torch
         import torch.nn.functional as F
 
+        if impl in WHOLE_ROW:  # the provider's whole-row variant of a fused norm + quant op
+            return self._quant_fn(impl, op, self.load(WHOLE_ROW[impl]))
         impl = NO_PDL.get(impl, impl)
         mod = self.load(impl)
         if op in NORM_OPS:
@@ -795,10 +810,12 @@ class Impls:
             import ircore
 
             ircore.get_priority(name)  # loads the providers
-            registered = ircore.get_op(name).impls.get(impl)
+            registered = ircore.get_op(name).impls.get(WHOLE_ROW.get(impl, impl))
             if registered is None:
                 raise RuntimeError(f"{impl} has no kernel for {name} yet")
             run, supports = registered.run, registered.supports_args
+            if impl in WHOLE_ROW:  # the registered predicate, the whole-row variant's launch
+                run = getattr(mod, f"{name}_invariant")
 
             def f(*a):
                 if supports is not None and not supports(*a):
@@ -1187,7 +1204,7 @@ def tables(cells: list[Cell], args: argparse.Namespace, meta: dict[str, Any]) ->
             if not op_cols:
                 continue
             anchors = [c for c in op_cols if c in ANCHORS]
-            ours = [c for c in op_cols if c in PROVIDERS or c in NO_PDL]
+            ours = [c for c in op_cols if c in PROVIDERS or c in NO_PDL or c in WHOLE_ROW]
             head = ["T x H", *(col_label(c, op) for c in op_cols)]
             if anchors:
                 head.append("best anchor")

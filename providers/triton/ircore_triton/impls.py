@@ -67,16 +67,22 @@ __all__ = [
     "dynamic_group_quant_fp8_supports",
     "rms_norm_static_fp8_quant",
     "rms_norm_static_fp8_quant_supports",
+    "rms_norm_static_fp8_quant_invariant",
     "fused_add_rms_norm_static_fp8_quant",
     "fused_add_rms_norm_static_fp8_quant_supports",
+    "fused_add_rms_norm_static_fp8_quant_invariant",
     "rms_norm_dynamic_quant_fp8",
     "rms_norm_dynamic_quant_fp8_supports",
+    "rms_norm_dynamic_quant_fp8_invariant",
     "fused_add_rms_norm_dynamic_quant_fp8",
     "fused_add_rms_norm_dynamic_quant_fp8_supports",
+    "fused_add_rms_norm_dynamic_quant_fp8_invariant",
     "rms_norm_group_quant_fp8",
     "rms_norm_group_quant_fp8_supports",
+    "rms_norm_group_quant_fp8_invariant",
     "fused_add_rms_norm_group_quant_fp8",
     "fused_add_rms_norm_group_quant_fp8_supports",
+    "fused_add_rms_norm_group_quant_fp8_invariant",
     "silu_and_mul_static_quant_fp8",
     "silu_and_mul_static_quant_fp8_supports",
     "silu_and_mul_group_quant_fp8",
@@ -488,9 +494,10 @@ def fused_add_rms_norm_invariant(
 # ---------------------------------------------------------------------- fp8 quant (quant_kernels)
 # The quant ops and the fused RMSNorm / SiLU-and-mul + quant ops: one program per row, the row in
 # registers (at most quant_kernels.MAX_ROW_BLOCK elements as [groups, group width] padded to
-# powers of two). The predicates run after the ops' own checks (scale shapes that broadcast,
-# group_shape (1, g), scale_alignment, even silu width, weight and residual like x) and test what
-# the kernels add: a Triton device, an e4m3 type (_QUANT_FP8_OK), unit last-dim
+# powers of two), or split (the static and plain/silu group forms) or walked in chunks (the norm
+# forms) where the autotune picks it. The predicates run after the ops' own checks (scale shapes
+# that broadcast, group_shape (1, g), scale_alignment, even silu width, weight and residual like
+# x) and test what the kernels add: a Triton device, an e4m3 type (_QUANT_FP8_OK), unit last-dim
 # stride of x (and the residual), and the row block. Weights, scales and scale_ub of any float
 # dtype (read in fp32). They read the fp8_dtype and group_shape arguments: not cached by signature.
 # Both fp8 types on every device: the kernel encodes by the bits where the hardware's cast is not
@@ -793,3 +800,110 @@ def silu_and_mul_group_quant_fp8_supports(
 ) -> bool:
     """As :func:`dynamic_group_quant_fp8_supports`, on the output row (half of x's)."""
     return _quant_ok(x, fp8_dtype, x.shape[-1] // 2, int(group_shape[-1]))
+
+
+# The fused norm + quant ops in batch-invariant mode: their default launch picks, per row-count
+# bucket, between the whole row and a walk in chunks whose sum of squares has another rounding
+# order (quant_kernels.norm_candidates); these variants take the whole row, fixed per hidden size.
+def rms_norm_static_fp8_quant_invariant(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> Tensor:
+    """rms_norm_static_fp8_quant with the whole row in one program (batch-invariant mode)."""
+    from . import invariant_kernels
+
+    args = (scale, fp8_dtype, num_token_padding)
+    return invariant_kernels.rms_norm_static_fp8_quant(x, weight, epsilon, *args)
+
+
+def fused_add_rms_norm_static_fp8_quant_invariant(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """fused_add_rms_norm_static_fp8_quant with the whole row in one program (batch-invariant mode)."""
+    from . import invariant_kernels
+
+    return invariant_kernels.fused_add_rms_norm_static_fp8_quant(
+        x, x_residual, weight, epsilon, scale, fp8_dtype, num_token_padding
+    )
+
+
+def rms_norm_dynamic_quant_fp8_invariant(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """rms_norm_dynamic_quant_fp8 with the whole row in one program (batch-invariant mode)."""
+    from . import invariant_kernels
+
+    return invariant_kernels.rms_norm_dynamic_quant_fp8(
+        x, weight, epsilon, per_token, fp8_dtype, scale_ub, num_token_padding
+    )
+
+
+def fused_add_rms_norm_dynamic_quant_fp8_invariant(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    per_token: bool,
+    fp8_dtype: torch.dtype,
+    scale_ub: Tensor | None = None,
+    num_token_padding: int | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """fused_add_rms_norm_dynamic_quant_fp8 with the whole row in one program (batch-invariant mode)."""
+    from . import invariant_kernels
+
+    return invariant_kernels.fused_add_rms_norm_dynamic_quant_fp8(
+        x, x_residual, weight, epsilon, per_token, fp8_dtype, scale_ub, num_token_padding
+    )
+
+
+def rms_norm_group_quant_fp8_invariant(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """rms_norm_group_quant_fp8 with the whole row in one program (batch-invariant mode)."""
+    from . import invariant_kernels
+
+    return invariant_kernels.rms_norm_group_quant_fp8(
+        x, weight, epsilon, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment
+    )
+
+
+def fused_add_rms_norm_group_quant_fp8_invariant(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """fused_add_rms_norm_group_quant_fp8 with the whole row in one program (batch-invariant mode)."""
+    from . import invariant_kernels
+
+    return invariant_kernels.fused_add_rms_norm_group_quant_fp8(
+        x, x_residual, weight, epsilon, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment
+    )

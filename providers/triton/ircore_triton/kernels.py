@@ -19,10 +19,11 @@ Why it looks like this:
   launches (the figure that matters for decode), and caches the winner in a dict. A steady-state
   call costs one dict lookup plus Triton's own launch. Tuning never runs while a CUDA graph is
   being captured (a heuristic config is used and not cached) nor under ``TRITON_INTERPRET=1``.
-  The gated activations, ``rms_norm_gated``, ``rotary_pos_emb`` and the row split of the static
-  and plain/silu group fp8 quant ops (act_kernels.py, norm_kernels.py, rope_kernels.py,
-  quant_kernels.py) go through the same cache and :func:`_pick` (via :func:`_untuned`), their
-  candidate lists starting with the heuristic launch they had before.
+  The gated activations, ``rms_norm_gated``, ``rotary_pos_emb``, the row split of the static
+  and plain/silu group fp8 quant ops and the chunked walk of the fused norm + quant ops
+  (act_kernels.py, norm_kernels.py, rope_kernels.py, quant_kernels.py) go through the same cache
+  and :func:`_pick` (via :func:`_untuned`), their candidate lists starting with the heuristic
+  launch they had before.
 """
 
 from __future__ import annotations
@@ -382,11 +383,12 @@ class GatedNormConfig:
 
 @dataclass(frozen=True)
 class QuantConfig:
-    """Launch config of the fp8 quant kernel (quant_kernels.py) for the ops whose outputs do not
-    need the whole row (static scales; per-group scales without a norm): each program takes a
+    """Launch config of the fp8 quant kernels (quant_kernels.py). For the ops whose outputs do not
+    need the whole row (static scales; per-group scales without a norm) each program takes a
     ``block``-element chunk of a row, whole groups of it (``block // next_pow2(group)`` groups) or,
-    for the static forms, ``block`` columns; ``block`` >= the row's register block is the whole
-    row in one program (the launch before the split)."""
+    for the static forms, ``block`` columns; for the fused norm + quant ops one program walks its
+    row in such chunks (the chunked kernel). ``block`` >= the row's register block is the whole
+    row in one program (the launch before the split or the walk)."""
 
     block: int
     num_warps: int
@@ -404,7 +406,7 @@ _TUNE_TIMES: dict[tuple, list[tuple[TunedConfig, float]]] = {}
 def tuned_configs() -> dict[tuple, TunedConfig]:
     """A copy of the config cache: ``(op, hidden, dtype, bucket) -> config`` (``hidden`` is a
     tuple for rotary_pos_emb, ``(query heads, key heads, head_dim)``, rms_norm_gated, ``(row
-    width, group size)``, and the split fp8 quant ops, ``quant_kernels.tune_hidden(...)``)."""
+    width, group size)``, and the split and chunked fp8 quant ops, ``quant_kernels.tune_hidden(...)``)."""
     return dict(_CONFIGS)
 
 
@@ -423,7 +425,10 @@ def set_config(
     ``(query heads, key heads, head_dim)`` for "rotary_pos_emb" (rows: tokens), ``(row width,
     group size)`` for "rms_norm_gated" (rows: rows, not groups) and, for the split fp8 quant ops
     ("static_quant_fp8", "silu_and_mul_static_quant_fp8", "dynamic_group_quant_fp8",
-    "silu_and_mul_group_quant_fp8"), ``quant_kernels.tune_hidden(...)``."""
+    "silu_and_mul_group_quant_fp8") and the fused norm + quant ops ("rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant", "rms_norm_dynamic_quant_fp8",
+    "fused_add_rms_norm_dynamic_quant_fp8", "rms_norm_group_quant_fp8",
+    "fused_add_rms_norm_group_quant_fp8"), ``quant_kernels.tune_hidden(...)``."""
     _CONFIGS[(op, hidden, dtype, _bucket(rows))] = config
 
 

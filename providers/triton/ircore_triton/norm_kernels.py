@@ -37,11 +37,13 @@ MAX_ROW_BLOCK = 32768
 def _round_to(y, DT: tl.constexpr):
     """fp32 ``y`` rounded to ``DT`` (to nearest, ties to even), kept in fp32. bf16 by its bits:
     Triton's interpreter truncates a bf16 cast, which would round the intermediate values of
-    ``round_normalized`` differently from a GPU (the final store's cast it may truncate: tolerance)."""
+    ``round_normalized`` differently from a GPU (the final store's cast it may truncate: tolerance).
+    NaN stays NaN: the rounding carry of a NaN with a full mantissa (a GPU's fp32 arithmetic gives
+    0x7FFFFFFF) would wrap it to a zero."""
     if DT == tl.bfloat16:
         b = y.to(tl.uint32, bitcast=True)
         b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
-        return b.to(tl.float32, bitcast=True)
+        return tl.where(y != y, y, b.to(tl.float32, bitcast=True))
     else:
         return y.to(DT).to(tl.float32)
 

@@ -50,8 +50,11 @@ MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
 
 # The fp8 quant ops and the fused norm/act + quant ops (quant_kernels.py): each row's scale and
 # values come from that row alone (one program per row, or, for the static and plain group forms,
-# chunks of it tuned per row bucket that give the whole row's bits): batch-invariant; the calls
-# that depend on the batch by definition (per-tensor dynamic scales) are refused by the ops. The
+# chunks of it tuned per row bucket that give the whole row's bits): batch-invariant as they are.
+# The fused norm + quant ops (NORM_QUANT_OPS) walk wide rows in chunks where the autotune picks it
+# per row bucket, their sum of squares in another order than the whole row's: batch-invariant
+# through variants with the whole row fixed per hidden size (invariant_kernels.py). The calls that
+# depend on the batch by definition (per-tensor dynamic scales) are refused by the ops. The
 # predicates read the fp8_dtype and group_shape arguments: no signature cache.
 QUANT_OPS = (
     "static_quant_fp8",
@@ -67,12 +70,13 @@ QUANT_OPS = (
     "silu_and_mul_static_quant_fp8",
     "silu_and_mul_group_quant_fp8",
 )
+NORM_QUANT_OPS = tuple(op for op in QUANT_OPS if "rms_norm" in op)
 
-# Batch invariance: the norms and silu_and_mul; rms_norm, fused_add_rms_norm and rms_norm_gated through their
-# invariant variants (a launch fixed per hidden size, invariant_kernels.py), whose default launch
-# is tuned per row-count bucket; the position ops as they are; the fp8 matmuls through variants
-# with one launch config for every M. The matmul layer of ircore.batch_invariant(matmul=True):
-# matmul_layer.py.
+# Batch invariance: the norms and silu_and_mul; rms_norm, fused_add_rms_norm, rms_norm_gated and
+# the fused norm + quant ops through their invariant variants (a launch fixed per hidden size,
+# invariant_kernels.py), whose default launch is tuned per row-count bucket; the position ops as
+# they are; the fp8 matmuls through variants with one launch config for every M. The matmul layer
+# of ircore.batch_invariant(matmul=True): matmul_layer.py.
 IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table(
         "ircore_triton.impls",
@@ -103,7 +107,8 @@ IRCORE_IMPLEMENTATIONS = {
         QUANT_OPS,
         cache_by_signature=False,
         rank=DEFAULT_RANK,
-        batch_invariant=True,  # one program per row; per-tensor dynamic calls: refused by the ops
+        batch_invariant=True,  # per row; the norm forms through <op>_invariant (the whole row)
+        invariant_fns=NORM_QUANT_OPS,
     ),
 }
 IRCORE_MATMUL_LAYER = "ircore_triton.matmul_layer:LAYER"

@@ -1,7 +1,8 @@
 """Triton kernels and launchers for the fp8 quant ops and the fused RMSNorm / SiLU-and-mul + quant
 ops (``ircore.ops._quant``, ``ircore.ops._norm_quant``).
 
-One kernel, specialised by constexprs. The norm forms and the per-token / per-tensor scales need
+One kernel, specialised by constexprs (and a sibling for the norm forms' chunked walk, below,
+sharing its quant stage). The norm forms and the per-token / per-tensor scales need
 the whole row: one program per row on a GPU (several under the interpreter, where each program
 costs milliseconds), the row (or, for silu_and_mul, both halves) read once into registers laid
 out as ``[groups, group width]`` (one group of the whole row for the per-tensor and per-token
@@ -11,9 +12,16 @@ ops). The static forms and the group forms without a norm (``static_quant_fp8``,
 grid (rows, chunks of whole groups or of columns), the chunk and warps tuned per key
 (:func:`candidates`, :class:`~ircore_triton.kernels.QuantConfig`; the whole row, the launch
 before the split, first), so that few rows still fill the GPU and wide rows do not sit in one
-program's registers. The input stage runs in fp32 (the plain row; the
-RMSNorm with the residual added and rounded first; silu(gate) * up) and is rounded to x's dtype as
-the unfused chain rounds it, then the quant stage:
+program's registers. The norm forms (``rms_norm_*_quant*``, ``fused_add_rms_norm_*_quant*``) need
+the row's sum of squares before any output: their alternative keeps one program per row but
+walks it in chunks of whole groups or of columns (:func:`norm_candidates`,
+``_norm_quant_chunked_kernel``): pass 1 sums the squares (and stores the rounded residual sum),
+the last pass re-reads each chunk from L2 and quantises it, per-token scales with a pass between
+for the row's amax; the whole row first, the chunks tried only where they are narrower than it
+(a 14336-wide row in one program is a 16384-element fp32 block on 16 warps: 63-128 registers a
+thread on sm_90, one or two such blocks per SM, too few loads in flight). The input stage runs in
+fp32 (the plain row; the RMSNorm with the residual added and rounded first; silu(gate) * up) and
+is rounded to x's dtype as the unfused chain rounds it, then the quant stage:
 
 - static: ``y * (1/scale)``, the scale element addressed per row and column group (per tensor,
   per channel, per token, 2-D group scales: ``prep_static_scale`` then ``group_broadcast``);
@@ -33,7 +41,10 @@ predicates). The whole-row launch is fixed per hidden size, group size and dtype
 block); the split ops' chunking is tuned per row bucket too, but it decides only which program
 computes an element or a group (each element, and each group's exact amax, is computed alike in
 every chunking: tests/test_tuned_launches.py pins every candidate to the whole row's bits), so
-the per-row results do not depend on the batch.
+the per-row results do not depend on the batch. The norm forms' chunked walk sums a row's squares
+in another order than the whole row (results within the op's tolerance, not the same bits), so
+their default launch is batch-variant: the batch-invariant mode runs their invariant variants
+(invariant_kernels.py), the whole row fixed per hidden size.
 """
 
 from __future__ import annotations
@@ -59,6 +70,7 @@ __all__ = [
     "fused_add_rms_norm_group_quant_fp8",
     "fused_add_rms_norm_static_fp8_quant",
     "heuristic",
+    "norm_candidates",
     "row_block",
     "rms_norm_dynamic_quant_fp8",
     "rms_norm_group_quant_fp8",
@@ -117,6 +129,66 @@ def _group_amax(y):
     return tl.where(nan > 0, float("nan"), tl.max(tl.abs(y), axis=2))
 
 
+@triton.jit
+def _dyn_scale(amax, UB, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr, UE8M0: tl.constexpr,
+               HAS_UB: tl.constexpr):  # fmt: skip
+    """A dynamic scale from its amax: clamped by ``scale_ub``, ``/ fp8_max``, ue8m0 rounding up,
+    the ``min_scale`` floor (NaN kept through each step)."""
+    if HAS_UB:
+        amax = tl.minimum(amax, tl.load(UB).to(tl.float32), propagate_nan=tl.PropagateNan.ALL)
+    scale = tl.math.div_rn(amax, tl.full(amax.shape, FP8_MAX, tl.float32))
+    if UE8M0:
+        scale = _ceil_pow2(scale)
+    return tl.maximum(scale, MIN_SCALE, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _store_group_scales(SC, scale, rr, g0, n_rows, K, M, stride_scb, stride_scm, stride_scg,
+                        G: tl.constexpr, NG: tl.constexpr):  # fmt: skip
+    """``scale`` ``[BLOCK_R, NG]`` of groups ``g0 ...`` of rows ``rr``, in the op's layout."""
+    b2 = rr[:, None] // M
+    m2 = rr[:, None] % M
+    g2 = g0 + tl.arange(0, NG)[None, :]
+    tl.store(SC + b2 * stride_scb + m2 * stride_scm + g2 * stride_scg, scale,
+             mask=(g2 * G < K) & (rr[:, None] < n_rows))  # fmt: skip
+
+
+@triton.jit
+def _dyn_q(y, scale, DIVIDE: tl.constexpr):
+    """``y / scale`` (the group ops) or ``y * (1/scale)`` (per token), ``scale`` ``[BLOCK_R, NG]``."""
+    if DIVIDE:
+        q = tl.math.div_rn(y, tl.broadcast_to(scale[:, :, None], y.shape))
+    else:
+        inv = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
+        q = y * inv[:, :, None]
+    return q
+
+
+@triton.jit
+def _static_q(y, S, r, col, mask, M, gm, gn, stride_sa, stride_sb, SCALAR_SCALE: tl.constexpr):
+    """``y * (1/scale)``, the scale element addressed per row and column group."""
+    if SCALAR_SCALE:  # one scale: one load, one reciprocal
+        sc = tl.load(S).to(tl.float32)
+        q = y * tl.math.div_rn(tl.full([], 1.0, tl.float32), sc)
+    else:
+        m = r % M
+        sc = tl.load(S + (m // gm) * stride_sa + (col // gn) * stride_sb, mask=mask, other=1.0)
+        q = y * tl.math.div_rn(tl.full(sc.shape, 1.0, tl.float32), sc.to(tl.float32))
+    return q
+
+
+@triton.jit
+def _store_q(Q, q, r, col, mask, stride_q, FP8_MAX: tl.constexpr, HW_CAST: tl.constexpr, BIAS: tl.constexpr):
+    """Clamp to ``±fp8_max`` (NaN kept), cast (the hardware's or the bits') and store."""
+    q = tl.minimum(tl.maximum(q, -FP8_MAX, propagate_nan=tl.PropagateNan.ALL), FP8_MAX,
+                   propagate_nan=tl.PropagateNan.ALL)  # fmt: skip
+    if HW_CAST:  # e4m3fn on an NVIDIA GPU: the hardware's round-to-nearest-even cast
+        tl.store(Q + r * stride_q + col, q.to(tl.float8e4nv), mask=mask)
+    else:  # Q is the fp8 output viewed as uint8
+        code = _encode_fp8(q, BIAS, 0x7F if BIAS == 7 else 0x80, BIAS == 7)
+        tl.store(Q + r * stride_q + col, code, mask=mask)
+
+
 @triton.jit(do_not_specialize=["n_rows", "M", "eps"])
 def _quant_rows_kernel(
     X, R, RO, W, S, UB, Q, SC, AMAX,
@@ -173,9 +245,8 @@ def _quant_rows_kernel(
     x = xh.to(tl.float32)
     if IN_MODE == 1:
         if HAS_RES:
-            s = x + res
-            tl.store(RO + r * K + col, s.to(RO.dtype.element_ty), mask=mask)
-            x = _round_to(s, DT)
+            x = _round_to(x + res, DT)
+            tl.store(RO + r * K + col, x.to(RO.dtype.element_ty), mask=mask)  # exact: x is rounded
         ss = tl.sum(tl.sum(x * x, axis=2), axis=1)
         y = x * tl.rsqrt(ss / K + eps)[:, None, None]
         if HAS_W:
@@ -188,47 +259,104 @@ def _quant_rows_kernel(
     if QUANT == 2:
         tl.store(AMAX + rr, tl.max(_group_amax(y), axis=1), mask=rr < n_rows)
     else:
-        m = r % M
         if QUANT == 0:
-            if SCALAR_SCALE:  # one scale: one load, one reciprocal
-                sc = tl.load(S).to(tl.float32)
-                q = y * tl.math.div_rn(tl.full([], 1.0, tl.float32), sc)
-            else:
-                sc = tl.load(S + (m // gm) * stride_sa + (col // gn) * stride_sb, mask=mask, other=1.0)
-                q = y * tl.math.div_rn(tl.full(sc.shape, 1.0, tl.float32), sc.to(tl.float32))
+            q = _static_q(y, S, r, col, mask, M, gm, gn, stride_sa, stride_sb, SCALAR_SCALE)
+        elif QUANT == 3:
+            amax = tl.load(AMAX).to(tl.float32)
+            scale = tl.maximum(tl.math.div_rn(amax, tl.full([], FP8_MAX, tl.float32)), MIN_SCALE,
+                               propagate_nan=tl.PropagateNan.ALL)  # fmt: skip
+            if tl.program_id(0) == 0:
+                tl.store(SC, scale)
+            q = y * tl.math.div_rn(tl.full([], 1.0, tl.float32), scale)
         else:
-            if QUANT == 3:
-                amax = tl.load(AMAX).to(tl.float32)
-                scale = tl.maximum(tl.math.div_rn(amax, tl.full([], FP8_MAX, tl.float32)), MIN_SCALE,
-                                   propagate_nan=tl.PropagateNan.ALL)  # fmt: skip
-                if tl.program_id(0) == 0:
-                    tl.store(SC, scale)
-                q = y * tl.math.div_rn(tl.full([], 1.0, tl.float32), scale)
-            else:
-                amax = _group_amax(y)  # [BLOCK_R, NG]
-                if HAS_UB:
-                    amax = tl.minimum(amax, tl.load(UB).to(tl.float32), propagate_nan=tl.PropagateNan.ALL)
-                scale = tl.math.div_rn(amax, tl.full(amax.shape, FP8_MAX, tl.float32))
-                if UE8M0:
-                    scale = _ceil_pow2(scale)
-                scale = tl.maximum(scale, MIN_SCALE, propagate_nan=tl.PropagateNan.ALL)
-                b2 = rr[:, None] // M
-                m2 = rr[:, None] % M
-                g2 = g0 + tl.arange(0, NG)[None, :]
-                tl.store(SC + b2 * stride_scb + m2 * stride_scm + g2 * stride_scg, scale,
-                         mask=(g2 * G < K) & (rr[:, None] < n_rows))  # fmt: skip
-                if DIVIDE:
-                    q = tl.math.div_rn(y, tl.broadcast_to(scale[:, :, None], y.shape))
-                else:
-                    inv = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
-                    q = y * inv[:, :, None]
-        q = tl.minimum(tl.maximum(q, -FP8_MAX, propagate_nan=tl.PropagateNan.ALL), FP8_MAX,
-                       propagate_nan=tl.PropagateNan.ALL)  # fmt: skip
-        if HW_CAST:  # e4m3fn on an NVIDIA GPU: the hardware's round-to-nearest-even cast
-            tl.store(Q + r * stride_q + col, q.to(tl.float8e4nv), mask=mask)
-        else:  # Q is the fp8 output viewed as uint8
-            code = _encode_fp8(q, BIAS, 0x7F if BIAS == 7 else 0x80, BIAS == 7)
-            tl.store(Q + r * stride_q + col, code, mask=mask)
+            scale = _dyn_scale(_group_amax(y), UB, FP8_MAX, MIN_SCALE, UE8M0, HAS_UB)  # [BLOCK_R, NG]
+            _store_group_scales(SC, scale, rr, g0, n_rows, K, M, stride_scb, stride_scm, stride_scg, G, NG)
+            q = _dyn_q(y, scale, DIVIDE)
+        _store_q(Q, q, r, col, mask, stride_q, FP8_MAX, HW_CAST, BIAS)
+
+
+@triton.jit
+def _norm_chunk_y(X, RO, W, r, col, mask, wmask, stride_x, K, rstd,
+                  HAS_RES: tl.constexpr, HAS_W: tl.constexpr, DT: tl.constexpr):  # fmt: skip
+    """A chunk of the normalised row, as the whole-row kernel computes it: x (the stored rounded
+    sum with a residual) times ``rstd``, times the weight, rounded to the dtype."""
+    if HAS_RES:
+        x = tl.load(RO + r * K + col, mask=mask, other=0.0).to(tl.float32)
+    else:
+        x = tl.load(X + r * stride_x + col, mask=mask, other=0.0).to(tl.float32)
+    y = x * rstd
+    if HAS_W:
+        y = y * tl.load(W + col, mask=wmask, other=0.0).to(tl.float32)
+    return _round_to(y, DT)
+
+
+@triton.jit(do_not_specialize=["n_rows", "M", "eps"])
+def _norm_quant_chunked_kernel(
+    X, R, RO, W, S, UB, Q, SC,
+    n_rows, K, M, stride_x, stride_r, stride_q, eps,
+    gm, gn, stride_sa, stride_sb,
+    stride_scb, stride_scm, stride_scg,
+    FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
+    QUANT: tl.constexpr, DIVIDE: tl.constexpr, UE8M0: tl.constexpr, HAS_UB: tl.constexpr,
+    G: tl.constexpr, NG: tl.constexpr, BG: tl.constexpr, SCALAR_SCALE: tl.constexpr, BLOCK_R: tl.constexpr,
+    HW_CAST: tl.constexpr, BIAS: tl.constexpr, ROW_SCALE: tl.constexpr, USE_PDL: tl.constexpr = False,
+):  # fmt: skip
+    """RMSNorm + quant of rows too wide to sit well in one program's registers: program ``p``
+    owns rows ``p * BLOCK_R ...`` (one on a GPU) and walks them in chunks of ``NG`` groups of
+    ``G`` columns (the static and per-token forms: one "group" of ``G = BG`` columns). Pass 1 sums
+    the squares chunk by chunk (with a residual: adds it, rounds the sum to the dtype and stores
+    it); the last pass re-reads each chunk (from L2; with a residual the stored sum, which is the
+    rounded value exactly), normalises, weights, rounds and quantises it with the whole-row
+    kernel's code (static scale; each group's amax inside the chunk). ``ROW_SCALE`` (per-token
+    dynamic scales) adds a pass between them for the row's amax of the normalised values. Every
+    element is computed as in the whole-row kernel but for the order of the sum of squares."""
+    rr = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    r = rr[:, None, None]
+    j = tl.arange(0, BG)[None, None, :]
+    gi = tl.arange(0, NG)[None, :, None]
+    DT: tl.constexpr = X.dtype.element_ty
+    n_chunks = tl.cdiv(K, NG * G)
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+    acc = tl.zeros([BLOCK_R, NG, BG], dtype=tl.float32)
+    for c in tl.range(0, n_chunks):
+        col = (c * NG + gi) * G + j
+        mask = (j < G) & (col < K) & (r < n_rows)
+        x = tl.load(X + r * stride_x + col, mask=mask, other=0.0).to(tl.float32)
+        if HAS_RES:
+            res = tl.load(R + r * stride_r + col, mask=mask, other=0.0).to(tl.float32)
+            x = _round_to(x + res, DT)
+            tl.store(RO + r * K + col, x.to(RO.dtype.element_ty), mask=mask)  # exact: x is rounded
+        acc += x * x
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    rstd = tl.rsqrt(tl.sum(tl.sum(acc, axis=2), axis=1) / K + eps)[:, None, None]
+    if ROW_SCALE:  # per token: the row's amax of y (an exact max: the whole row's), then its scale
+        amax = tl.zeros([BLOCK_R, 1], dtype=tl.float32)
+        for c in tl.range(0, n_chunks):
+            col = (c * NG + gi) * G + j
+            mask = (j < G) & (col < K) & (r < n_rows)
+            wmask = (j < G) & (col < K)
+            y = _norm_chunk_y(X, RO, W, r, col, mask, wmask, stride_x, K, rstd, HAS_RES, HAS_W, DT)
+            amax = tl.maximum(amax, tl.max(_group_amax(y), axis=1, keep_dims=True),
+                              propagate_nan=tl.PropagateNan.ALL)  # fmt: skip
+        row_scale = _dyn_scale(amax, UB, FP8_MAX, MIN_SCALE, UE8M0, HAS_UB)  # [BLOCK_R, 1]
+        _store_group_scales(SC, row_scale, rr, 0, n_rows, K, M, stride_scb, stride_scm, stride_scg, 1, 1)
+    for c in tl.range(0, n_chunks):
+        col = (c * NG + gi) * G + j
+        mask = (j < G) & (col < K) & (r < n_rows)
+        wmask = (j < G) & (col < K)
+        y = _norm_chunk_y(X, RO, W, r, col, mask, wmask, stride_x, K, rstd, HAS_RES, HAS_W, DT)
+        if QUANT == 0:
+            q = _static_q(y, S, r, col, mask, M, gm, gn, stride_sa, stride_sb, SCALAR_SCALE)
+        elif ROW_SCALE:
+            q = _dyn_q(y, row_scale, DIVIDE)
+        else:
+            scale = _dyn_scale(_group_amax(y), UB, FP8_MAX, MIN_SCALE, UE8M0, HAS_UB)  # [BLOCK_R, NG]
+            g0 = c * NG
+            _store_group_scales(SC, scale, rr, g0, n_rows, K, M, stride_scb, stride_scm, stride_scg, G, NG)
+            q = _dyn_q(y, scale, DIVIDE)
+        _store_q(Q, q, r, col, mask, stride_q, FP8_MAX, HW_CAST, BIAS)
 
 
 _HW_E4M3FN: dict[int, bool] = {}
@@ -308,6 +436,26 @@ def _launch(
     if q is not None and not hw_cast:
         q = q.view(torch.uint8)
     chunks, split, warps = 1, False, _warps(ng * bg, x.element_size())
+    if cfg is not None and mode == _NORM and cfg.block < ng * bg:  # the row walked in chunks
+        assert _chunk_ok(quant, group, cfg), f"no chunked walk {cfg} for this launch"
+        cg, cng, cbg = (cfg.block, 1, cfg.block) if group is None else (g, cfg.block // bg, bg)
+        block_r = 1 if not x.is_cpu else max(1, min(16, triton.next_power_of_2(rows), 4096 // cfg.block))
+        _norm_quant_chunked_kernel.run(
+            x2, r2, x2 if res_out is None else res_out, x2 if w is None else w,
+            x2 if scale is None else s2, x2 if scale_ub is None else scale_ub, q,
+            x2 if scale_out is None else scale_out,
+            rows, k, m, x2.stride(0), r2.stride(0), k, eps,
+            gm, gn, sa, sb, *scale_strides,
+            FP8_MAX=fp8_max(fp8_dtype), MIN_SCALE=min_scale(fp8_dtype),
+            HAS_RES=residual is not None, HAS_W=w is not None,
+            QUANT=quant, DIVIDE=divide, UE8M0=ue8m0, HAS_UB=scale_ub is not None,
+            G=cg, NG=cng, BG=cbg, SCALAR_SCALE=scale is not None and scale.numel() == 1, BLOCK_R=block_r,
+            HW_CAST=hw_cast, BIAS=8 if fp8_dtype == torch.float8_e4m3fnuz else 7,
+            ROW_SCALE=quant == _DYNAMIC and group is None,
+            num_warps=cfg.num_warps, grid=(triton.cdiv(rows, block_r),), warmup=False,
+            **_launch_opts(x.device),
+        )  # fmt: skip
+        return
     if cfg is not None:
         warps = cfg.num_warps
         if cfg.block < ng * bg:  # a chunk of the row a program: whole groups, or columns
@@ -456,6 +604,124 @@ def _split_config(
     return _k._untuned(lambda: heuristic(k, group, elem_bytes), tune, x.device)  # type: ignore[return-value]
 
 
+# ---------------------------------------------------------------------- the norm forms in chunks, tuned
+# The fused norm + quant ops (static, per-token dynamic, group scales; not per tensor, whose two
+# launches keep the whole row): per (quant stage, per token, with a residual), the op name of
+# their tuning key.
+_NORM_OPS = {
+    (_STATIC, False, False): "rms_norm_static_fp8_quant",
+    (_STATIC, False, True): "fused_add_rms_norm_static_fp8_quant",
+    (_DYNAMIC, True, False): "rms_norm_dynamic_quant_fp8",
+    (_DYNAMIC, True, True): "fused_add_rms_norm_dynamic_quant_fp8",
+    (_DYNAMIC, False, False): "rms_norm_group_quant_fp8",
+    (_DYNAMIC, False, True): "fused_add_rms_norm_group_quant_fp8",
+}
+#: Chunk sizes (register-block elements) of the norm forms' chunked walk.
+NORM_CHUNKS = (1024, 2048, 4096)
+
+
+def _chunk_ok(quant: int, group: int | None, cfg: QuantConfig) -> bool:
+    """Whether the norm forms' chunked kernel takes ``cfg``: static, per-token or per-group
+    dynamic scales (not per tensor), chunks of whole padded groups."""
+    return quant in (_STATIC, _DYNAMIC) and (group is None or cfg.block >= triton.next_power_of_2(group))
+
+
+def norm_candidates(k: int, group: int | None, elem_bytes: int) -> list[QuantConfig]:
+    """The norm forms' launches: the heuristic (the whole row in one program, the launch before
+    the chunks and the invariant variant's) first, then the row walked in chunks of
+    :data:`NORM_CHUNKS` elements (whole groups of the padded group width, or columns) with 4, 8
+    or 16 warps at one or two 16-byte input vectors a thread (fewer elements a thread are not
+    vector loads: the sm_90 PTX of 1024 bf16 on 8 warps had none), only chunks that cover less than
+    the row. One list for every row bucket: one program a row either way, the autotune times it
+    per bucket."""
+    whole = row_block(k, group)
+    out = [heuristic(k, group, elem_bytes)]
+    bg = 1 if group is None else triton.next_power_of_2(group)
+    vec = max(1, 16 // elem_bytes)
+    for b in NORM_CHUNKS:
+        cols = b if group is None else (b // bg) * group
+        if b >= whole or b < bg or cols >= k:
+            continue
+        for w in (4, 8, 16):
+            if b // (32 * w) in (vec, 2 * vec):
+                out.append(QuantConfig(b, w))
+    return out
+
+
+def _norm_config(
+    x: torch.Tensor,
+    quant: int,
+    k: int,
+    fp8_dtype: torch.dtype,
+    residual: bool,
+    group: int | None = None,
+    column_major: bool = False,
+    scale_alignment: int = 1,
+    ue8m0: bool = False,
+) -> QuantConfig:
+    """The tuned launch of a norm form, per (op, :func:`tune_hidden`, dtype, row bucket): the
+    whole row or a chunked walk. The chunks sum a row's squares in another order than the whole
+    row, so which config is picked may change the last bit of a row's results with the row count:
+    the batch-invariant mode runs the ops' invariant variants (the heuristic, fixed per hidden
+    size). Tuned on scratch rows with a weight (static: one scale element; group: the caller's
+    scale layout; fused_add: out of place, as the op is)."""
+    rows = x.numel() // x.shape[-1]
+    per_token = quant == _DYNAMIC and group is None
+    if quant == _STATIC:
+        layout = "static"
+    elif per_token:
+        layout = "token"
+    else:
+        layout = ("col" if scale_alignment <= 1 else f"tma{scale_alignment}") if column_major else "row"
+        layout += "+ue8m0" if ue8m0 else ""
+    key = (_NORM_OPS[(quant, per_token, residual)], tune_hidden(k, group, fp8_dtype, layout), x.dtype,
+           _k._bucket(rows))  # fmt: skip
+    cfg = _k._CONFIGS.get(key)
+    if cfg is not None:
+        return cfg  # type: ignore[return-value]
+    elem_bytes = x.element_size()
+
+    def tune() -> QuantConfig:
+        cands = norm_candidates(k, group, elem_bytes)
+        if len(cands) == 1:  # a row no wider than a chunk: the whole row, no scratch to time it on
+            _k._CONFIGS[key] = cands[0]
+            return cands[0]
+        t_rows = _k._bucket_rows(key[3], k)
+        dev = x.device
+        xs = torch.full((t_rows, k), 0.5, dtype=x.dtype, device=dev)  # the caller's RNG untouched
+        ws = torch.ones(k, dtype=x.dtype, device=dev)
+        rs = torch.full_like(xs, 0.25) if residual else None
+        ros = torch.empty_like(xs) if residual else None
+        common = dict(mode=_NORM, k=k, fp8_dtype=fp8_dtype, residual=rs, res_out=ros, weight=ws, eps=1e-6)
+        make: Callable[[QuantConfig], Callable[[], None]]
+        if quant == _STATIC:
+            ss = torch.ones(1, dtype=torch.float32, device=dev)
+            qs = torch.empty((t_rows, k), dtype=fp8_dtype, device=dev)
+
+            def make(c: QuantConfig) -> Callable[[], None]:
+                return lambda: _launch(xs, quant=_STATIC, q=qs, scale=ss, cfg=c, **common)  # type: ignore[arg-type]
+
+        elif per_token:
+            qs = torch.empty((t_rows, k), dtype=fp8_dtype, device=dev)
+            scs = torch.empty((t_rows, 1), dtype=torch.float32, device=dev)
+
+            def make(c: QuantConfig) -> Callable[[], None]:
+                return lambda: _launch(xs, quant=_DYNAMIC, q=qs, scale_out=scs, scale_strides=(t_rows, 1, 0),
+                                       cfg=c, **common)  # type: ignore[arg-type]  # fmt: skip
+
+        else:
+            qs, scs, strides = group_outputs(xs, k, group or k, column_major, scale_alignment, fp8_dtype)
+
+            def make(c: QuantConfig) -> Callable[[], None]:
+                return lambda: _launch(xs, quant=_DYNAMIC, q=qs, scale_out=scs, scale_strides=strides,
+                                       group=group, divide=True, ue8m0=ue8m0, cfg=c,
+                                       **common)  # type: ignore[arg-type]  # fmt: skip
+
+        return _k._pick(key, cands, make, dev)
+
+    return _k._untuned(lambda: heuristic(k, group, elem_bytes), tune, x.device)  # type: ignore[return-value]
+
+
 # ---------------------------------------------------------------------- the ops' launchers
 def _static(
     x: torch.Tensor,
@@ -474,8 +740,9 @@ def _static(
     k = x.shape[-1] // 2 if mode == _SILU else x.shape[-1]
     q, q_rows = _q_out(tuple(x.shape), k, fp8_dtype, pad, x.device)
     res_out = None if residual is None else torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    if config is None and mode != _NORM and x.numel():
-        config = _split_config(x, mode, _STATIC, k, fp8_dtype)
+    if config is None and x.numel():
+        config = (_norm_config(x, _STATIC, k, fp8_dtype, residual is not None) if mode == _NORM
+                  else _split_config(x, mode, _STATIC, k, fp8_dtype))  # fmt: skip
     _launch(x, mode=mode, quant=_STATIC, k=k, q=q_rows, fp8_dtype=fp8_dtype, residual=residual,
             res_out=res_out, weight=weight, eps=eps, scale=scale, cfg=config)  # fmt: skip
     return q, res_out
@@ -491,19 +758,24 @@ def _dynamic(
     residual: torch.Tensor | None = None,
     weight: torch.Tensor | None = None,
     eps: float = 0.0,
+    config: QuantConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     if _off_current_device(x):
         with _device_ctx(x):
-            return _dynamic(x, mode, per_token, fp8_dtype, scale_ub, pad, residual, weight, eps)
+            return _dynamic(x, mode, per_token, fp8_dtype, scale_ub, pad, residual, weight, eps, config)
     k = x.shape[-1]
     q, q_rows = _q_out(tuple(x.shape), k, fp8_dtype, pad, x.device)
     res_out = None if residual is None else torch.empty(x.shape, dtype=x.dtype, device=x.device)
     rows = x.numel() // k
     if per_token:
         scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+        if mode != _NORM:
+            config = None  # the plain per-token form: the whole row
+        elif config is None and rows:
+            config = _norm_config(x, _DYNAMIC, k, fp8_dtype, residual is not None)
         _launch(x, mode=mode, quant=_DYNAMIC, k=k, q=q_rows, fp8_dtype=fp8_dtype, residual=residual,
                 res_out=res_out, weight=weight, eps=eps, scale_ub=scale_ub, scale_out=scale,
-                scale_strides=(x.shape[-2], 1, 0))  # fmt: skip
+                scale_strides=(x.shape[-2], 1, 0), cfg=config)  # fmt: skip
         return q, scale, res_out
     scale = torch.empty((1,), dtype=torch.float32, device=x.device)
     row_max = torch.empty((rows,), dtype=torch.float32, device=x.device)
@@ -557,8 +829,13 @@ def _group(
     g = int(group_shape[-1])
     q, scales, strides = group_outputs(x, k, g, column_major, scale_alignment, fp8_dtype)
     res_out = None if residual is None else torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    if config is None and mode != _NORM and x.numel():
-        config = _split_config(x, mode, _DYNAMIC, k, fp8_dtype, g, column_major, scale_alignment, use_ue8m0)
+    if config is None and x.numel():
+        if mode == _NORM:
+            config = _norm_config(x, _DYNAMIC, k, fp8_dtype, residual is not None, g, column_major,
+                                  scale_alignment, use_ue8m0)  # fmt: skip
+        else:
+            config = _split_config(x, mode, _DYNAMIC, k, fp8_dtype, g, column_major, scale_alignment,
+                                   use_ue8m0)  # fmt: skip
     _launch(x, mode=mode, quant=_DYNAMIC, k=k, q=q, fp8_dtype=fp8_dtype, residual=residual, res_out=res_out,
             weight=weight, eps=eps, scale_out=scales, scale_strides=strides, group=g, divide=True,
             ue8m0=use_ue8m0, cfg=config)  # fmt: skip
@@ -612,9 +889,11 @@ def rms_norm_static_fp8_quant(
     scale: torch.Tensor,
     fp8_dtype: torch.dtype,
     num_token_padding: int | None = None,
+    config: QuantConfig | None = None,
 ) -> torch.Tensor:
-    """RMSNorm then static quant in one pass over the row."""
-    return _static(x, _NORM, scale, fp8_dtype, num_token_padding, None, weight, epsilon)[0]
+    """RMSNorm then static quant: the whole row in one program or walked in chunks (the tuned
+    launch, or ``config``: one of :func:`norm_candidates`)."""
+    return _static(x, _NORM, scale, fp8_dtype, num_token_padding, None, weight, epsilon, config)[0]
 
 
 def fused_add_rms_norm_static_fp8_quant(
@@ -625,9 +904,11 @@ def fused_add_rms_norm_static_fp8_quant(
     scale: torch.Tensor,
     fp8_dtype: torch.dtype,
     num_token_padding: int | None = None,
+    config: QuantConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Add, RMSNorm and static quant in one pass: ``(q, residual)`` (the residual a new tensor)."""
-    q, res = _static(x, _NORM, scale, fp8_dtype, num_token_padding, x_residual, weight, epsilon)
+    """Add, RMSNorm and static quant: ``(q, residual)`` (the residual a new tensor). ``config``:
+    as :func:`rms_norm_static_fp8_quant`."""
+    q, res = _static(x, _NORM, scale, fp8_dtype, num_token_padding, x_residual, weight, epsilon, config)
     assert res is not None
     return q, res
 
@@ -640,9 +921,14 @@ def rms_norm_dynamic_quant_fp8(
     fp8_dtype: torch.dtype,
     scale_ub: torch.Tensor | None = None,
     num_token_padding: int | None = None,
+    config: QuantConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """RMSNorm then dynamic quant: one pass per token, two per tensor."""
-    q, scale, _ = _dynamic(x, _NORM, per_token, fp8_dtype, scale_ub, num_token_padding, None, weight, epsilon)
+    """RMSNorm then dynamic quant: per token one launch (the whole row, or the row walked in
+    chunks with a pass more for its amax; ``config`` as :func:`rms_norm_static_fp8_quant`), per
+    tensor two launches of the whole row (``config`` unused)."""
+    q, scale, _ = _dynamic(
+        x, _NORM, per_token, fp8_dtype, scale_ub, num_token_padding, None, weight, epsilon, config
+    )
     return q, scale
 
 
@@ -655,10 +941,12 @@ def fused_add_rms_norm_dynamic_quant_fp8(
     fp8_dtype: torch.dtype,
     scale_ub: torch.Tensor | None = None,
     num_token_padding: int | None = None,
+    config: QuantConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Add, RMSNorm and dynamic quant: ``(q, scale, residual)``."""
+    """Add, RMSNorm and dynamic quant: ``(q, scale, residual)``; ``config`` as
+    :func:`rms_norm_dynamic_quant_fp8`."""
     q, scale, res = _dynamic(
-        x, _NORM, per_token, fp8_dtype, scale_ub, num_token_padding, x_residual, weight, epsilon
+        x, _NORM, per_token, fp8_dtype, scale_ub, num_token_padding, x_residual, weight, epsilon, config
     )
     assert res is not None
     return q, scale, res
@@ -673,10 +961,22 @@ def rms_norm_group_quant_fp8(
     use_ue8m0: bool,
     fp8_dtype: torch.dtype,
     scale_alignment: int = 1,
+    config: QuantConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """RMSNorm then per-group quant in one pass over the row."""
+    """RMSNorm then per-group quant: the whole row, or the row walked in chunks of whole groups
+    (``config`` as :func:`rms_norm_static_fp8_quant`)."""
     q, scales, _ = _group(
-        x, _NORM, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment, None, weight, epsilon
+        x,
+        _NORM,
+        group_shape,
+        column_major,
+        use_ue8m0,
+        fp8_dtype,
+        scale_alignment,
+        None,
+        weight,
+        epsilon,
+        config,
     )
     return q, scales
 
@@ -691,8 +991,10 @@ def fused_add_rms_norm_group_quant_fp8(
     use_ue8m0: bool,
     fp8_dtype: torch.dtype,
     scale_alignment: int = 1,
+    config: QuantConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Add, RMSNorm and per-group quant in one pass: ``(q, scales, residual)``."""
+    """Add, RMSNorm and per-group quant: ``(q, scales, residual)``; ``config`` as
+    :func:`rms_norm_group_quant_fp8`."""
     q, scales, res = _group(
         x,
         _NORM,
@@ -704,6 +1006,7 @@ def fused_add_rms_norm_group_quant_fp8(
         x_residual,
         weight,
         epsilon,
+        config,
     )
     assert res is not None
     return q, scales, res

@@ -226,7 +226,8 @@ def test_act_gated_norm_and_rope_launches_are_tuned_per_key(fake_tuner: list[int
 def test_quant_splits_are_tuned_per_key(fake_tuner: list[int]) -> None:
     """The four split fp8 quant ops go through the same autotune, keyed by (op, (K, group, fp8
     type, scale layout), dtype, bucket): the fastest candidate (the last under the fake timer) is
-    cached and gives the heuristic's bits; the norm forms and per-token scales are not tuned."""
+    cached and gives the heuristic's bits; the norm forms take keys of their own
+    (test_norm_quant_chunks_are_tuned_per_key); per-token scales without a norm are not tuned."""
     from ircore_triton import quant_kernels as qk
 
     e4 = torch.float8_e4m3fn
@@ -242,5 +243,31 @@ def test_quant_splits_are_tuned_per_key(fake_tuner: list[int]) -> None:
     qk.static_quant_fp8(x, torch.full((1100,), 0.1), e4)  # per channel: the static key (tuned with one scale)
     assert ("static_quant_fp8", (1100, 0, e4, "static"), torch.float32, key[3]) in kernels.tuned_configs()
     qk.rms_norm_group_quant_fp8(x, None, 1e-6, [1, 128], False, False, e4)
+    assert ("rms_norm_group_quant_fp8", (1100, 128, e4, "row"), torch.float32, key[3]) in kernels.tuned_configs()
     qk.dynamic_quant_fp8(x, True, e4)
+    assert len(kernels.tuned_configs()) == 3 and len(fake_tuner) == 3
+
+
+def test_norm_quant_chunks_are_tuned_per_key(fake_tuner: list[int]) -> None:
+    """The fused norm + quant ops tune between the whole row and chunked walks, keyed by (op, (K,
+    group, fp8 type, scale layout), dtype, bucket), fused_add apart from the plain norm: the pick
+    (the last candidate, a chunk, under the fake timer) runs on the caller's tensors within the
+    op's tolerance; the per-tensor form (two whole-row launches) is not tuned."""
+    from ircore_triton import quant_kernels as qk
+
+    import ircore
+    from ircore.testing import assert_close_to_reference
+
+    e4 = torch.float8_e4m3fn
+    x, r, w = torch.randn(3, 1100) * 10, torch.randn(3, 1100), 1 + 0.1 * torch.randn(1100)
+    args = (x, r, w, 1e-6, True, e4, torch.full((1,), 0.05))
+    out = qk.fused_add_rms_norm_dynamic_quant_fp8(*args)
+    key = ("fused_add_rms_norm_dynamic_quant_fp8", (1100, 0, e4, "token"), torch.float32, kernels._bucket(3))
+    cands = qk.norm_candidates(1100, None, 4)
+    assert list(kernels.tuned_configs()) == [key] and fake_tuner == [len(cands)]
+    assert kernels.tuned_configs()[key] == cands[-1] and cands[-1].block < qk.row_block(1100)
+    assert_close_to_reference(ircore.get_op("fused_add_rms_norm_dynamic_quant_fp8"), out, args)
+    qk.rms_norm_static_fp8_quant(x, w, 1e-6, torch.full((1,), 0.05), e4)
+    assert ("rms_norm_static_fp8_quant", (1100, 0, e4, "static"), torch.float32, key[3]) in kernels.tuned_configs()
+    qk.rms_norm_dynamic_quant_fp8(x, w, 1e-6, False, e4)  # per tensor
     assert len(kernels.tuned_configs()) == 2 and len(fake_tuner) == 2

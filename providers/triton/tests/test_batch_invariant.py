@@ -1,5 +1,5 @@
 """Batch invariance of this provider's kernels: the claims in its table (the invariant launches of
-rms_norm, fused_add_rms_norm and rms_norm_gated, invariant_kernels.py) and the persistent matmul
+rms_norm, fused_add_rms_norm, rms_norm_gated and the fused norm + quant ops, invariant_kernels.py) and the persistent matmul
 of the matmul layer (matmul_layer.py). Under Triton's interpreter on tiny shapes here; on a GPU, the kit's full
 matrix (1, 3, 64 and 1000 rows) and the layer on aten::mm/addmm/bmm."""
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import GPU
 from ircore_triton.matmul_layer import MatmulConfig, matmul
-from ircore_triton.provider import IRCORE_IMPLEMENTATIONS, MATMUL_OPS, QUANT_OPS, ROPE_OPS
+from ircore_triton.provider import IRCORE_IMPLEMENTATIONS, MATMUL_OPS, NORM_QUANT_OPS, QUANT_OPS, ROPE_OPS
 
 import ircore
 from ircore.kit import Registrar
@@ -39,7 +39,7 @@ def test_every_claim_holds() -> None:
     checked = check_invariance("triton_bi", device=DEVICE, dtypes=dtypes, sizes=SIZES, max_samples=1)
     assert set(checked) == {impl.op_name for impl in claimed} and all(checked.values()), checked
     fixed = {impl.op_name for impl in claimed if impl.invariant_fn is not None}
-    assert fixed == {"rms_norm", "fused_add_rms_norm", "rms_norm_gated", *MATMUL_OPS}
+    assert fixed == {"rms_norm", "fused_add_rms_norm", "rms_norm_gated", *MATMUL_OPS, *NORM_QUANT_OPS}
 
 
 TINY = MatmulConfig(16, 16, 16, 2, 4, 1)

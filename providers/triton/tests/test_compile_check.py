@@ -41,6 +41,7 @@ def test_compile_sm90_quick() -> None:
     assert "0 failed, spilling or unordered" in proc.stdout
     assert " ok\n" in proc.stdout  # the PDL column was checked, not skipped
     assert "silu_and_mul_group_quant_fp8 g128 block 512 bf16" in proc.stdout  # the quant row-split candidates
+    assert "fused_add_rms_norm_group_quant_fp8 g128 chunk 2048 bf16" in proc.stdout  # the norm forms' chunks
 
 
 @pytest.mark.skipif(not _has_cuda_backend(), reason="this triton has no CUDA backend with ptxas")

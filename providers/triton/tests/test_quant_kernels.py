@@ -10,6 +10,7 @@ import triton.language as tl
 from conftest import GPU
 from ircore_triton import impls
 from ircore_triton import quant_kernels as qk
+from ircore_triton.norm_kernels import _round_to
 from ircore_triton.provider import QUANT_OPS
 
 import ircore
@@ -24,6 +25,27 @@ FP8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 def _encode_kernel(X, Y, N: tl.constexpr, BIAS: tl.constexpr):
     i = tl.arange(0, N)
     tl.store(Y + i, qk._encode_fp8(tl.load(X + i), BIAS, 0x7F if BIAS == 7 else 0x80, BIAS == 7))
+
+
+@triton.jit
+def _round_kernel(X, Y, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(Y + i, _round_to(tl.load(X + i), tl.bfloat16))
+
+
+def test_rounding_to_bf16_keeps_nan_and_rounds_to_nearest_even() -> None:
+    """The norm forms' rounding of the residual sum and of y (norm_kernels._round_to): a GPU's
+    NaN (0x7FFFFFFF, and its negative) stays NaN rather than wrapping to a zero; infinities, the
+    overflow past bf16's largest value, ties and subnormals as torch's cast."""
+    bits = [0x7FFFFFFF, -1, 0x7FC00000, 0x7F800000, -8388608, 0x7F7FFFFF, 0x3F808000, 0x3F818000,
+            0x3F808001, 0x00008000, 0x00018000, 0, -2147483648, 0x3F800000, 0x7F7F7FFF, 0x7F7F8000]  # fmt: skip
+    x = torch.tensor(bits, dtype=torch.int32).view(torch.float32).to(DEVICE)
+    y = torch.empty_like(x)
+    _round_kernel[(1,)](x, y, N=x.numel())
+    nan = x.isnan()
+    assert y[nan].isnan().all(), y[nan].view(torch.int32)
+    expected = x.to(torch.bfloat16).float()
+    assert torch.equal(y[~nan].view(torch.int32), expected[~nan].view(torch.int32))
 
 
 @triton.jit

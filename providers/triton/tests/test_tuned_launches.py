@@ -9,6 +9,7 @@ deinterleaving swigluoai load, every head in one program, the q/k-split RoPE ker
 
 import pytest
 import torch
+import triton
 from conftest import GPU
 from ircore_triton import act_kernels, norm_kernels, rope_kernels
 from ircore_triton.kernels import ActConfig, GatedNormConfig, RopeConfig
@@ -291,7 +292,8 @@ def test_every_quant_split_gives_the_whole_rows_bits(case: tuple) -> None:
 def test_quant_candidates_split_only_what_the_row_need_not_hold() -> None:
     """At Llama's 14336 the heuristic (the whole row, 16 warps) comes first, then chunks of 4-32
     groups (512-4096 elements) at T <= 128 and 8-64 (1024-8192) above, at 16 or 32 elements a
-    thread there; the norm forms and per-token / per-tensor scales keep the row whole."""
+    thread there; the norm forms (walked in chunks instead: norm_candidates) and per-token /
+    per-tensor scales are not split."""
     from ircore_triton import quant_kernels as qk
     from ircore_triton.kernels import QuantConfig
 
@@ -330,3 +332,182 @@ def test_gpu_every_quant_split_gives_the_whole_rows_bits(tokens: int) -> None:
             ref = _bits(fn(*args, config=configs[0]))
             for c in configs[1:]:
                 assert all(torch.equal(a, b) for a, b in zip(_bits(fn(*args, config=c)), ref)), f"{name} {c}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The fused norm + quant ops walked in chunks (quant_kernels.norm_candidates): every candidate
+# within the op's tolerance of its reference (the chunks sum the squares in another order: not
+# the whole row's bits), the residual output the exact rounded sum in each, and the invariant
+# variant the heuristic's launch, bit for bit
+
+
+def _norm_quant_configs(k: int, group: int | None) -> list:
+    """The norm forms' candidates (one list for every bucket), one per launch shape under the
+    interpreter."""
+    from ircore_triton import quant_kernels
+
+    return _distinct_for_device(quant_kernels.norm_candidates(k, group, 2))
+
+
+# (op, x's shape, row padding, dtype, group size, args after x (and the residual) and the weight):
+# K = 1100 in chunks of 1024 columns (the last ragged) or of 8 groups of 128 (a ragged last group,
+# 76 wide) or of 96 (padded to 128: chunks of 768 columns, the last group 44 wide); K = 2200 in
+# chunks of 1024 and 2048; scalar, per-channel and per-token static scales, scale_ub, per-token
+# scales of 3-D x, group scales row-major, column-major and TMA-aligned, ue8m0, both fp8 types.
+_NQ_CASES = [
+    ("rms_norm_static_fp8_quant", (3, 1100), 8, torch.bfloat16, None, ("scalar", _FP8[0], 8)),
+    ("rms_norm_static_fp8_quant", (2, 3, 1100), 0, torch.float16, None, ("channel", _FP8[1])),
+    ("fused_add_rms_norm_static_fp8_quant", (3, 2200), 8, torch.bfloat16, None, ("token", _FP8[0])),
+    ("rms_norm_dynamic_quant_fp8", (3, 1100), 8, torch.bfloat16, None, (True, _FP8[1], "ub", 6)),
+    ("fused_add_rms_norm_dynamic_quant_fp8", (2, 2, 1100), 0, torch.float32, None, (True, _FP8[0])),
+    ("rms_norm_group_quant_fp8", (3, 1100), 8, torch.bfloat16, 128, ([1, 128], True, True, _FP8[0], 4)),
+    ("rms_norm_group_quant_fp8", (2, 3, 1100), 0, torch.float16, 96, ([1, 96], False, False, _FP8[1])),
+    ("fused_add_rms_norm_group_quant_fp8", (5, 1100), 4, torch.bfloat16, 128, ([1, 128], True, False, _FP8[1])),
+    ("fused_add_rms_norm_group_quant_fp8", (2, 2200), 0, torch.float16, 128, ([1, 128], False, True, _FP8[0])),
+]
+
+
+def _nq_args(case: tuple) -> tuple:
+    name, shape, pad, dtype, group, extra = case
+    x = _quant_x(shape, pad, dtype, len(name) + shape[-1])
+    k = shape[-1]
+    gen = torch.Generator().manual_seed(k)
+    w = (1 + 0.2 * torch.randn(k, generator=gen)).to(dtype).to(DEVICE)
+    head: tuple = (x,)
+    if name.startswith("fused_add"):
+        head = (x, (torch.randn(*shape, generator=gen) * 2).to(dtype).to(DEVICE))
+    if group is None and not isinstance(extra[0], bool):  # static: the scale's layout
+        sizes = {"scalar": (1,), "channel": (k,), "token": (shape[-2], 1)}
+        scale = (torch.rand(sizes[extra[0]], generator=gen) * 0.05 + 1e-3).to(DEVICE)
+        return (*head, w, 1e-6, scale, *extra[1:])
+    if group is None:  # per token: the fp8 type, scale_ub, padding
+        rest = tuple(torch.full((1,), 0.02, device=DEVICE) if e == "ub" else e for e in extra[2:])
+        return (*head, w, 1e-6, *extra[:2], *rest)
+    return (*head, w, 1e-6, *extra)
+
+
+def _near_whole_row(got, whole, what: str) -> None:
+    """A chunked walk's outputs against the whole row's: the sums of squares differ in rounding
+    order only, so each normalised value differs by at most one ulp of the dtype, a scale by at
+    most that (2**-7 relative: bf16's), and each fp8 value by at most one fp8 step (the code's
+    magnitude bits +-1, the same sign and NaNs), and few of them (a 2.5% error in the norm moved 2
+    to 18% of the codes here, which the kit's tolerance alone let pass in three cases); fused_add's
+    residual output (the last) is the same bits."""
+    got, whole = (got if isinstance(got, tuple) else (got,)), (whole if isinstance(whole, tuple) else (whole,))
+    for i, (a, b) in enumerate(zip(got, whole)):
+        assert a.stride() == b.stride(), f"{what}: output {i}'s layout"
+        if a.element_size() == 1:
+            ca, cb = a.view(torch.uint8).int(), b.view(torch.uint8).int()
+            assert torch.equal(ca & 0x80, cb & 0x80), f"{what}: fp8 signs"
+            assert ((ca & 0x7F) - (cb & 0x7F)).abs().max() <= 1, f"{what}: more than one fp8 step"
+            # a value moves only where its rounding order tips it over a boundary: rarely
+            assert (ca != cb).float().mean() <= 0.01, f"{what}: {(ca != cb).float().mean():.1%} of fp8 codes moved"
+        elif what.startswith("fused_add") and i == len(got) - 1:
+            bits = {2: torch.int16, 4: torch.int32}[a.element_size()]  # NaN compares
+            assert torch.equal(a.view(bits), b.view(bits)), f"{what}: residual output"
+        else:
+            torch.testing.assert_close(a, b, rtol=2.0**-7, atol=0.0, equal_nan=True, msg=f"{what}: scales")
+
+
+@pytest.mark.parametrize("case", _NQ_CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}-{c[4]}")
+def test_every_norm_quant_chunk_matches_reference(case: tuple) -> None:
+    from ircore_triton import invariant_kernels, quant_kernels
+
+    name, shape, _, _, group, _ = case
+    args = _nq_args(case)
+    k = shape[-1]
+    configs = _norm_quant_configs(k, group)
+    assert configs[0] == quant_kernels.heuristic(k, group, 2) and len(configs) >= 2
+    assert all(c.block < quant_kernels.row_block(k, group) for c in configs[1:])
+    fn, op = getattr(quant_kernels, name), ircore.get_op(name)
+    whole = fn(*args, config=configs[0])
+    for c in configs:
+        out = fn(*args, config=c)
+        assert_close_to_reference(op, out, args)
+        _near_whole_row(out, whole, f"{name} {c}")
+    inv = _bits(getattr(invariant_kernels, name)(*args))  # the mode's launch: the heuristic's bits
+    assert all(torch.equal(a, b) for a, b in zip(inv, _bits(whole)))
+
+
+def test_norm_quant_candidates_start_whole_and_chunk_less_than_the_row() -> None:
+    """At Llama's 14336: the whole row (16 warps) first, then chunks of 1024-4096 elements at one
+    or two 16-byte bf16 vectors a thread; at 4096 (group 128: a 32 x 128 block) chunks of 1024 and 2048 only;
+    no chunk covers the row (groups of 96 padded to 128: 8 groups are 768 columns); nothing to
+    chunk at 1024."""
+    from ircore_triton import quant_kernels as qk
+    from ircore_triton.kernels import QuantConfig
+
+    for k, group in ((14336, None), (14336, 128), (4096, None), (4096, 128), (1100, 96), (2200, 128)):
+        cands = qk.norm_candidates(k, group, 2)
+        assert cands[0] == qk.heuristic(k, group, 2) and len(cands) == len(set(cands)) > 1
+        for c in cands[1:]:
+            bg = 1 if group is None else triton.next_power_of_2(group)
+            cols = c.block if group is None else (c.block // bg) * group
+            assert cols < k and c.block < qk.row_block(k, group) and c.block // (32 * c.num_warps) in (8, 16)
+    assert qk.norm_candidates(14336, 128, 2)[0] == QuantConfig(16384, 16)
+    assert {c.block for c in qk.norm_candidates(14336, 128, 2)[1:]} == {1024, 2048, 4096}
+    assert {c.block for c in qk.norm_candidates(4096, 128, 2)[1:]} == {1024, 2048}
+    assert qk.norm_candidates(1024, None, 2) == [qk.heuristic(1024, None, 2)]
+    assert qk.norm_candidates(1024, 1024, 2) == [qk.heuristic(1024, 1024, 2)]  # one group: the row
+
+
+@pytest.mark.gpu
+@_needs_cuda
+@pytest.mark.parametrize("tokens", [1, 33, 2048])
+def test_gpu_every_norm_quant_chunk_matches_reference(tokens: int) -> None:
+    """Llama-3-8B's 4096 and 14336, bf16, the hardware cast (e4m3fn) and the bits (e4m3fnuz):
+    every candidate within tolerance of the reference, fused_add's residual output the whole
+    row's bits, the invariant variant the heuristic's bits."""
+    from ircore_triton import invariant_kernels, quant_kernels
+
+    for k in (4096, 14336):
+        x = (torch.randn(tokens, k, device="cuda") * 4).to(torch.bfloat16)
+        r = torch.randn(tokens, k, device="cuda").to(torch.bfloat16)
+        w = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
+        s = torch.full((1,), 0.02, device="cuda")
+        for name, args, group in (
+            ("rms_norm_static_fp8_quant", (x, w, 1e-6, s, _FP8[0]), None),
+            ("fused_add_rms_norm_static_fp8_quant", (x, r, w, 1e-6, s, _FP8[1]), None),
+            ("rms_norm_dynamic_quant_fp8", (x, w, 1e-6, True, _FP8[0]), None),
+            ("fused_add_rms_norm_dynamic_quant_fp8", (x, r, w, 1e-6, True, _FP8[0], s), None),
+            ("rms_norm_group_quant_fp8", (x, w, 1e-6, [1, 128], True, True, _FP8[0], 4), 128),
+            ("fused_add_rms_norm_group_quant_fp8", (x, r, w, 1e-6, [1, 128], False, False, _FP8[0]), 128),
+        ):
+            fn, op = getattr(quant_kernels, name), ircore.get_op(name)
+            configs = quant_kernels.norm_candidates(k, group, 2)
+            whole = fn(*args, config=configs[0])
+            ref = _bits(whole)
+            for c in configs:
+                out = fn(*args, config=c)
+                assert_close_to_reference(op, out, args)
+                _near_whole_row(out, whole, f"{name} {c}")
+            inv = _bits(getattr(invariant_kernels, name)(*args))
+            assert all(torch.equal(a, b) for a, b in zip(inv, ref)), name
+
+
+@pytest.mark.gpu
+@_needs_cuda
+def test_gpu_norm_quant_autotune_picks_a_candidate() -> None:
+    """The real autotune (timed on this GPU) of the add + norm + group quant at 14336, 1024 rows:
+    one key, its pick one of the candidates, the tuned call's outputs the pick's bits."""
+    from ircore_triton import kernels, quant_kernels
+
+    if not kernels._AUTOTUNE:
+        pytest.skip("IRCORE_TRITON_AUTOTUNE=0: the autotune is off")
+    saved = kernels.tuned_configs()
+    kernels.clear_configs()
+    try:
+        k = 14336
+        x = torch.randn(1024, k, device="cuda").to(torch.bfloat16)
+        r = torch.randn(1024, k, device="cuda").to(torch.bfloat16)
+        w = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
+        args = (x, r, w, 1e-6, [1, 128], False, False, _FP8[0])
+        out = quant_kernels.fused_add_rms_norm_group_quant_fp8(*args)
+        key = ("fused_add_rms_norm_group_quant_fp8", (k, 128, _FP8[0], "row"), torch.bfloat16, kernels._bucket(1024))
+        pick = kernels.tuned_configs()[key]
+        assert pick in quant_kernels.norm_candidates(k, 128, 2) and len(kernels._TUNE_TIMES) == 1
+        again = quant_kernels.fused_add_rms_norm_group_quant_fp8(*args, config=pick)
+        assert all(torch.equal(a, b) for a, b in zip(_bits(out), _bits(again)))
+    finally:
+        kernels.clear_configs()
+        kernels._CONFIGS.update(saved)

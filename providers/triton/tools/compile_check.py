@@ -12,7 +12,8 @@ key heads of each ``--rope-head-dim``, both rotation styles (and every autotune 
 ``--silu-d``, ``rms_norm_gated`` (norm_kernels.py) in every candidate warp count at each
 ``--hidden`` up to its register limit, and the fp8 quant kernel (quant_kernels.py) in each input
 and quant stage at each ``--quant-hidden``, with every row-split candidate of the static and
-plain/silu group forms (``quant_kernels.candidates``, each row bucket's).
+plain/silu group forms (``quant_kernels.candidates``, each row bucket's) and every chunked-walk
+candidate of the norm forms (``quant_kernels.norm_candidates``: ``_norm_quant_chunked_kernel``).
 Run without ``TRITON_INTERPRET``::
 
     python providers/triton/tools/compile_check.py [--arch 90] [--hidden 4096 8192] [--quick]
@@ -316,6 +317,8 @@ QUANT_VARIANTS = (
     ("fused_add_rms_norm_dynamic_quant_fp8", 1, True, 1, None, False, True),
     ("fused_add_rms_norm_group_quant_fp8 g128", 1, True, 1, 128, False, True),
     ("rms_norm_group_quant_fp8 g128 fnuz", 1, False, 1, 128, False, False),
+    ("rms_norm_static_fp8_quant", 1, False, 0, None, False, True),
+    ("rms_norm_dynamic_quant_fp8 per-token", 1, False, 1, None, False, True),
     ("silu_and_mul_static_quant_fp8", 2, False, 0, None, False, True),
     ("silu_and_mul_group_quant_fp8 g128", 2, False, 1, 128, False, True),
 )
@@ -362,6 +365,45 @@ def quant_source(
     return f"{label} {ty} K={k} w{warps}", ASTSource(fn, sig, cons, _attrs(fn, aligned)), warps
 
 
+def norm_chunk_source(
+    variant: tuple, k: int, dtype: torch.dtype, arch: int, cfg: QuantConfig
+) -> tuple[str, ASTSource, int]:
+    """The norm forms' chunked kernel as ``quant_kernels._launch`` sets it up for ``cfg`` (one of
+    ``quant_kernels.norm_candidates`` narrower than the row) on rows of ``k`` outputs."""
+    label, mode, has_res, quant, group, ue8m0, hw_cast = variant
+    assert mode == Q._NORM and Q._chunk_ok(quant, group, cfg)
+    ty = _TY[dtype]
+    fn = Q._norm_quant_chunked_kernel
+    bg = cfg.block if group is None else triton.next_power_of_2(group)
+    g, ng = (cfg.block, 1) if group is None else (group, cfg.block // bg)
+    q_ty = "fp8e4nv" if hw_cast else "u8"
+    sig = {"X": f"*{ty}", "R": f"*{ty}", "RO": f"*{ty}", "W": f"*{ty}", "S": "*fp32", "UB": "*fp32"}
+    sig.update({"Q": f"*{q_ty}", "SC": "*fp32"})
+    ints = ("n_rows", "K", "M", "stride_x", "stride_r", "stride_q", "gm", "gn", "stride_sa", "stride_sb")
+    sig.update({n: "i32" for n in (*ints, "stride_scb", "stride_scm", "stride_scg")})
+    sig["eps"] = "fp32"
+    m = 448.0 if hw_cast else 224.0
+    cons = {"FP8_MAX": m, "MIN_SCALE": 1.0 / (m * 512), "HAS_RES": has_res, "HAS_W": True, "QUANT": quant,
+            "DIVIDE": group is not None, "UE8M0": ue8m0, "HAS_UB": False, "G": g, "NG": ng, "BG": bg,
+            "SCALAR_SCALE": True, "BLOCK_R": 1, "HW_CAST": hw_cast, "BIAS": 7 if hw_cast else 8,
+            "ROW_SCALE": quant == Q._DYNAMIC and group is None, "USE_PDL": arch >= 90}  # fmt: skip
+    sig.update(dict.fromkeys(cons, "constexpr"))
+    aligned = ["X", "R", "RO", "W", "Q", "SC"]
+    if k % 16 == 0:
+        aligned += ["K", "stride_x", "stride_r", "stride_q"]
+    label = f"{label} chunk {cfg.block} {ty} K={k} w{cfg.num_warps}"
+    return label, ASTSource(fn, sig, cons, _attrs(fn, aligned)), cfg.num_warps
+
+
+def _norm_chunk_configs(variant: tuple, k: int, dtype: torch.dtype) -> list[QuantConfig]:
+    """The chunked-walk candidates of a norm form (its heuristic excluded: the whole-row compile);
+    none for the other forms and the per-tensor stages."""
+    _, mode, _, quant, group, _, _ = variant
+    if mode != Q._NORM or quant not in (Q._STATIC, Q._DYNAMIC):
+        return []
+    return Q.norm_candidates(k, group, dtype.itemsize)[1:]
+
+
 def _quant_split_configs(variant: tuple, k: int, dtype: torch.dtype) -> list[QuantConfig]:
     """The row-split candidates the autotune may try for ``variant`` (its heuristic excluded: the
     plain compile above), over every row bucket; none for the forms that keep the whole row."""
@@ -383,12 +425,19 @@ def check_quant(
     variants: tuple = QUANT_VARIANTS,
     split: tuple[str, ...] | None = None,
 ) -> list[tuple]:
-    """Each variant's whole-row launch and its row-split candidates (those of the variants
-    labelled in ``split``; None: every variant's)."""
+    """Each variant's whole-row launch and its row-split or chunked-walk candidates (those of the
+    variants labelled in ``split``; None: every variant's)."""
     out = []
     for v in variants:
-        for cfg in [None, *(_quant_split_configs(v, k, dtype) if split is None or v[0] in split else [])]:
+        wanted = split is None or v[0] in split
+        for cfg in [None, *(_quant_split_configs(v, k, dtype) if wanted else [])]:
             label, src, w = quant_source(v, k, dtype, arch, cfg)
+            try:
+                out.append((label, _compile(src, arch, w)))
+            except Exception as e:
+                out.append((label, {"error": f"{type(e).__name__}: {str(e)[:200]}"}))
+        for cfg in _norm_chunk_configs(v, k, dtype) if wanted else []:
+            label, src, w = norm_chunk_source(v, k, dtype, arch, cfg)
             try:
                 out.append((label, _compile(src, arch, w)))
             except Exception as e:
@@ -415,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
         heavy = ("fused_add_rms_norm_group_quant_fp8 g128", "silu_and_mul_group_quant_fp8 g128")
         quant_variants = tuple(v for v in QUANT_VARIANTS if v[0] in heavy)
         quant_variants = tuple(v for v in QUANT_VARIANTS if "fused_add" in v[0] or "silu" in v[0])
-        quant_split = ("silu_and_mul_group_quant_fp8 g128",)  # the heaviest split: two inputs, group amax
+        # the heaviest split (two inputs, group amax) and the heaviest chunked walk (add + norm + group quant)
+        quant_split = ("silu_and_mul_group_quant_fp8 g128", "fused_add_rms_norm_group_quant_fp8 g128")
 
     results = []
     for dtype in dtypes:
