@@ -373,9 +373,10 @@ if want quant-kernels; then  # issue 25: the fp8 quant and fused norm/act + quan
   # QUANT_BUDGET_S: every column of every op took more than the default 270 s on 2026-12-05 (H200):
   # Inductor compiles the fused natives now that their cells count, and vllm_c's column, measured
   # last (its build overlaps the rest), was not reached; a call of its own with 540 covers them.
+  # QUANT_AB=1: also triton's whole-row launch of the fused norm + quant ops (their chunked walk's A/B).
   qb=${QUANT_BUDGET_S:-270}
   run_step kernels_quant $((qb + 30)) python3 benchmarks/kernels_gpu.py --no-do-bench --dtypes bf16 --ops $QUANT_OPS \
-    --hidden ${QUANT_HIDDEN:-4096 14336} --budget-s "$(left_s "$qb")" \
+    --hidden ${QUANT_HIDDEN:-4096 14336} --budget-s "$(left_s "$qb")" ${QUANT_AB:+--whole-row-ab} \
     --json "$RES/kernels_quant.json" --markdown "$RES/kernels_quant.md"; pack
 fi
 if want fp8-matmul; then  # issue 26: the fp8 matmuls against torch._scaled_mm
