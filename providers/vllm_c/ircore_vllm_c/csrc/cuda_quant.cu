@@ -215,18 +215,24 @@ __device__ __forceinline__ Team team_of(const QuantLaunch& l, const Plan& p) {
   return {k, 1, static_cast<int>(blockDim.x), t, 0, 1};
 }
 
-// The end of unit u (u0 = u * len: the start; an empty unit past the last one).
-__device__ __forceinline__ int unit_end(const Team& tm, int u, int k) {
+// Where this lane's chunks of unit u start, and where the unit ends; a unit past the last one
+// is empty (0, 0: no product u * len past the row, which could overflow).
+struct Span {
+  int first, end;
+};
+template <int N>
+__device__ __forceinline__ Span span_of(const Team& tm, int u, int k) {
+  if (u >= tm.units) return {0, 0};
   const int u0 = u * tm.len;
-  return u < tm.units ? (k - u0 < tm.len ? k : u0 + tm.len) : u0;
+  return {u0 + tm.lane * N, k - u0 < tm.len ? k : u0 + tm.len};
 }
 
 // Calls f(i, end) for every chunk of this thread, all units, all passes (the non-resident path).
 template <int N, class F>
 __device__ __forceinline__ void for_each_chunk(const Team& tm, int k, F&& f) {
   for (int u = tm.team; u < tm.units; u += tm.teams) {
-    const int u1 = unit_end(tm, u, k);
-    for (int i = u * tm.len + tm.lane * N; i < u1; i += tm.W * N) f(i, u1);
+    const Span sp = span_of<N>(tm, u, k);
+    for (int i = sp.first; i < sp.end; i += tm.W * N) f(i, sp.end);
   }
 }
 
@@ -319,7 +325,7 @@ __device__ __forceinline__ void quant_chunk(const Pack& e, uint8_t* q, int i, in
 }
 
 template <class T, QSource S>
-__global__ void __launch_bounds__(kMaxThreads) quant_kernel(const QuantLaunch l, const Plan p) {
+__global__ void __launch_bounds__(kMaxThreads, 1) quant_kernel(const QuantLaunch l, const Plan p) {
   constexpr int N = Chunk<T>::N;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float red[32];
@@ -333,8 +339,8 @@ __global__ void __launch_bounds__(kMaxThreads) quant_kernel(const QuantLaunch l,
   const T* y = x;  // the values to quantise when not resident: x's row or shared memory
   Pack e[kSlots];  // resident: this lane's chunks of its unit
   // Resident: units <= teams, so this thread has at most one unit (u = team) and one pass.
-  const int rfirst = tm.team * tm.len + tm.lane * N;
-  const int ru1 = unit_end(tm, tm.team, k);
+  const Span rs = span_of<N>(tm, tm.team, k);
+  const int rfirst = rs.first, ru1 = rs.end;
   if constexpr (S != QSource::kPlain) {
     constexpr bool norm = S != QSource::kSilu;
     float ss = 0.0f;
@@ -380,8 +386,8 @@ __global__ void __launch_bounds__(kMaxThreads) quant_kernel(const QuantLaunch l,
   // last unit has an empty one.
   for (int b0 = 0; b0 < tm.units; b0 += tm.teams) {
     const int u = b0 + tm.team;
-    const int first = u * tm.len + tm.lane * N;
-    const int u1 = unit_end(tm, u, k);
+    const Span sp = span_of<N>(tm, u, k);
+    const int first = sp.first, u1 = sp.end;
     Scaler sc{0.0f, false, false, nullptr, 1};
     if (l.mode == QMode::kStatic) {
       sc.srow = l.scale + (l.sa == 1 ? 0 : rm / (l.m_rows / l.sa)) * l.sb;
