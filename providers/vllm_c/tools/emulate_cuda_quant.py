@@ -16,17 +16,10 @@ case per path, what tests/test_cuda_build.py runs).
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-CSRC = HERE.parent / "ircore_vllm_c" / "csrc"
-sys.path.insert(0, str(HERE.parent))
-
-from ircore_vllm_c import kernels  # noqa: E402
+from cuda_emu_build import CSRC, build_and_run
 
 _LAUNCH = re.compile(r"kernel<<<(.*?), (sh\.threads), smem, stream>>>\((.*?)\);", re.S)
 _VEC_LOAD = "  if (vec) return *reinterpret_cast<const Pack*>(p + i);"
@@ -57,23 +50,15 @@ def emulated_source() -> str:
 
 def run(quick: bool = False, out: Path | None = None) -> tuple[int, str]:
     """Builds the emulation (in out, else a temporary folder) and runs it: (exit status, output)."""
-    cuda_home = kernels.resolve_cuda_home()
-    if cuda_home is None or shutil.which("g++") is None:
-        return 2, "needs g++ and the CUDA toolkit's headers"
-    with tempfile.TemporaryDirectory() as tmp:
-        d = out or Path(tmp)
-        (d / "quant_emu.cpp").write_text(emulated_source())
-        for f in ("emu.h", "emu_block.h", "quant_main.cpp"):
-            shutil.copy(HERE / "cuda_emu" / f, d / f)
-        for h in ("cuda_quant.h", "cuda_common.cuh"):
-            shutil.copy(CSRC / h, d / h)
-        cmd = ["g++", "-std=c++20", "-O0", f"-I{cuda_home}/include", f"-I{d}", str(d / "quant_main.cpp")]
-        cmd += ["-o", str(d / "emu"), "-lpthread"]
-        build = subprocess.run(cmd, capture_output=True, text=True)
-        if build.returncode != 0:
-            return build.returncode, build.stdout + build.stderr
-        done = subprocess.run([str(d / "emu"), *(["quick"] if quick else [])], capture_output=True, text=True)
-        return done.returncode, done.stdout + done.stderr
+    return build_and_run(
+        {"quant_emu.cpp": emulated_source()},
+        ("emu.h", "emu_block.h", "quant_main.cpp"),
+        ("cuda_quant.h", "cuda_common.cuh"),
+        "quant_main.cpp",
+        ("quick",) if quick else (),
+        out,
+        opt="-O0",  # the build is most of the quick run's time
+    )
 
 
 def main() -> int:

@@ -22,7 +22,8 @@
 // bits of |v|, so a NaN propagates as in torch's amax. Every value is clamped to +-fp8_max before
 // its cast (a NaN stays NaN; the cast saturates finite values only). Each kernel waits on
 // griddepcontrol before touching memory and releases its dependents at the end (PDL-safe, as the
-// other kernels). Compile-checked for sm_90; this design has not yet run on a GPU.
+// other kernels). Compile-checked for sm_90 and run on the host by tools/emulate_cuda_quant.py;
+// this design has not yet run on a GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -192,7 +193,7 @@ __device__ __forceinline__ float dyn_scale(float amax, const QuantLaunch& l, boo
 }
 
 // The launch's shape, fixed by the row length, group size, dtype and alignment (cuda_quant.h's
-// plan_quant computes it on the host; the emulation in tools/ mirrors it).
+// plan_quant computes it on the host).
 struct Plan {
   int W;          // team width: lanes per group (group mode); the block's threads otherwise
   bool vec;       // 16-byte loads and stores (every row aligned, units of whole chunks)
