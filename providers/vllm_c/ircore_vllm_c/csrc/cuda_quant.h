@@ -77,7 +77,8 @@ inline QuantShape plan_quant(bool grouped, int64_t k, int64_t g, int n, int slot
 
 cudaError_t launch_quant(const QuantLaunch& l, cudaStream_t stream);
 
-// Dynamic shared memory one row needs (0 for kPlain): the launcher's and the predicates' limit.
+// Dynamic shared memory one row needs (0 for kPlain and for rows held in registers): the
+// launcher's and the predicates' limit.
 constexpr int64_t kMaxRowBytes = 96 * 1024;
 
 }  // namespace cuda_quant
