@@ -369,9 +369,9 @@ def fused_qk_norm_rope_supports(
 # - CUDA: a CUDA tensor x with the CUDA kernels loaded, fp8_dtype torch.float8_e4m3fn only:
 #   e4m3fnuz (vLLM's ROCm format, max 224) is declined, since the kernels cast with CUDA's e4m3
 #   conversion, which has no fnuz encoding; the fused ops (norm or silu_and_mul first) keep the
-#   row they quantise in shared memory: a quantised row of at most 96 KiB (QUANT_ROW_BYTES:
-#   hidden <= 49152 in 16-bit dtypes, 24576 in float32; silu_and_mul counts half of x's last
-#   dimension); the plain quant ops take any row;
+#   row they quantise in registers, or past them in shared memory: a quantised row of at most
+#   96 KiB (QUANT_ROW_BYTES: hidden <= 49152 in 16-bit dtypes, 24576 in float32; silu_and_mul
+#   counts half of x's last dimension); the plain quant ops take any row;
 # - on both, anything else the core accepts (float32/float16/bfloat16 x): any layout (rows with
 #   one stride read in place, others from a contiguous copy), every static scale form (per
 #   tensor, channel, token, group), per-token and per-tensor dynamic scales with scale_ub and

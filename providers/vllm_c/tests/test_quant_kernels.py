@@ -11,7 +11,8 @@ rows, 3-D, padding) against its fp64 reference, the scales' layout and the resid
 against the native's. On a GPU (marked gpu): each op at LLM sizes in each dtype against its fp64
 reference with the kit's fp8 comparison, the scales' layout (strides) and the residual's bits
 against the native's, rows that are not 16-byte aligned (element-wise path), strided and 3-D
-inputs, rows over 48 KiB of shared memory. The ops' own samples and the batch-invariance claims
+inputs, rows over 48 KiB of shared memory, group sizes that take each team width and path of the
+group kernel, 16-bit rows at and past what one block keeps in registers. The ops' own samples and the batch-invariance claims
 run through the conformance kit on each device (test_provider.py::test_conformance_kit).
 """
 
@@ -301,6 +302,39 @@ def test_rows_over_48k_of_shared_memory(op):
     h = (2 if "silu" in op else 1) * (k + 4)
     args = _args(op, (1, h), torch.float32, "cuda")
     assert not getattr(impls, f"{op}_supports")(*args)
+
+
+GROUP_OPS = [op for op in QUANT_OPS if "group_quant" in op and not op.startswith("static")]
+
+
+@requires_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", GROUP_OPS)
+def test_group_sizes_take_each_team_width(op, dtype):
+    """Group sizes that take each path of the CUDA group kernel (csrc/cuda_quant.h plan_quant):
+    8 and 16 (one-lane teams; 9600 / 16 = 600 groups, more teams than one block pass), 64 (two
+    lanes; 300 groups, two passes), 100 (groups of partial 16-byte chunks: element-wise), 2048
+    (a group past its 32 lanes' registers: read twice; ragged at 4100), each with row-major and
+    column-major TMA-strided ue8m0 scales."""
+    for g, hidden in ((8, 1000), (16, 9600), (64, 19200), (100, 1000), (2048, 4100)):
+        h = 2 * hidden if "silu" in op else hidden
+        for replace in ({}, {"column_major": True, "use_ue8m0": True, "scale_alignment": 4}):
+            args = _args(op, (5, h), dtype, "cuda", seed=g, group_shape=[1, g], **replace)
+            _run_and_check(op, args, f"5x{h} group {g} {replace}")
+
+
+@requires_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("op, replace", VARIANTS, ids=[f"{op}-{'-'.join(r) or 'default'}" for op, r in VARIANTS])
+def test_16bit_rows_at_and_past_the_registers(op, replace, dtype):
+    """16-bit rows of 16384 (the longest one 512-thread block keeps in registers, 4 chunks a
+    lane) and 16392 (past it: read twice, the fused sources through shared memory); float32
+    passes that bound at 8192 (test_real_sizes' 14336 and the 48 KiB rows cover it)."""
+    for hidden in (16384, 16392):
+        h = 2 * hidden if "silu" in op else hidden
+        _run_and_check(op, _args(op, (3, h), dtype, "cuda", seed=hidden, **replace), f"3x{h} {replace}")
 
 
 @requires_cuda

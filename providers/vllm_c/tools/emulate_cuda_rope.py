@@ -14,17 +14,9 @@ Usage: ``python tools/emulate_cuda_rope.py``; exit status 0 when every case matc
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-CSRC = HERE.parent / "ircore_vllm_c" / "csrc"
-sys.path.insert(0, str(HERE.parent))
-
-from ircore_vllm_c import kernels  # noqa: E402
+from cuda_emu_build import CSRC, build_and_run
 
 # kernel<...><<<grid, block, 0, stream>>>(args); -> emu_launch(grid, block, [&] { kernel<...>(args); });
 _LAUNCH = re.compile(r"(\w+<[^;{}]*?>)\s*<<<(.*?), (\w+|dim3\([^)]*\)), 0, stream>>>\((.*?)\);", re.S)
@@ -47,21 +39,15 @@ def emulated_source() -> str:
 
 
 def main() -> int:
-    cuda_home = kernels.resolve_cuda_home()
-    if cuda_home is None or shutil.which("g++") is None:
-        print("needs g++ and the CUDA toolkit's headers")
-        return 2
-    with tempfile.TemporaryDirectory() as tmp:
-        d = Path(tmp)
-        (d / "rope_emu.cpp").write_text(emulated_source())
-        for f in ("emu.h", "main.cpp"):
-            shutil.copy(HERE / "cuda_emu" / f, d / f)
-        for h in ("cuda_rope.h", "cuda_common.cuh"):
-            shutil.copy(CSRC / h, d / h)
-        cmd = ["g++", "-std=c++20", "-O1", f"-I{cuda_home}/include", f"-I{d}", str(d / "main.cpp")]
-        cmd += ["-o", str(d / "emu"), "-lpthread"]
-        subprocess.run(cmd, check=True)
-        return subprocess.run([str(d / "emu")]).returncode
+    rc, log = build_and_run(
+        {"rope_emu.cpp": emulated_source()},
+        ("emu.h", "main.cpp"),
+        ("cuda_rope.h", "cuda_common.cuh"),
+        "main.cpp",
+        capture=False,  # (minutes: its progress as it goes)
+    )
+    print(log, end="")
+    return rc
 
 
 if __name__ == "__main__":

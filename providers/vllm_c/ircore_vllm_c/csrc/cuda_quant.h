@@ -47,9 +47,38 @@ struct QuantLaunch {
   float* amax;  // kAmax / kTensor: one float (zeroed by the launcher for kAmax)
 };
 
+// The launch of a row (a function of the row length k, the group size g, the elements per 16-byte
+// chunk n and the chunks a lane keeps in registers, never of the batch): threads per block; the
+// team width (lanes per group in group mode, else the block); whether groups hold whole chunks;
+// whether every unit fits its team's registers in one pass (the row read once).
+// Threads per block at most (the kernels' launch bound: up to 128 registers per thread).
+constexpr int kMaxThreads = 512;
+
+struct QuantShape {
+  int threads, team;
+  bool whole_chunks, resident;
+};
+
+inline QuantShape plan_quant(bool grouped, int64_t k, int64_t g, int n, int slots) {
+  auto warps = [](int64_t t) {
+    return t < 32 ? 32 : (t > kMaxThreads ? kMaxThreads : (t + 31) / 32 * 32);
+  };
+  if (!grouped) {
+    const int64_t chunks = (k + n - 1) / n;
+    const int threads = static_cast<int>(warps((chunks + slots - 1) / slots));
+    return {threads, threads, true, chunks <= int64_t{threads} * slots};
+  }
+  const int64_t per_group = (g + n - 1) / n, groups = (k + g - 1) / g;
+  int w = 1;  // the narrowest power-of-two team whose registers hold a group
+  while (w < 32 && w * slots < per_group) w <<= 1;
+  const int threads = static_cast<int>(warps(groups * w));
+  return {threads, w, g % n == 0, per_group <= w * slots && groups * w <= threads};
+}
+
 cudaError_t launch_quant(const QuantLaunch& l, cudaStream_t stream);
 
-// Dynamic shared memory one row needs (0 for kPlain): the launcher's and the predicates' limit.
+// Dynamic shared memory one row needs (0 for kPlain and for rows held in registers): the
+// launcher's and the predicates' limit.
 constexpr int64_t kMaxRowBytes = 96 * 1024;
 
 }  // namespace cuda_quant
