@@ -123,6 +123,39 @@ def test_padding_rows_are_zero_and_scales_keep_their_layout() -> None:
     assert s.stride() == ref.stride() and torch.equal(s, ref)
 
 
+@pytest.mark.parametrize("form", ["plain", "norm", "add_norm"])
+def test_per_tensor_scale_of_one_row_takes_one_launch_with_the_batched_bits(
+    form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per-tensor dynamic quant of a single row runs the per-token launch (one kernel, where a
+    batch takes an amax pass, a reduction and the quant): the same q and scale as the same row at
+    the top of a batch whose other rows (zeros) leave the tensor's amax the row's; the fused add's
+    residual output too. scale_ub is ignored, as the op says."""
+    e4 = torch.float8_e4m3fn
+    x, r = torch.randn(1, 96, device=DEVICE) * 3, torch.randn(1, 96, device=DEVICE)
+    w = 1 + 0.1 * torch.randn(96, device=DEVICE)
+    pad = torch.zeros(2, 96, device=DEVICE)
+    xb, rb = torch.cat([x, pad]), torch.cat([r, pad])
+    ub = torch.full((1,), 1e-3, device=DEVICE)
+    launches: list[int] = []
+    launch = qk._launch
+    monkeypatch.setattr(qk, "_launch", lambda *a, **kw: launches.append(kw["quant"]) or launch(*a, **kw))
+    if form == "plain":
+        one, batch = qk.dynamic_quant_fp8(x, False, e4, ub), qk.dynamic_quant_fp8(xb, False, e4)
+    elif form == "norm":
+        one = qk.rms_norm_dynamic_quant_fp8(x, w, 1e-6, False, e4, ub)
+        batch = qk.rms_norm_dynamic_quant_fp8(xb, w, 1e-6, False, e4)
+    else:
+        one = qk.fused_add_rms_norm_dynamic_quant_fp8(x, r, w, 1e-6, False, e4, ub)
+        batch = qk.fused_add_rms_norm_dynamic_quant_fp8(xb, rb, w, 1e-6, False, e4)
+        assert torch.equal(one[2], batch[2][:1])
+    assert launches == [qk._DYNAMIC, qk._AMAX, qk._FROM_AMAX]  # one launch for the row, two for the batch
+    assert one[1].shape == (1,) and torch.equal(one[1], batch[1])
+    assert torch.equal(one[0].view(torch.uint8), batch[0][:1].view(torch.uint8))
+    if form == "plain":
+        assert_close_to_reference(ircore.get_op("dynamic_quant_fp8"), one, (x, False, e4))
+
+
 # ---------------------------------------------------------------------- GPU: real sizes
 gpu = pytest.mark.skipif(GPU is None, reason="needs a GPU: real sizes take minutes in Triton's interpreter")
 
