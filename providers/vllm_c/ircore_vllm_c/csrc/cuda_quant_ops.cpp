@@ -151,13 +151,15 @@ std::tuple<Tensor, Tensor, Tensor> dynamic_impl(const char* op, QSource src, con
   Tensor q = new_q(x, l.k, at::ScalarType::Float8_e4m3fn, padding);
   l.q = static_cast<uint8_t*>(q.data_ptr());
   Tensor scale;
-  if (per_token) {
+  if (per_token || l.rows == 1) {
+    // One row per tensor: its amax is the tensor's, so the per-token launch (one kernel, its scale
+    // written at index 0) gives the two-launch path's bits; scale_ub applies per token only.
     std::vector<int64_t> ss(x.sizes().begin(), x.sizes().end());
     ss.back() = 1;
-    scale = at::empty(ss, fopt);
+    scale = per_token ? at::empty(ss, fopt) : at::empty({1}, fopt);
     l.mode = QMode::kToken;
     l.scales = scale.data_ptr<float>();
-    if (scale_ub && scale_ub->defined()) {
+    if (per_token && scale_ub && scale_ub->defined()) {
       p.keep[4] = scale_ub->to(at::ScalarType::Float).reshape({1}).contiguous();
       l.scale_ub = p.keep[4].data_ptr<float>();
     }
