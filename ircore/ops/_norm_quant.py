@@ -224,7 +224,7 @@ def _static_norm_base(dtype: torch.dtype, device: str, seed: int) -> Iterator[Sa
 
 
 def _dynamic_norm_base(dtype: torch.dtype, device: str, seed: int) -> Iterator[Sample]:
-    keep = ("a zero row", "7x256 per-tensor", "scale_ub", "per-tensor e4m3fnuz", "2x3x64", "0x64")
+    keep = ("a zero row", "7x256 per-tensor", "scale_ub", "per-tensor e4m3fnuz", "one row", "2x3x64", "0x64")
     return (s for s in _quant.dynamic_samples(dtype, device, seed) if any(k in s.label for k in keep))
 
 
