@@ -435,7 +435,7 @@ def dynamic_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Iterator[
         "3x64 all zeros per-tensor",
     )
     yield Sample(
-        (x[2:3], False, E4M3FN, ub, 4), "1x256 per-tensor one row (an upper bound given: ignored), padded to 4"
+        (x[2:3], False, E4M3FN, ub, 4), "1x256 per-tensor one row (an upper bound given: ignored), padded 4"
     )
     yield Sample(
         (_samples.strided_rows(5, 128, dtype, device, gen), True, E4M3FN, None, None), "5x128 row stride 192"
