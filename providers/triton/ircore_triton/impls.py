@@ -814,10 +814,8 @@ def rms_norm_static_fp8_quant_invariant(
     num_token_padding: int | None = None,
 ) -> Tensor:
     """rms_norm_static_fp8_quant with the whole row in one program (batch-invariant mode)."""
-    from . import invariant_kernels
-
-    args = (scale, fp8_dtype, num_token_padding)
-    return invariant_kernels.rms_norm_static_fp8_quant(x, weight, epsilon, *args)
+    cfg = _qk.whole_row(x)
+    return _qk.rms_norm_static_fp8_quant(x, weight, epsilon, scale, fp8_dtype, num_token_padding, cfg)
 
 
 def fused_add_rms_norm_static_fp8_quant_invariant(
@@ -830,10 +828,8 @@ def fused_add_rms_norm_static_fp8_quant_invariant(
     num_token_padding: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """fused_add_rms_norm_static_fp8_quant with the whole row in one program (batch-invariant mode)."""
-    from . import invariant_kernels
-
-    return invariant_kernels.fused_add_rms_norm_static_fp8_quant(
-        x, x_residual, weight, epsilon, scale, fp8_dtype, num_token_padding
+    return _qk.fused_add_rms_norm_static_fp8_quant(
+        x, x_residual, weight, epsilon, scale, fp8_dtype, num_token_padding, _qk.whole_row(x)
     )
 
 
@@ -847,10 +843,8 @@ def rms_norm_dynamic_quant_fp8_invariant(
     num_token_padding: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """rms_norm_dynamic_quant_fp8 with the whole row in one program (batch-invariant mode)."""
-    from . import invariant_kernels
-
-    return invariant_kernels.rms_norm_dynamic_quant_fp8(
-        x, weight, epsilon, per_token, fp8_dtype, scale_ub, num_token_padding
+    return _qk.rms_norm_dynamic_quant_fp8(
+        x, weight, epsilon, per_token, fp8_dtype, scale_ub, num_token_padding, _qk.whole_row(x)
     )
 
 
@@ -865,10 +859,8 @@ def fused_add_rms_norm_dynamic_quant_fp8_invariant(
     num_token_padding: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """fused_add_rms_norm_dynamic_quant_fp8 with the whole row in one program (batch-invariant mode)."""
-    from . import invariant_kernels
-
-    return invariant_kernels.fused_add_rms_norm_dynamic_quant_fp8(
-        x, x_residual, weight, epsilon, per_token, fp8_dtype, scale_ub, num_token_padding
+    return _qk.fused_add_rms_norm_dynamic_quant_fp8(
+        x, x_residual, weight, epsilon, per_token, fp8_dtype, scale_ub, num_token_padding, _qk.whole_row(x)
     )
 
 
@@ -883,10 +875,9 @@ def rms_norm_group_quant_fp8_invariant(
     scale_alignment: int = 1,
 ) -> tuple[Tensor, Tensor]:
     """rms_norm_group_quant_fp8 with the whole row in one program (batch-invariant mode)."""
-    from . import invariant_kernels
-
-    return invariant_kernels.rms_norm_group_quant_fp8(
-        x, weight, epsilon, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment
+    cfg = _qk.whole_row(x, int(group_shape[-1]))
+    return _qk.rms_norm_group_quant_fp8(
+        x, weight, epsilon, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment, cfg
     )
 
 
@@ -902,8 +893,7 @@ def fused_add_rms_norm_group_quant_fp8_invariant(
     scale_alignment: int = 1,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """fused_add_rms_norm_group_quant_fp8 with the whole row in one program (batch-invariant mode)."""
-    from . import invariant_kernels
-
-    return invariant_kernels.fused_add_rms_norm_group_quant_fp8(
-        x, x_residual, weight, epsilon, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment
+    cfg = _qk.whole_row(x, int(group_shape[-1]))
+    return _qk.fused_add_rms_norm_group_quant_fp8(
+        x, x_residual, weight, epsilon, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment, cfg
     )

@@ -10,8 +10,9 @@ launch tunes its warps per row-count bucket (norm_kernels.py): here it takes the
 fixed by the group size and dtype. layer_norm (configured by hidden size only, one row per
 program) and silu_and_mul (elementwise) are invariant as they are. The fused norm + quant ops'
 default launch picks per row-count bucket between the whole row and a walk in chunks
-(quant_kernels.norm_candidates), which sum a row's squares in another order: here they take the
-whole row in one program, the heuristic's launch (fixed by the hidden size, group size and dtype).
+(quant_kernels.norm_candidates), which sum a row's squares in another order: their variants
+(impls.<op>_invariant) take the whole row in one program, the heuristic's launch
+(quant_kernels.whole_row: fixed by the hidden size, group size and dtype).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import triton
 
 from . import kernels as _k
 from . import norm_kernels as _nk
-from . import quant_kernels as _qk
 
 
 @functools.cache
@@ -62,96 +62,3 @@ def rms_norm_gated(
     gs = x.shape[-1] if group_size is None else group_size
     cfg = _nk.gated_heuristic(triton.next_power_of_2(gs), x.element_size())
     return _nk.rms_norm_gated(x, gate, weight, epsilon, group_size, norm_before_gate, round_normalized, cfg)
-
-
-def whole_row(x: torch.Tensor, group: int | None = None) -> _k.QuantConfig:
-    """The fused norm + quant ops' launch in the mode: the whole row in one program."""
-    return _qk.heuristic(x.shape[-1], group, x.element_size())
-
-
-def rms_norm_static_fp8_quant(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    epsilon: float,
-    scale: torch.Tensor,
-    fp8_dtype: torch.dtype,
-    num_token_padding: int | None = None,
-) -> torch.Tensor:
-    cfg = whole_row(x)
-    return _qk.rms_norm_static_fp8_quant(x, weight, epsilon, scale, fp8_dtype, num_token_padding, cfg)
-
-
-def fused_add_rms_norm_static_fp8_quant(
-    x: torch.Tensor,
-    x_residual: torch.Tensor,
-    weight: torch.Tensor | None,
-    epsilon: float,
-    scale: torch.Tensor,
-    fp8_dtype: torch.dtype,
-    num_token_padding: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return _qk.fused_add_rms_norm_static_fp8_quant(
-        x, x_residual, weight, epsilon, scale, fp8_dtype, num_token_padding, whole_row(x)
-    )
-
-
-def rms_norm_dynamic_quant_fp8(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    epsilon: float,
-    per_token: bool,
-    fp8_dtype: torch.dtype,
-    scale_ub: torch.Tensor | None = None,
-    num_token_padding: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return _qk.rms_norm_dynamic_quant_fp8(
-        x, weight, epsilon, per_token, fp8_dtype, scale_ub, num_token_padding, whole_row(x)
-    )
-
-
-def fused_add_rms_norm_dynamic_quant_fp8(
-    x: torch.Tensor,
-    x_residual: torch.Tensor,
-    weight: torch.Tensor | None,
-    epsilon: float,
-    per_token: bool,
-    fp8_dtype: torch.dtype,
-    scale_ub: torch.Tensor | None = None,
-    num_token_padding: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _qk.fused_add_rms_norm_dynamic_quant_fp8(
-        x, x_residual, weight, epsilon, per_token, fp8_dtype, scale_ub, num_token_padding, whole_row(x)
-    )
-
-
-def rms_norm_group_quant_fp8(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    epsilon: float,
-    group_shape: list[int],
-    column_major: bool,
-    use_ue8m0: bool,
-    fp8_dtype: torch.dtype,
-    scale_alignment: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    cfg = whole_row(x, int(group_shape[-1]))
-    return _qk.rms_norm_group_quant_fp8(
-        x, weight, epsilon, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment, cfg
-    )
-
-
-def fused_add_rms_norm_group_quant_fp8(
-    x: torch.Tensor,
-    x_residual: torch.Tensor,
-    weight: torch.Tensor | None,
-    epsilon: float,
-    group_shape: list[int],
-    column_major: bool,
-    use_ue8m0: bool,
-    fp8_dtype: torch.dtype,
-    scale_alignment: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    cfg = whole_row(x, int(group_shape[-1]))
-    return _qk.fused_add_rms_norm_group_quant_fp8(
-        x, x_residual, weight, epsilon, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment, cfg
-    )

@@ -514,6 +514,12 @@ def heuristic(k: int, group: int | None, elem_bytes: int) -> QuantConfig:
     return QuantConfig(b, _warps(b, elem_bytes))
 
 
+def whole_row(x: torch.Tensor, group: int | None = None) -> QuantConfig:
+    """:func:`heuristic` for ``x``'s rows: the fused norm + quant ops' launch in batch-invariant
+    mode (impls.<op>_invariant), fixed by the hidden size, group size and dtype."""
+    return heuristic(x.shape[-1], group, x.element_size())
+
+
 def candidates(k: int, group: int | None, rows: int, elem_bytes: int) -> list[QuantConfig]:
     """The heuristic, then chunks of the row: at T <= 128, of 512-4096 elements with 1 or 2
     16-byte input vectors a thread (more programs for few rows: one row of 14336 in chunks of 512

@@ -11,7 +11,7 @@ import pytest
 import torch
 import triton
 from conftest import GPU
-from ircore_triton import act_kernels, norm_kernels, rope_kernels
+from ircore_triton import act_kernels, impls, norm_kernels, rope_kernels
 from ircore_triton.kernels import ActConfig, GatedNormConfig, RopeConfig
 
 import ircore
@@ -411,7 +411,7 @@ def _near_whole_row(got, whole, what: str) -> None:
 
 @pytest.mark.parametrize("case", _NQ_CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}-{c[4]}")
 def test_every_norm_quant_chunk_matches_reference(case: tuple) -> None:
-    from ircore_triton import invariant_kernels, quant_kernels
+    from ircore_triton import quant_kernels
 
     name, shape, _, _, group, _ = case
     args = _nq_args(case)
@@ -425,7 +425,7 @@ def test_every_norm_quant_chunk_matches_reference(case: tuple) -> None:
         out = fn(*args, config=c)
         assert_close_to_reference(op, out, args)
         _near_whole_row(out, whole, f"{name} {c}")
-    inv = _bits(getattr(invariant_kernels, name)(*args))  # the mode's launch: the heuristic's bits
+    inv = _bits(getattr(impls, f"{name}_invariant")(*args))  # the mode's launch: the heuristic's bits
     assert all(torch.equal(a, b) for a, b in zip(inv, _bits(whole)))
 
 
@@ -458,7 +458,7 @@ def test_gpu_every_norm_quant_chunk_matches_reference(tokens: int) -> None:
     """Llama-3-8B's 4096 and 14336, bf16, the hardware cast (e4m3fn) and the bits (e4m3fnuz):
     every candidate within tolerance of the reference, fused_add's residual output the whole
     row's bits, the invariant variant the heuristic's bits."""
-    from ircore_triton import invariant_kernels, quant_kernels
+    from ircore_triton import quant_kernels
 
     for k in (4096, 14336):
         x = (torch.randn(tokens, k, device="cuda") * 4).to(torch.bfloat16)
@@ -481,7 +481,7 @@ def test_gpu_every_norm_quant_chunk_matches_reference(tokens: int) -> None:
                 out = fn(*args, config=c)
                 assert_close_to_reference(op, out, args)
                 _near_whole_row(out, whole, f"{name} {c}")
-            inv = _bits(getattr(invariant_kernels, name)(*args))
+            inv = _bits(getattr(impls, f"{name}_invariant")(*args))
             assert all(torch.equal(a, b) for a, b in zip(inv, ref)), name
 
 
