@@ -6,9 +6,10 @@ section 5): about 0.2 ms more per FP8 linear than a bf16 one, far more than irco
 fp8_linear_forward``: ``dynamic_group_quant_fp8`` then ``block_scaled_mm_fp8``) at the Llama-3-8B
 projection shapes into its pieces and times each two ways, side by side in one process:
 
-- ``wall``: back-to-back eager calls, synchronised once at the end (per call: what a host-bound
+- ``wall``: back-to-back eager calls, synchronised at both ends (per call: what a host-bound
   forward pays; the larger of host cost and kernel time);
-- ``kernel`` (CUDA only): the same call replayed from a CUDA graph (the kernels alone).
+- ``kernel`` (CUDA only): the same call replayed from a CUDA graph (the kernels alone);
+both with ircore.tools.timing's runners, in interleaved rounds (medians).
 
 Pieces: the whole linear; each op through ircore's dispatch; each op's chosen implementation
 called directly (the dispatch's share is the difference); a bf16 ``F.linear`` of the same shape as
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -34,6 +34,7 @@ import ircore
 from ircore.integrations._fp8 import fp8_linear_forward
 from ircore.ops import block_scaled_mm_fp8, dynamic_group_quant_fp8
 from ircore.ops._scaled_mm import quantize_blocks
+from ircore.tools.timing import eager_runner, graph_runner, interleaved_medians
 
 # Llama-3-8B's projections (N, K): qkv's q, k/v, o, gate/up, down
 SHAPES = ((4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336))
@@ -44,44 +45,18 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def wall_us(fn: Callable[[], Any], device: str, calls: int) -> float:
-    for _ in range(10):
-        fn()
+def time_us(fn: Callable[[], Any], device: str, rounds: int, round_s: float) -> tuple[float, float | None]:
+    """(wall, kernel) us per call: eager back-to-back calls and (CUDA) their CUDA-graph replay,
+    interleaved rounds and medians (ircore.tools.timing); kernel None where capture fails."""
+    runners = {"wall": eager_runner(fn, device)}
     if device == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
-
-
-def graph_us(fn: Callable[[], Any], calls: int) -> float | None:
-    """Kernel time per call: ``calls`` calls captured in one CUDA graph, replayed."""
-    try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
-        graph.replay()
-        torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(5):
-            t0 = time.perf_counter()
-            graph.replay()
-            torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - t0)
-        return best / calls * 1e6
-    except Exception as exc:  # a piece that cannot be captured: say so, keep the rest
-        log(f"    graph capture failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-        return None
+        try:
+            runners["kernel"] = graph_runner(fn)
+        except Exception as exc:  # a piece that cannot be captured: say so, keep the rest
+            log(f"    graph capture failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    med = interleaved_medians(runners, rounds=rounds, round_s=round_s)
+    kernel = med.get("kernel")
+    return med["wall"] * 1e6, None if kernel is None else kernel * 1e6
 
 
 def chosen(op: Any, args: tuple) -> tuple[str, Callable[..., Any]]:
@@ -115,7 +90,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--tokens", type=int, nargs="+", default=[1, 16, 64])
-    p.add_argument("--calls", type=int, default=200, help="calls per timing (CUDA graph: per capture)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (the median is reported)")
+    p.add_argument("--round-s", type=float, default=0.05, help="seconds per round of each timing")
     p.add_argument("--shapes", default="all", choices=["all", "small"], help="small: N, K = 512 (CPU smoke)")
     p.add_argument("--json", help="write the rows here")
     args = p.parse_args()
@@ -128,8 +104,7 @@ def main() -> int:
         for n, k in shapes:
             log(f"M={m} N={n} K={k} ...")
             for name, fn in pieces(m, n, k, args.device).items():
-                wall = wall_us(fn, args.device, args.calls)
-                kern = graph_us(fn, args.calls) if args.device == "cuda" else None
+                wall, kern = time_us(fn, args.device, args.rounds, args.round_s)
                 excess = None if kern is None else max(0.0, wall - kern)
                 rows.append({"M": m, "N": n, "K": k, "piece": name, "wall_us": wall, "kernel_us": kern,
                              "host_excess_us": excess})  # fmt: skip
