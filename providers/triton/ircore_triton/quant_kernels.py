@@ -775,20 +775,15 @@ def _dynamic(
     rows = x.numel() // k
     if per_token or rows == 1:
         # One row per tensor: the tensor's amax is the row's, so the per-token launch of the whole
-        # row (one kernel, its scale written at offset 0) gives the two-launch path's bits.
-        if per_token:
-            scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
-            strides, ub = (x.shape[-2], 1, 0), scale_ub
-        else:
-            scale = torch.empty((1,), dtype=torch.float32, device=x.device)
-            strides, ub, config = (0, 0, 0), None, None  # per tensor: scale_ub ignored (the op's rule)
-        if mode != _NORM:
-            config = None  # the plain per-token form: the whole row
-        elif config is None and rows and per_token:
+        # row (one kernel; the row's scale lands at offset 0) gives the two-launch path's bits.
+        scale = torch.empty((*x.shape[:-1], 1) if per_token else (1,), dtype=torch.float32, device=x.device)
+        if mode != _NORM or not per_token:
+            config = None  # the whole row: the plain per-token form, and the two-launch path's norm
+        elif config is None and rows:
             config = _norm_config(x, _DYNAMIC, k, fp8_dtype, residual is not None)
         _launch(x, mode=mode, quant=_DYNAMIC, k=k, q=q_rows, fp8_dtype=fp8_dtype, residual=residual,
-                res_out=res_out, weight=weight, eps=eps, scale_ub=ub, scale_out=scale,
-                scale_strides=strides, cfg=config)  # fmt: skip
+                res_out=res_out, weight=weight, eps=eps, scale_ub=scale_ub if per_token else None,
+                scale_out=scale, scale_strides=(x.shape[-2], 1, 0), cfg=config)  # fmt: skip
         return q, scale, res_out
     scale = torch.empty((1,), dtype=torch.float32, device=x.device)
     row_max = torch.empty((rows,), dtype=torch.float32, device=x.device)
