@@ -282,22 +282,18 @@ std::tuple<Tensor, Tensor, Tensor> dynamic_impl(const char* op, Source src, cons
   Prepared p;
   set_source(p, op, src, x, residual, weight, eps, fp8_dtype);
   Args& a = p.a;
-  const auto fopt = x.options().dtype(at::ScalarType::Float);
   Tensor q = new_q(x, a.k, fp8_dtype, padding);
   a.q = static_cast<uint8_t*>(q.data_ptr());
-  Tensor scale;
+  TORCH_CHECK(per_token || a.rows > 0, "ircore_vllm_c.", op,
+              ": a per-tensor scale needs at least one row");
+  Tensor scale = dynamic_scale_out(x, per_token);
   if (per_token) {
-    std::vector<int64_t> ss(x.sizes().begin(), x.sizes().end());
-    ss.back() = 1;
-    scale = at::empty(ss, fopt);
     a.mode = Mode::kToken;
     if (scale_ub && scale_ub->defined()) {
       p.keep[4] = scale_ub->to(at::ScalarType::Float).reshape({1}).contiguous();
       a.scale_ub = p.keep[4].data_ptr<float>();
     }
   } else {
-    TORCH_CHECK(a.rows > 0, "ircore_vllm_c.", op, ": a per-tensor scale needs at least one row");
-    scale = at::empty({1}, fopt);
     a.mode = Mode::kTensor;
   }
   a.scales = scale.data_ptr<float>();
@@ -323,13 +319,7 @@ std::tuple<Tensor, Tensor, Tensor> group_impl(const char* op, Source src, const 
   Tensor q = new_q(x, a.k, fp8_dtype, std::nullopt);
   a.q = static_cast<uint8_t*>(q.data_ptr());
   a.mode = Mode::kGroup;
-  a.scales = scales.data_ptr<float>();
-  a.group = g;
-  a.groups = groups;
-  a.column_major = column_major;
-  a.ue8m0 = use_ue8m0;
-  a.col_stride = col;
-  a.batch_stride = groups * col;
+  set_group_fields(a, scales, g, groups, column_major, use_ue8m0, col);
   run(a);
   return {q, scales, p.keep[2]};
 }

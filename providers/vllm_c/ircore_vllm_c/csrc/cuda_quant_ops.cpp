@@ -147,29 +147,24 @@ std::tuple<Tensor, Tensor, Tensor> dynamic_impl(const char* op, QSource src, con
   Prepared p;
   set_source(p, op, src, x, residual, weight, eps, fp8_dtype);
   QuantLaunch& l = p.l;
-  const auto fopt = x.options().dtype(at::ScalarType::Float);
   Tensor q = new_q(x, l.k, at::ScalarType::Float8_e4m3fn, padding);
   l.q = static_cast<uint8_t*>(q.data_ptr());
-  Tensor scale;
+  TORCH_CHECK(per_token || l.rows > 0, "ircore_vllm_c.", op,
+              ": a per-tensor scale needs at least one row");
+  Tensor scale = dynamic_scale_out(x, per_token);
+  l.scales = scale.data_ptr<float>();
   if (per_token || l.rows == 1) {
     // One row per tensor: its amax is the tensor's, so the per-token launch (one kernel, its scale
     // written at index 0) gives the two-launch path's bits; scale_ub applies per token only.
-    std::vector<int64_t> ss(x.sizes().begin(), x.sizes().end());
-    ss.back() = 1;
-    scale = per_token ? at::empty(ss, fopt) : at::empty({1}, fopt);
     l.mode = QMode::kToken;
-    l.scales = scale.data_ptr<float>();
     if (per_token && scale_ub && scale_ub->defined()) {
       p.keep[4] = scale_ub->to(at::ScalarType::Float).reshape({1}).contiguous();
       l.scale_ub = p.keep[4].data_ptr<float>();
     }
     launch(p, x);
   } else {
-    TORCH_CHECK(l.rows > 0, "ircore_vllm_c.", op, ": a per-tensor scale needs at least one row");
-    scale = at::empty({1}, fopt);
-    p.keep[5] = at::empty({1}, fopt);
+    p.keep[5] = at::empty({1}, scale.options());
     l.amax = p.keep[5].data_ptr<float>();
-    l.scales = scale.data_ptr<float>();
     l.mode = QMode::kAmax;  // every row's amax (and the residual) first
     launch(p, x);
     l.mode = QMode::kTensor;
@@ -202,13 +197,7 @@ std::tuple<Tensor, Tensor, Tensor> group_impl(const char* op, QSource src, const
   Tensor q = new_q(x, l.k, at::ScalarType::Float8_e4m3fn, std::nullopt);
   l.q = static_cast<uint8_t*>(q.data_ptr());
   l.mode = QMode::kGroup;
-  l.scales = scales.data_ptr<float>();
-  l.group = g;
-  l.groups = groups;
-  l.column_major = column_major;
-  l.ue8m0 = use_ue8m0;
-  l.col_stride = col;
-  l.batch_stride = groups * col;
+  set_group_fields(l, scales, g, groups, column_major, use_ue8m0, col);
   launch(p, x);
   return {q, scales, p.keep[2]};
 }

@@ -44,4 +44,27 @@ inline std::pair<at::Tensor, int64_t> group_scales_out(const at::Tensor& x, int6
   return {at::empty(ss, fopt).transpose(-2, -1), m};  // strides (..., 1, M)
 }
 
+// The dynamic ops' scale: x.shape[:-1] + (1,) per token, (1,) per tensor.
+inline at::Tensor dynamic_scale_out(const at::Tensor& x, bool per_token) {
+  const auto fopt = x.options().dtype(at::ScalarType::Float);
+  if (!per_token) return at::empty({1}, fopt);
+  std::vector<int64_t> ss(x.sizes().begin(), x.sizes().end());
+  ss.back() = 1;
+  return at::empty(ss, fopt);
+}
+
+// The group mode's fields of a kernel's arguments (the CPU kernels' Args and the CUDA launch's
+// QuantLaunch name them alike): scales from group_scales_out with its column stride.
+template <class L>
+void set_group_fields(L& l, const at::Tensor& scales, int64_t group, int64_t groups,
+                      bool column_major, bool ue8m0, int64_t col_stride) {
+  l.scales = scales.data_ptr<float>();
+  l.group = group;
+  l.groups = groups;
+  l.column_major = column_major;
+  l.ue8m0 = ue8m0;
+  l.col_stride = col_stride;
+  l.batch_stride = groups * col_stride;
+}
+
 }  // namespace ircore_vllm_c
