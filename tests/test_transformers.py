@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -675,6 +676,28 @@ def test_experts_call_silu_and_mul_in_every_experts_implementation(implementatio
     counting.clear()
     close(logits(model), stock, torch.float32)
     assert silu_calls(counting) == calls  # eager: 4 experts hit in each of the 2 layers
+
+
+def test_the_activation_check_traces_as_a_constant_for_a_module_argument():
+    """The experts' and fused MLPs' forwards ask ``is_silu(self.act_fn)`` on every call; under
+    torch.compile it must be a constant (no graph break) for a module as for ``F.silu``. torch
+    2.11's Dynamo refused a module passed to an ``assume_constant_result`` function (the routed
+    Qwen3-MoE experts failed to compile on the H100), so the check passes the module's class."""
+    from transformers.activations import ACT2FN
+
+    from ircore.integrations._forwards import is_silu
+
+    def pick(x: torch.Tensor, act) -> torch.Tensor:
+        return x + 1 if is_silu(act) else x - 1
+
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(pick, backend="eager", fullgraph=True)
+        x = torch.zeros(2)
+        for act, silu in [(nn.SiLU(), True), (ACT2FN["silu"], True), (nn.GELU(), False), (F.silu, True), (F.gelu, False)]:
+            assert torch.equal(compiled(x, act), x + (1 if silu else -1)), act
+    finally:
+        torch._dynamo.reset()
 
 
 def test_experts_whose_apply_gate_something_else_replaced_are_left_alone():

@@ -268,13 +268,17 @@ def _silu_class(cls: Any) -> bool:
     return issubclass(cls, nn.SiLU) or form_of(cls, "silu") is not None
 
 
-@torch.compiler.assume_constant_result  # traced as its value: the activation of a module is fixed
+# Traced as its value (a module's activation class is fixed). It takes the class, not the module:
+# torch 2.11's Dynamo cannot pass a module to such a function (it raised "UnspecializedNNModuleVariable
+# (SiLUActivation) is not a constant" compiling the routed MoE experts on the H100); a class it can.
+@torch.compiler.assume_constant_result
+def _is_silu_module_class(cls: Any) -> bool:
+    return isinstance(cls, type) and issubclass(cls, nn.Module) and _silu_class(cls)
+
+
 def is_silu(act: Any) -> bool:
     """``act`` computes SiLU: ``nn.SiLU``, transformers' ``SiLUActivation``, or ``F.silu`` itself."""
-    if act is F.silu:
-        return True
-    cls: Any = type(act)
-    return isinstance(act, nn.Module) and _silu_class(cls)
+    return act is F.silu or _is_silu_module_class(type(act))
 
 
 def fused_mlp_forward(original: Callable[..., Any]) -> Callable[..., Any]:
