@@ -50,7 +50,14 @@ def test_extremes_and_nan_match_native(name, params):
     v = [-100.0, -20.0, -7.5, 0.0, 7.0, 7.5, 20.0, 100.0, math.inf, -math.inf, math.nan, 1e-3]
     vals = torch.tensor(v)
     x = torch.cat([vals.repeat(len(v)), vals.repeat_interleave(len(v))]).reshape(1, -1).to(DEVICE)  # every pair
-    expected = ircore.get_op(name).native(x, *params)
+    op = ircore.get_op(name)
+    expected = op.native(x, *params)
+    if params == ("none",) and x.device.type == "cpu":
+        # torch's vectorised fp32 erf GELU on the CPU gives NaN for a = +inf on some machines (an
+        # AVX-512 Xeon, 2026-12-05) and inf on others; the kernel must give the right value there,
+        # the fp64 reference's (NaN only where b makes it NaN: 0 or NaN).
+        fix = (x[..., : x.shape[-1] // 2] == math.inf) & expected.isnan()
+        expected = torch.where(fix, op.reference(x, *params).to(expected.dtype), expected)
     torch.testing.assert_close(getattr(impls, name)(x, *params), expected, atol=1e-5, rtol=1e-5, equal_nan=True)
 
 
