@@ -198,9 +198,9 @@ def _gated_candidates(
             if groups >= bm * sm_count:
                 out.append(GatedNormConfig(_warps(bm * block_n, elem_bytes), block_m=bm))
     if block_n >= 4096 and groups >= sm_count:
-        out.append(GatedNormConfig(h, late_weight=True))
-        if h > 1 and block_n // ((h // 2) * per_vector) <= 8:
-            out.append(GatedNormConfig(h // 2, late_weight=True))
+        for w in (h, h // 2):
+            if w >= 1 and block_n // (w * per_vector) <= 8:
+                out.append(GatedNormConfig(w, late_weight=True))
     return out
 
 
