@@ -5,15 +5,20 @@ One program normalises one row, or one group of a row for ``rms_norm_gated`` wit
 read once, computed in fp32 and written once. Rows wider than :data:`MAX_ROW_BLOCK` elements
 are left to other providers (the predicates say so). PDL as in :mod:`ircore_triton.kernels`.
 
-``layer_norm``'s warps are a heuristic (by row width). ``rms_norm_gated``'s
-(:class:`~ircore_triton.kernels.GatedNormConfig`) are tuned per (row width, group size, dtype,
-row-count bucket) by the autotune of :mod:`ircore_triton.kernels`: the heuristic's warps (about
-four 16-byte vectors per thread) first, then twice and four times as many: at T <= 128 a row per
-program leaves most SMs idle and the row's latency is what counts, so fewer elements per thread
-(more loads in flight per row) can win. The warps change
-how a row's sum of squares is split across threads, so the tuned launch is batch-variant: the
-batch-invariant mode runs :func:`rms_norm_gated` with the heuristic's warps, fixed per group size
-and dtype (``invariant_kernels.rms_norm_gated``).
+``layer_norm``'s warps are a heuristic (by row width). ``rms_norm_gated``'s launch
+(:class:`~ircore_triton.kernels.GatedNormConfig`) is tuned per (row width, group size, dtype,
+row-count bucket) by the autotune of :mod:`ircore_triton.kernels` (:func:`_gated_candidates`):
+the heuristic's warps (about four 16-byte vectors per thread) first, then twice and four times
+as many: at T <= 128 a row per program leaves most SMs idle and the row's latency is what
+counts, so fewer elements per thread (more loads in flight per row) can win. Calls with many
+groups also try a second kernel, :func:`_rms_norm_gated_tile_kernel`: several small groups per
+program (a ``block_m x BLOCK_N`` tile, each group reduced along axis 1 on its own; one-warp
+programs of Mamba2's 512-column groups hit the cap on resident blocks per SM), or, for wide
+groups, the weight and a trailing gate loaded after the reduction (fewer registers, more
+resident programs). The warps and the tile change how a group's sum of squares is split across
+threads, so the tuned launch is batch-variant: the batch-invariant mode runs
+:func:`rms_norm_gated` with the heuristic's launch (one group per program, the first kernel),
+fixed per group size and dtype (``invariant_kernels.rms_norm_gated``).
 """
 
 from __future__ import annotations
@@ -84,13 +89,13 @@ def _rms_norm_gated_kernel(
 def _rms_norm_gated_tile_kernel(
     X, G, W, Y, n_groups, n_total, GS, stride_x, stride_g, stride_y, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NORM_BEFORE_GATE: tl.constexpr, ROUND: tl.constexpr,
-    LATE_W: tl.constexpr, USE_PDL: tl.constexpr = False,
+    LATE: tl.constexpr, USE_PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Program ``pid`` normalises groups ``pid * BLOCK_M`` to ``pid * BLOCK_M + BLOCK_M - 1`` of
     the ``n_total`` (group ``i`` is group ``i % n_groups`` of row ``i // n_groups``), one per row
-    of the tile, each group's sum of squares reduced along axis 1 on its own. ``LATE_W``: the
-    weight is loaded after the reduction, and a gate applied after the norm stays in its dtype
-    until then (fewer fp32 values live across the reduction)."""
+    of the tile, each group's sum of squares reduced along axis 1 on its own. ``LATE``: the
+    weight, and a gate applied after the norm, are loaded after the reduction (only x, or x times
+    the gate, in fp32 live across it; a second memory latency, for more resident programs)."""
     i = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row = (i // n_groups).to(tl.int64)[:, None]
     cols = tl.arange(0, BLOCK_N)[None, :]
@@ -99,30 +104,27 @@ def _rms_norm_gated_tile_kernel(
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
     x = tl.load(X + row * stride_x + col, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(G + row * stride_g + col, mask=mask, other=0.0)
-    if not LATE_W:
+    if not (LATE and NORM_BEFORE_GATE):
+        g = tl.load(G + row * stride_g + col, mask=mask, other=0.0).to(tl.float32)
+        g = g * tl.sigmoid(g)
+    if not LATE:
         w = tl.load(W + col, mask=mask, other=0.0).to(tl.float32)
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    if NORM_BEFORE_GATE:
-        if not LATE_W:
-            g = g.to(tl.float32)
-            g = g * tl.sigmoid(g)
-    else:
-        g = g.to(tl.float32)
-        x = x * (g * tl.sigmoid(g))
+    if not NORM_BEFORE_GATE:
+        x = x * g
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / GS + eps)
     y = x * rstd[:, None]
-    if LATE_W:
+    if LATE:
         w = tl.load(W + col, mask=mask, other=0.0).to(tl.float32)
+        if NORM_BEFORE_GATE:
+            g = tl.load(G + row * stride_g + col, mask=mask, other=0.0).to(tl.float32)
+            g = g * tl.sigmoid(g)
     if ROUND:
         y = _round_to(_round_to(y, Y.dtype.element_ty) * w, Y.dtype.element_ty)
     else:
         y = y * w
     if NORM_BEFORE_GATE:
-        if LATE_W:
-            g = g.to(tl.float32)
-            g = g * tl.sigmoid(g)
         y = y * g
     tl.store(Y + row * stride_y + col, y.to(Y.dtype.element_ty), mask=mask)
 
@@ -181,11 +183,11 @@ def _gated_candidates(
       ``groups`` gives every SM one such program, on the heuristic's warps for the whole tile
       (about four vectors per thread). One-warp programs of one group hit the cap on resident
       blocks per SM before the SM's warps are full;
-    - groups of 4096 or more over at least a wave (one per SM): the weight loaded after the
-      reduction (``late_weight``), on the heuristic's warps and on half of them where that is at
-      most eight vectors per thread (only x in fp32, and the gate in its dtype, live across the
-      reduction then). At 1024 x 8192, x, the gate and the weight in fp32 on 8 warps left about
-      two programs per SM: four waves with a tail.
+    - groups of 4096 or more over at least a wave (one per SM): the weight, and a gate applied
+      after the norm, loaded after the reduction (``late_loads``), on the heuristic's warps and
+      on half of them where that is at most eight vectors per thread. sm_90, bf16 8192 with the
+      gate after the norm (Qwen3-Next's form): 80 registers on 8 warps, three programs per SM
+      (1024 rows: 2.6 waves); late, 63: four (1.9 waves), for a second memory latency.
     """
     h = gated_heuristic(block_n, elem_bytes).num_warps
     per_vector = 32 * max(1, 16 // elem_bytes)  # elements of one 16-byte vector per thread of a warp
@@ -200,7 +202,7 @@ def _gated_candidates(
     if block_n >= 4096 and groups >= sm_count:
         for w in (h, h // 2):
             if w >= 1 and block_n // (w * per_vector) <= 8:
-                out.append(GatedNormConfig(w, late_weight=True))
+                out.append(GatedNormConfig(w, late_loads=True))
     return out
 
 
@@ -209,7 +211,7 @@ def _run_gated(
     norm_before_gate: bool, round_normalized: bool,
 ) -> None:  # fmt: skip
     block_n = triton.next_power_of_2(gs)
-    if cfg.block_m == 1 and not cfg.late_weight:  # the launch before tuning (and the invariant one)
+    if cfg.block_m == 1 and not cfg.late_loads:  # the launch before tuning (and the invariant one)
         _rms_norm_gated_kernel.run(
             x2, g2, w, y2, n_groups, gs, x2.stride(0), g2.stride(0), y2.stride(0), eps,
             BLOCK_N=block_n, NORM_BEFORE_GATE=norm_before_gate, ROUND=round_normalized,
@@ -220,7 +222,7 @@ def _run_gated(
     _rms_norm_gated_tile_kernel.run(
         x2, g2, w, y2, n_groups, total, gs, x2.stride(0), g2.stride(0), y2.stride(0), eps,
         BLOCK_M=cfg.block_m, BLOCK_N=block_n, NORM_BEFORE_GATE=norm_before_gate, ROUND=round_normalized,
-        LATE_W=cfg.late_weight, num_warps=cfg.num_warps, grid=(triton.cdiv(total, cfg.block_m),),
+        LATE=cfg.late_loads, num_warps=cfg.num_warps, grid=(triton.cdiv(total, cfg.block_m),),
         warmup=False, **_launch_opts(x2.device),
     )  # fmt: skip
 

@@ -45,7 +45,7 @@ def test_rms_norm_gated_strided_rows_and_3d():
 
 
 #: The tuned launches other than the heuristic's: several groups (rows) per program, the weight
-#: loaded after the reduction, both (num_warps is the GPU's; the interpreter ignores it).
+#: (and a trailing gate) loaded after the reduction, both (num_warps is the GPU's; the interpreter ignores it).
 TILED = [
     GatedNormConfig(1, 2),
     GatedNormConfig(2, 4),
@@ -55,7 +55,7 @@ TILED = [
 ]
 
 
-@pytest.mark.parametrize("config", TILED, ids=lambda c: f"m{c.block_m}{'-late' if c.late_weight else ''}")
+@pytest.mark.parametrize("config", TILED, ids=lambda c: f"m{c.block_m}{'-late' if c.late_loads else ''}")
 @pytest.mark.parametrize("norm_before_gate", [False, True])
 @pytest.mark.parametrize("round_normalized", [False, True])
 @pytest.mark.parametrize("group_size", [None, 8, 24])
