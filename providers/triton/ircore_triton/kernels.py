@@ -374,11 +374,19 @@ class RopeConfig:
 
 @dataclass(frozen=True)
 class GatedNormConfig:
-    """Launch config of rms_norm_gated (norm_kernels.py): one row (group) per program, whole in
-    registers; only the warps vary, which changes how the row's sum of squares is split across
-    threads (hence the invariant variant fixes them per group size)."""
+    """Launch config of rms_norm_gated (norm_kernels.py): ``block_m`` groups (rows when
+    ungrouped) per program, each whole in registers as one row of a ``block_m x BLOCK_N`` tile
+    (1, the launch before tuning: one group per program; more gives tiny groups, Mamba2's 512
+    columns, fewer and fuller programs: one-warp programs hit the cap on resident blocks per SM
+    first). ``late_loads`` loads the weight, and a gate applied after the norm, after the sum of
+    squares: only x in fp32 is live across the reduction (sm_90, bf16 8192 on 8 warps with the
+    gate after the norm: 63 registers instead of 80, four resident programs per SM, not three).
+    The warps and the tile change how a group's sum of squares is split across threads (hence
+    the invariant variant fixes the whole config per group size)."""
 
     num_warps: int
+    block_m: int = 1
+    late_loads: bool = False
 
 
 @dataclass(frozen=True)

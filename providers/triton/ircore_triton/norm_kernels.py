@@ -5,15 +5,20 @@ One program normalises one row, or one group of a row for ``rms_norm_gated`` wit
 read once, computed in fp32 and written once. Rows wider than :data:`MAX_ROW_BLOCK` elements
 are left to other providers (the predicates say so). PDL as in :mod:`ircore_triton.kernels`.
 
-``layer_norm``'s warps are a heuristic (by row width). ``rms_norm_gated``'s
-(:class:`~ircore_triton.kernels.GatedNormConfig`) are tuned per (row width, group size, dtype,
-row-count bucket) by the autotune of :mod:`ircore_triton.kernels`: the heuristic's warps (about
-four 16-byte vectors per thread) first, then twice and four times as many: at T <= 128 a row per
-program leaves most SMs idle and the row's latency is what counts, so fewer elements per thread
-(more loads in flight per row) can win. The warps change
-how a row's sum of squares is split across threads, so the tuned launch is batch-variant: the
-batch-invariant mode runs :func:`rms_norm_gated` with the heuristic's warps, fixed per group size
-and dtype (``invariant_kernels.rms_norm_gated``).
+``layer_norm``'s warps are a heuristic (by row width). ``rms_norm_gated``'s launch
+(:class:`~ircore_triton.kernels.GatedNormConfig`) is tuned per (row width, group size, dtype,
+row-count bucket) by the autotune of :mod:`ircore_triton.kernels` (:func:`_gated_candidates`):
+the heuristic's warps (about four 16-byte vectors per thread) first, then twice and four times
+as many: at T <= 128 a row per program leaves most SMs idle and the row's latency is what
+counts, so fewer elements per thread (more loads in flight per row) can win. Calls with many
+groups also try a second kernel, :func:`_rms_norm_gated_tile_kernel`: several small groups per
+program (a ``block_m x BLOCK_N`` tile, each group reduced along axis 1 on its own; one-warp
+programs of Mamba2's 512-column groups hit the cap on resident blocks per SM), or, for wide
+groups, the weight and a trailing gate loaded after the reduction (fewer registers, more
+resident programs). The warps and the tile change how a group's sum of squares is split across
+threads, so the tuned launch is batch-variant: the batch-invariant mode runs
+:func:`rms_norm_gated` with the heuristic's launch (one group per program, the first kernel),
+fixed per group size and dtype (``invariant_kernels.rms_norm_gated``).
 """
 
 from __future__ import annotations
@@ -80,6 +85,50 @@ def _rms_norm_gated_kernel(
     tl.store(Y + row * stride_y + col0 + cols, y.to(Y.dtype.element_ty), mask=mask)
 
 
+@triton.jit(do_not_specialize=["n_groups", "n_total", "eps"])
+def _rms_norm_gated_tile_kernel(
+    X, G, W, Y, n_groups, n_total, GS, stride_x, stride_g, stride_y, eps,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NORM_BEFORE_GATE: tl.constexpr, ROUND: tl.constexpr,
+    LATE: tl.constexpr, USE_PDL: tl.constexpr = False,
+):  # fmt: skip
+    """Program ``pid`` normalises groups ``pid * BLOCK_M`` to ``pid * BLOCK_M + BLOCK_M - 1`` of
+    the ``n_total`` (group ``i`` is group ``i % n_groups`` of row ``i // n_groups``), one per row
+    of the tile, each group's sum of squares reduced along axis 1 on its own. ``LATE``: the
+    weight, and a gate applied after the norm, are loaded after the reduction (only x, or x times
+    the gate, in fp32 live across it; a second memory latency, for more resident programs)."""
+    i = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row = (i // n_groups).to(tl.int64)[:, None]
+    cols = tl.arange(0, BLOCK_N)[None, :]
+    col = ((i % n_groups) * GS)[:, None] + cols
+    mask = (i < n_total)[:, None] & (cols < GS)
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+    x = tl.load(X + row * stride_x + col, mask=mask, other=0.0).to(tl.float32)
+    if not (LATE and NORM_BEFORE_GATE):
+        g = tl.load(G + row * stride_g + col, mask=mask, other=0.0).to(tl.float32)
+        g = g * tl.sigmoid(g)
+    if not LATE:
+        w = tl.load(W + col, mask=mask, other=0.0).to(tl.float32)
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    if not NORM_BEFORE_GATE:
+        x = x * g
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / GS + eps)
+    y = x * rstd[:, None]
+    if LATE:
+        w = tl.load(W + col, mask=mask, other=0.0).to(tl.float32)
+        if NORM_BEFORE_GATE:
+            g = tl.load(G + row * stride_g + col, mask=mask, other=0.0).to(tl.float32)
+            g = g * tl.sigmoid(g)
+    if ROUND:
+        y = _round_to(_round_to(y, Y.dtype.element_ty) * w, Y.dtype.element_ty)
+    else:
+        y = y * w
+    if NORM_BEFORE_GATE:
+        y = y * g
+    tl.store(Y + row * stride_y + col, y.to(Y.dtype.element_ty), mask=mask)
+
+
 @triton.jit(do_not_specialize=["eps"])
 def _layer_norm_kernel(
     X, W, B, Y, N, stride_x, stride_y, eps,
@@ -121,16 +170,39 @@ def gated_heuristic(block_n: int, elem_bytes: int) -> GatedNormConfig:
     return GatedNormConfig(_warps(block_n, elem_bytes))
 
 
-def _gated_candidates(block_n: int, elem_bytes: int) -> list[GatedNormConfig]:
-    """The heuristic's warps first, then twice and four times as many (at most 32 warps, at least
-    one 16-byte vector per thread). Fewer than the heuristic's are not tried: x, the gate and the
-    weight are all held in fp32 registers, and eight vectors per thread of each would spill."""
+def _gated_candidates(
+    block_n: int, elem_bytes: int, groups: int = 1, sm_count: int = 132
+) -> list[GatedNormConfig]:
+    """The launches the autotune times for groups of ``block_n`` (a power of two) when a call
+    normalises ``groups`` of them (rows x groups per row), heuristic first:
+
+    - the heuristic's warps, then twice and four times as many (at most 32 warps, at least one
+      16-byte vector per thread). Fewer than the heuristic's are not tried: x, the gate and the
+      weight are all held in fp32 registers, and eight vectors per thread of each would spill;
+    - groups of at most 1024 elements (Mamba2's 512): 2, 4 and 8 groups per program where
+      ``groups`` gives every SM one such program, on the heuristic's warps for the whole tile
+      (about four vectors per thread). One-warp programs of one group hit the cap on resident
+      blocks per SM before the SM's warps are full;
+    - groups of 4096 or more over at least a wave (one per SM): the weight, and a gate applied
+      after the norm, loaded after the reduction (``late_loads``), on the heuristic's warps and
+      on half of them where that is at most eight vectors per thread. sm_90, bf16 8192 with the
+      gate after the norm (Qwen3-Next's form): 80 registers on 8 warps, three programs per SM
+      (1024 rows: 2.6 waves); late, 63: four (1.9 waves), for a second memory latency.
+    """
     h = gated_heuristic(block_n, elem_bytes).num_warps
     per_vector = 32 * max(1, 16 // elem_bytes)  # elements of one 16-byte vector per thread of a warp
     out = [GatedNormConfig(h)]
     for w in (h * 2, h * 4):
         if w <= 32 and w * per_vector <= block_n:
             out.append(GatedNormConfig(w))
+    if block_n <= 1024:
+        for bm in (2, 4, 8):
+            if groups >= bm * sm_count:
+                out.append(GatedNormConfig(_warps(bm * block_n, elem_bytes), block_m=bm))
+    if block_n >= 4096 and groups >= sm_count:
+        for w in (h, h // 2):
+            if w >= 1 and block_n // (w * per_vector) <= 8:
+                out.append(GatedNormConfig(w, late_loads=True))
     return out
 
 
@@ -138,10 +210,20 @@ def _run_gated(
     cfg: GatedNormConfig, x2, g2, w, y2, rows: int, n_groups: int, gs: int, eps: float,
     norm_before_gate: bool, round_normalized: bool,
 ) -> None:  # fmt: skip
-    _rms_norm_gated_kernel.run(
-        x2, g2, w, y2, n_groups, gs, x2.stride(0), g2.stride(0), y2.stride(0), eps,
-        BLOCK_N=triton.next_power_of_2(gs), NORM_BEFORE_GATE=norm_before_gate, ROUND=round_normalized,
-        num_warps=cfg.num_warps, grid=(rows * n_groups,), warmup=False, **_launch_opts(x2.device),
+    block_n = triton.next_power_of_2(gs)
+    if cfg.block_m == 1 and not cfg.late_loads:  # the launch before tuning (and the invariant one)
+        _rms_norm_gated_kernel.run(
+            x2, g2, w, y2, n_groups, gs, x2.stride(0), g2.stride(0), y2.stride(0), eps,
+            BLOCK_N=block_n, NORM_BEFORE_GATE=norm_before_gate, ROUND=round_normalized,
+            num_warps=cfg.num_warps, grid=(rows * n_groups,), warmup=False, **_launch_opts(x2.device),
+        )  # fmt: skip
+        return
+    total = rows * n_groups
+    _rms_norm_gated_tile_kernel.run(
+        x2, g2, w, y2, n_groups, total, gs, x2.stride(0), g2.stride(0), y2.stride(0), eps,
+        BLOCK_M=cfg.block_m, BLOCK_N=block_n, NORM_BEFORE_GATE=norm_before_gate, ROUND=round_normalized,
+        LATE=cfg.late_loads, num_warps=cfg.num_warps, grid=(triton.cdiv(total, cfg.block_m),),
+        warmup=False, **_launch_opts(x2.device),
     )  # fmt: skip
 
 
@@ -166,7 +248,8 @@ def _gated_config(
             flags = (norm_before_gate, round_normalized)
             return lambda: _run_gated(c, xs, gs_, ws, ys, t_rows, n // gs, gs, 1e-6, *flags)
 
-        return _k._pick(key, _gated_candidates(block_n, x2.element_size()), make, dev)
+        cands = _gated_candidates(block_n, x2.element_size(), t_rows * (n // gs), _k._sm_count(dev))
+        return _k._pick(key, cands, make, dev)
 
     heuristic = lambda: gated_heuristic(block_n, x2.element_size())  # noqa: E731
     return _k._untuned(heuristic, tune, x2.device)  # type: ignore[return-value]

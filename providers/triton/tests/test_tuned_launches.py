@@ -95,6 +95,52 @@ def test_every_gated_norm_candidate_matches_reference() -> None:
     assert norm_kernels._gated_candidates(8192, 2) == [GatedNormConfig(8), GatedNormConfig(16), GatedNormConfig(32)]
 
 
+def test_gated_norm_candidates_add_tiles_for_small_groups_and_late_loads_for_wide_ones() -> None:
+    """Calls with a program per SM of them (132 SMs) also try 2, 4 and 8 groups of <= 1024
+    elements per program (about four 16-byte vectors per thread of the tile) and, for groups of
+    4096+, the weight and a trailing gate loaded after the reduction on the heuristic's warps and
+    half of them (at most eight vectors per thread); smaller calls keep the warp-only list;
+    heuristic first."""
+    C = GatedNormConfig
+    mamba = norm_kernels._gated_candidates(512, 2, 32768 * 8, 132)  # H 4096 in 8 groups, bf16
+    assert mamba == [C(1), C(2), C(1, 2), C(2, 4), C(4, 8)]
+    assert norm_kernels._gated_candidates(512, 2, 128 * 8, 132) == [C(1), C(2), C(1, 2), C(2, 4)]
+    assert norm_kernels._gated_candidates(512, 2, 16 * 8, 132) == [C(1), C(2)]
+    fp32 = norm_kernels._gated_candidates(1024, 4, 8192, 132)
+    assert fp32 == [C(2), C(4), C(8), C(4, 2), C(8, 4), C(16, 8)]
+    qwen = norm_kernels._gated_candidates(8192, 2, 1024, 132)  # Qwen3-Next's rows, bf16
+    assert qwen == [C(8), C(16), C(32), C(8, late_loads=True), C(4, late_loads=True)]
+    assert norm_kernels._gated_candidates(8192, 2, 128, 132) == [C(8), C(16), C(32)]
+    assert norm_kernels._gated_candidates(8192, 4, 1024, 132) == [C(16), C(32), C(16, 1, True), C(8, 1, True)]
+    assert norm_kernels._gated_candidates(2048, 2, 1 << 20, 132) == norm_kernels._gated_candidates(2048, 2)
+    for bn in (512, 1024, 4096, 8192, 16384, 32768):
+        for es in (2, 4):
+            cands = norm_kernels._gated_candidates(bn, es, 1 << 20, 132)
+            assert cands[0] == norm_kernels.gated_heuristic(bn, es)
+            for c in cands:
+                vectors = c.block_m * bn // (c.num_warps * 32 * (16 // es))
+                assert vectors >= 1, (bn, es, c)
+                if c.block_m > 1 or c.late_loads:  # (the heuristic's 16 warps give 32768 eight)
+                    assert vectors <= (8 if c.late_loads else 4), (bn, es, c)
+
+
+@pytest.mark.parametrize("gs", [512, 8192])
+def test_every_tiled_gated_norm_candidate_matches_reference(gs: int) -> None:
+    """The candidates of a call with many groups (the tiles at 512, the late loads at 8192),
+    each form on a few rows (a ragged last tile at 512: 5 groups) against the fp64 reference."""
+    rows = 5 if gs == 512 else 1  # one wide row: the interpreter's time goes by elements
+    x = torch.randn(rows, gs, device=DEVICE).to(torch.bfloat16)
+    gate = (torch.randn(rows, gs, device=DEVICE) * 2).to(torch.bfloat16)
+    w = (1 + 0.1 * torch.randn(gs, device=DEVICE)).to(torch.bfloat16)
+    configs = norm_kernels._gated_candidates(gs, 2, 1 << 20)
+    assert any(c.block_m > 1 or c.late_loads for c in configs)
+    for nbg in (False, True):
+        args = (x, gate, w, 1e-6, gs, nbg, True)
+        for c in _distinct_for_device(configs):
+            out = norm_kernels.rms_norm_gated(*args, config=c)
+            assert_close_to_reference(ircore.ops.rms_norm_gated, out, args)
+
+
 def test_every_rope_candidate_matches_reference_and_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
     """HF's (B, H, S, D) views of (B, S, H*D), B = 2 (a token is (batch, position)), 5 query heads
     and 3 key heads (masked heads in every family), cos/sin with unequal halves, broadcast over B."""
@@ -192,8 +238,13 @@ def test_gpu_gated_norm_candidates_and_the_autotune() -> None:
         gate = torch.randn(16, n, device="cuda").to(torch.bfloat16)
         w = (1 + 0.1 * torch.randn(n, device="cuda")).to(torch.bfloat16)
         args = (x, gate, w, 1e-6, None, True, True)
-        for c in norm_kernels._gated_candidates(n, 2):
-            assert_close_to_reference(ircore.ops.rms_norm_gated, norm_kernels.rms_norm_gated(*args, config=c), args)
+        for c in norm_kernels._gated_candidates(n, 2, 1 << 20):  # every family, the late loads too
+            out = norm_kernels.rms_norm_gated(*args, config=c)
+            assert_close_to_reference(ircore.ops.rms_norm_gated, out, args)
+        grouped = (x, gate, w, 1e-6, 512, False, False)  # Mamba2's groups: the multi-group tiles
+        for c in norm_kernels._gated_candidates(512, 2, 1 << 20):
+            out = norm_kernels.rms_norm_gated(*grouped, config=c)
+            assert_close_to_reference(ircore.ops.rms_norm_gated, out, grouped)
     if not kernels._AUTOTUNE:
         pytest.skip("IRCORE_TRITON_AUTOTUNE=0: the autotune is off")
     saved = kernels.tuned_configs()

@@ -9,11 +9,12 @@ so a config that would spill, race or fail to compile shows up before anyone rea
 The position ops' kernels (rope_kernels.py) are compiled too, as launched for 32 query and 8
 key heads of each ``--rope-head-dim``, both rotation styles (and every autotune candidate of
 ``rotary_pos_emb``), the gated activations (act_kernels.py) in every candidate tile at each
-``--silu-d``, ``rms_norm_gated`` (norm_kernels.py) in every candidate warp count at each
-``--hidden`` up to its register limit, and the fp8 quant kernel (quant_kernels.py) in each input
-and quant stage at each ``--quant-hidden``, with every row-split candidate of the static and
-plain/silu group forms (``quant_kernels.candidates``, each row bucket's) and every chunked-walk
-candidate of the norm forms (``quant_kernels.norm_candidates``: ``_norm_quant_chunked_kernel``).
+``--silu-d``, ``rms_norm_gated`` (norm_kernels.py) in every candidate launch at each
+``--hidden`` up to its register limit (whole rows, and groups of 512 where the row holds
+several), and the fp8 quant kernel (quant_kernels.py) in each input and quant stage at each
+``--quant-hidden``, with every row-split candidate of the static and plain/silu group forms
+(``quant_kernels.candidates``, each row bucket's) and every chunked-walk candidate of the norm
+forms (``quant_kernels.norm_candidates``: ``_norm_quant_chunked_kernel``).
 Run without ``TRITON_INTERPRET``::
 
     python providers/triton/tools/compile_check.py [--arch 90] [--hidden 4096 8192] [--quick]
@@ -43,7 +44,7 @@ from ircore_triton import kernels as K
 from ircore_triton import norm_kernels as N
 from ircore_triton import quant_kernels as Q
 from ircore_triton import rope_kernels as R
-from ircore_triton.kernels import ActConfig, GatedNormConfig, QuantConfig, RopeConfig
+from ircore_triton.kernels import ActConfig, QuantConfig, RopeConfig
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -206,29 +207,38 @@ def check_act(d: int, dtype: torch.dtype, arch: int, quick: bool = False) -> lis
 
 
 def check_gated_norm(hidden: int, dtype: torch.dtype, arch: int, quick: bool = False) -> list[tuple]:
-    """rms_norm_gated's candidate warps for a whole row of ``hidden`` (Qwen3-Next's form: norm,
-    weight, then the gate, with the intermediate roundings) where the op takes it; none with
-    ``quick`` (the kernel is the one launched before tuning; only the warps are new)."""
+    """rms_norm_gated's candidates for a call with many rows of ``hidden`` (every family: the
+    warps, the late loads, several rows per program where the row is short), as a whole
+    row (Qwen3-Next's form: norm, weight, then the gate, with the intermediate roundings) and in
+    groups of 512 (Mamba2's: the gate first, no roundings) where ``hidden`` holds several; none
+    with ``quick`` (the kernel is the one launched before tuning; only the warps are new)."""
     if hidden > N.MAX_ROW_BLOCK:
         return []
     ty = _TY[dtype]
-    fn = N._rms_norm_gated_kernel
-    bn = triton.next_power_of_2(hidden)
     out = []
-    cands: list[GatedNormConfig] = [] if quick else N._gated_candidates(bn, dtype.itemsize)
-    for c in cands:
-        sig = {"X": f"*{ty}", "G": f"*{ty}", "W": f"*{ty}", "Y": f"*{ty}", "n_groups": "i32", "GS": "i32"}
-        sig.update({"stride_x": "i32", "stride_g": "i32", "stride_y": "i32", "eps": "fp32"})
-        cons = {"BLOCK_N": bn, "NORM_BEFORE_GATE": True, "ROUND": True, "USE_PDL": arch >= 90}
-        sig.update(dict.fromkeys(cons, "constexpr"))
-        aligned = ["X", "G", "W", "Y"]
-        if hidden % 16 == 0:
-            aligned += ["GS", "stride_x", "stride_g", "stride_y"]
-        label = f"rms_norm_gated {ty} H={hidden} w{c.num_warps}"
-        try:
-            out.append((label, _compile(ASTSource(fn, sig, cons, _attrs(fn, aligned)), arch, c.num_warps)))
-        except Exception as e:
-            out.append((label, {"error": f"{type(e).__name__}: {str(e)[:200]}"}))
+    forms = [(hidden, True)] + ([(512, False)] if hidden % 512 == 0 and hidden >= 1024 else [])
+    for gs, nbg in forms if not quick else []:
+        bn = triton.next_power_of_2(gs)
+        for c in N._gated_candidates(bn, dtype.itemsize, 1 << 20):
+            tiled = c.block_m > 1 or c.late_loads
+            fn = N._rms_norm_gated_tile_kernel if tiled else N._rms_norm_gated_kernel
+            sig = {"X": f"*{ty}", "G": f"*{ty}", "W": f"*{ty}", "Y": f"*{ty}", "n_groups": "i32"}
+            sig.update({"n_total": "i32"} if tiled else {})
+            sig.update({"GS": "i32", "stride_x": "i32", "stride_g": "i32", "stride_y": "i32", "eps": "fp32"})
+            cons = {"BLOCK_N": bn, "NORM_BEFORE_GATE": nbg, "ROUND": nbg, "USE_PDL": arch >= 90}
+            if tiled:
+                cons.update({"BLOCK_M": c.block_m, "LATE": c.late_loads})
+            sig.update(dict.fromkeys(cons, "constexpr"))
+            aligned = ["X", "G", "W", "Y"]
+            if gs % 16 == 0:
+                aligned += ["GS", "stride_x", "stride_g", "stride_y"]
+            label = f"rms_norm_gated {ty} H={hidden} gs={gs} w{c.num_warps} m{c.block_m}"
+            label += " late" if c.late_loads else ""
+            src = ASTSource(fn, sig, cons, _attrs(fn, aligned))
+            try:
+                out.append((label, _compile(src, arch, c.num_warps)))
+            except Exception as e:
+                out.append((label, {"error": f"{type(e).__name__}: {str(e)[:200]}"}))
     return out
 
 
