@@ -385,7 +385,7 @@ if want fp8-matmul; then  # issue 26: the fp8 matmuls against torch._scaled_mm
 fi
 if want fp8-host; then  # issue 26: where an eager FP8 linear's time goes (host cost of each piece against its kernels)
   wave_install
-  run_step fp8_host 200 python3 benchmarks/fp8_linear_host.py --device cuda --json "$RES/fp8_host.json"; pack
+  run_step fp8_host 330 python3 benchmarks/fp8_linear_host.py --device cuda --json "$RES/fp8_host.json"; pack
 fi
 if want e2e-llama; then  # issues 24, 26, 29: the Llama rows, rope-routed and fp8 variants included
   wave_install
