@@ -329,7 +329,9 @@ if want gpu-tests; then
   # triton's in three shards: on 2026-12-05 (H200) its whole suite, one process, reached 60% in 420 s.
   # Each failure is printed as it happens (benchmarks/_pytest_instafail.py): a capped suite keeps them.
   wave_install
-  GPU_ONLY=(env PYTHONPATH="$ROOT/benchmarks:$PYTHONPATH" python3 -m pytest -q -p no:cacheprovider -p _pytest_instafail -m gpu -rfE --tb=short --durations=15)
+  # faulthandler_timeout: a test running past 150 s prints every thread's stack (on 2026-12-05 a
+  # triton test ran to the 440 s cap with no sign of where)
+  GPU_ONLY=(env PYTHONPATH="$ROOT/benchmarks:$PYTHONPATH" python3 -m pytest -q -p no:cacheprovider -p _pytest_instafail -m gpu -rfE --tb=short --durations=15 -o faulthandler_timeout=150)
   # GPU_TESTS_SUITES picks the suites (default both providers, then the core's).
   cap=${GPU_TESTS_CAP_S:-330}
   suites=${GPU_TESTS_SUITES:-vllm_c triton core}
@@ -340,6 +342,14 @@ if want gpu-tests; then
   case " $suites " in *" triton "*) jobs+=("triton_quant|$T/test_quant_kernels.py" "triton_rope|$T/test_rope_gpu.py"
     "triton|$T --ignore=$T/test_quant_kernels.py --ignore=$T/test_rope_gpu.py") ;; esac
   t0=$SECONDS
+  # vllm_c's CUDA build first, alone: its nvcc jobs took the 16 cores while the suites ran beside
+  # it on 2026-12-05 (H100), and a test process whose ircore discovers the provider builds or waits
+  # for the same build (provider.py loads the kernels when it registers)
+  case " $suites " in *" vllm_c "*)
+    timeout -k 10 "$(left_s 300)" python3 -c "from ircore_vllm_c import load_kernels; print('vllm_c CUDA build:', load_kernels(cuda=True) or 'ok')" \
+      >"$SETUP/vllm_c_build.log" 2>&1
+    note "gpu-tests: $(tail -1 "$SETUP/vllm_c_build.log") after $((SECONDS - t0))s" ;;
+  esac
   pids=()
   for job in "${jobs[@]}"; do
     name=${job%%|*}
