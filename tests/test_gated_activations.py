@@ -86,7 +86,11 @@ def test_gelu_tanh_is_gemmas_gelu_pytorch_tanh_and_differs_from_erf():
     tanh_form = 0.5 * a * (1 + torch.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a**3))) * b
     torch.testing.assert_close(ircore.ops.gelu_and_mul(x, "tanh"), tanh_form, rtol=1e-5, atol=1e-6)
     erf_form = 0.5 * a * (1 + torch.erf(a / math.sqrt(2))) * b
-    torch.testing.assert_close(ircore.ops.gelu_and_mul(x), erf_form, rtol=1e-5, atol=1e-6)
+    # within the op's fp32 tolerance (1e-5), not 1e-6: torch's vectorised fp32 GELU, which native
+    # calls, is 2.1e-6 off this composition on an AVX-512 Xeon (2026-12-05); still 10x under the
+    # erf/tanh gap asserted below
+    tol = ircore.get_op("gelu_and_mul").tolerance(torch.float32)
+    torch.testing.assert_close(ircore.ops.gelu_and_mul(x), erf_form, rtol=tol.rtol, atol=tol.atol)
     assert (ircore.ops.gelu_and_mul(x, "tanh") - ircore.ops.gelu_and_mul(x)).abs().max() > 1e-4
 
 

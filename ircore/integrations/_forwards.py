@@ -265,6 +265,8 @@ setattr(mlp_forward, _MARK, "mlp")
 # ---------------------------------------------------------------------- fused gate_up_proj, experts
 @functools.cache
 def _silu_class(cls: Any) -> bool:
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        return False
     return issubclass(cls, nn.SiLU) or form_of(cls, "silu") is not None
 
 
@@ -273,7 +275,7 @@ def _silu_class(cls: Any) -> bool:
 # (SiLUActivation) is not a constant" compiling the routed MoE experts on the H100); a class it can.
 @torch.compiler.assume_constant_result
 def _is_silu_module_class(cls: Any) -> bool:
-    return isinstance(cls, type) and issubclass(cls, nn.Module) and _silu_class(cls)
+    return _silu_class(cls)
 
 
 def is_silu(act: Any) -> bool:
