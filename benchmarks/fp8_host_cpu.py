@@ -105,6 +105,7 @@ class Harness:
     def __init__(self, rev: str) -> None:
         from ircore_triton import fp8_matmul_kernels as mk_after
         from ircore_triton import impls, kernels
+        from ircore_vllm_c import scaled_mm as vllm_after
 
         from ircore.integrations import _fp8 as fp8_after
 
@@ -120,16 +121,30 @@ class Harness:
         checks_before = module_at(
             rev, "ircore/ops/_scaled_mm.py", "ircore.ops._scaled_mm_before", only=checks
         )
+        vllm_before = module_at(
+            rev, "providers/vllm_c/ircore_vllm_c/scaled_mm.py", "ircore_vllm_c._mm_before", "ircore_vllm_c"
+        )
         for mk in (mk_before, mk_after):  # the launch is the GPU's part: a no-op here
             mk._block_scaled_mm_kernel.run = lambda *a, **k: None
         self.variants = {
-            "before": (fp8_before.fp8_linear_forward, checks_before._check_block_scaled_mm, mk_before),
-            "after": (fp8_after.fp8_linear_forward, block_scaled_mm_fp8.check_declared, mk_after),
+            "before": (
+                fp8_before.fp8_linear_forward,
+                checks_before._check_block_scaled_mm,
+                mk_before,
+                vllm_before.block_shape_ok,
+            ),
+            "after": (
+                fp8_after.fp8_linear_forward,
+                block_scaled_mm_fp8.check_declared,
+                mk_after,
+                vllm_after.block_shape_ok,
+            ),
         }
+        self.shape_ok = vllm_after.block_shape_ok  # vllm_c's predicate of the variant in place
         self.pinned: tuple[tuple, int] | None = None  # the row's config key and split of K
 
     def use(self, variant: str) -> None:
-        _, check, mk = self.variants[variant]
+        _, check, mk, self.shape_ok = self.variants[variant]
         if self.pinned is not None:  # each launcher module checks for its own config class
             key, split = self.pinned
             self.kernels._CONFIGS[key] = mk.BlockMatmulConfig(16, 64, split)
@@ -139,7 +154,6 @@ class Harness:
 
     def row(self, m: int, split: int, rounds: int, round_s: float) -> dict[str, float]:
         """Median us per call of each piece at M = ``m`` with a split of K in ``split``."""
-        from ircore_vllm_c.scaled_mm import block_shape_ok
         from transformers.integrations.finegrained_fp8 import FP8Linear
 
         torch.manual_seed(0)
@@ -165,7 +179,7 @@ class Harness:
             return out
 
         def mm_pred(a, b, scale_a, scale_b, block_size, out_dtype):
-            return a.is_cpu and block_shape_ok(a, b, block_size, out_dtype, (9, 0))  # as on sm_90
+            return a.is_cpu and self.shape_ok(a, b, block_size, out_dtype, (9, 0))  # as on sm_90
 
         for fn in (qstub, q_pred):
             stub_like(dynamic_group_quant_fp8.native, fn)
@@ -186,7 +200,7 @@ class Harness:
         try:
             with torch.inference_mode():
                 runners = {}
-                for v, (forward, check, mk) in self.variants.items():
+                for v, (forward, check, mk, _) in self.variants.items():
                     self.use(v)
                     chosen = ircore.explain(block_scaled_mm_fp8, *margs).chosen
                     assert chosen == ("stub_vllm_c" if m % 4 == 0 else "stub_triton"), chosen  # as on sm_90
