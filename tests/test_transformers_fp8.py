@@ -128,6 +128,25 @@ def test_the_routed_forward_takes_2d_inputs_as_they_are_and_every_new_weight():
         torch.testing.assert_close(model(x[0]), _reference_forward(fourth, x[0]), atol=1e-4, rtol=1e-4)
 
 
+def test_the_routed_forward_reads_tensors_kept_outside_parameters_too():
+    """The forward reads weight, scales and bias from ``_parameters`` where all three are there,
+    else by attribute: a scale kept as a buffer, a plain object, give the same result."""
+    from ircore.integrations._fp8 import fp8_linear_forward
+
+    linear = _fp8_linear(5)[0]
+    x = torch.randn(4, 384, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        want = fp8_linear_forward(linear, x)
+        torch.testing.assert_close(want, _reference_forward(linear, x), atol=1e-4, rtol=1e-4)
+        plain = types.SimpleNamespace(**{n: getattr(linear, n) for n in ("weight", "weight_scale_inv", "bias")})
+        plain.block_size = linear.block_size
+        torch.testing.assert_close(fp8_linear_forward(plain, x), want, atol=0, rtol=0)
+        scale = linear.weight_scale_inv.detach().clone()
+        del linear.weight_scale_inv
+        linear.register_buffer("weight_scale_inv", scale)
+        torch.testing.assert_close(fp8_linear_forward(linear, x), want, atol=0, rtol=0)
+
+
 def test_fp8_linears_ircore_cannot_stand_for_are_left_alone_with_the_reason():
     from transformers.integrations.finegrained_fp8 import FP8Linear
 
