@@ -167,7 +167,14 @@ class Harness:
         s = torch.empty(K // BLOCK[1], m).t()  # column-major, as the linear asks
         out = torch.empty(m, N, dtype=torch.bfloat16)
         qargs = (x, [1, BLOCK[1]], True, False, E4M3)
-        margs = (q, wq, s, ws, list(BLOCK), torch.bfloat16)
+        margs = (
+            q,
+            linear.weight,
+            s,
+            linear.weight_scale_inv,
+            list(BLOCK),
+            torch.bfloat16,
+        )  # Parameters, as in a model
 
         def qstub(x, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment=1):
             return q, s
