@@ -45,6 +45,7 @@ __all__ = [
     "QuantConfig",
     "RopeConfig",
     "SiluConfig",
+    "cdiv",
     "clear_configs",
     "fused_add_rms_norm",
     "fused_add_rms_norm_",
