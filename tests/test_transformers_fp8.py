@@ -138,7 +138,8 @@ def test_the_routed_forward_reads_tensors_kept_outside_parameters_too():
     with torch.no_grad():
         want = fp8_linear_forward(linear, x)
         torch.testing.assert_close(want, _reference_forward(linear, x), atol=1e-4, rtol=1e-4)
-        plain = types.SimpleNamespace(**{n: getattr(linear, n) for n in ("weight", "weight_scale_inv", "bias")})
+        names = ("weight", "weight_scale_inv", "bias")
+        plain = types.SimpleNamespace(**{n: getattr(linear, n) for n in names})
         plain.block_size = linear.block_size
         torch.testing.assert_close(fp8_linear_forward(plain, x), want, atol=0, rtol=0)
         scale = linear.weight_scale_inv.detach().clone()
