@@ -9,7 +9,9 @@ projection shapes into its pieces and times each two ways, side by side in one p
 - ``wall``: back-to-back eager calls, synchronised at both ends (per call: what a host-bound
   forward pays; the larger of host cost and kernel time);
 - ``kernel`` (CUDA only): the same call replayed from a CUDA graph (the kernels alone);
-both with ircore.tools.timing's runners, in interleaved rounds (medians).
+both with ircore.tools.timing's runners; every piece of a shape in the same interleaved rounds
+(medians), so the pieces are compared under the same load (a first version timed one piece after
+another: the whole linear then read up to 95 us over its two ops' sum on the H100).
 
 Pieces: the whole linear; each op through ircore's dispatch; each op's chosen implementation
 called directly (the dispatch's share is the difference); a bf16 ``F.linear`` of the same shape as
@@ -34,7 +36,7 @@ import ircore
 from ircore.integrations._fp8 import fp8_linear_forward
 from ircore.ops import block_scaled_mm_fp8, dynamic_group_quant_fp8
 from ircore.ops._scaled_mm import quantize_blocks
-from ircore.tools.timing import eager_runner, graph_runner, interleaved_medians
+from ircore.tools.timing import Runner, eager_runner, graph_runner, interleaved_medians
 
 # Llama-3-8B's projections (N, K): qkv's q, k/v, o, gate/up, down
 SHAPES = ((4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336))
@@ -45,18 +47,28 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def time_us(fn: Callable[[], Any], device: str, rounds: int, round_s: float) -> tuple[float, float | None]:
-    """(wall, kernel) us per call: eager back-to-back calls and (CUDA) their CUDA-graph replay,
-    interleaved rounds and medians (ircore.tools.timing); kernel None where capture fails."""
-    runners = {"wall": eager_runner(fn, device)}
-    if device == "cuda":
-        try:
-            runners["kernel"] = graph_runner(fn)
-        except Exception as exc:  # a piece that cannot be captured: say so, keep the rest
-            log(f"    graph capture failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+def time_pieces(
+    fns: dict[str, Callable[[], Any]], device: str, rounds: int, round_s: float
+) -> dict[str, tuple[float, float | None]]:
+    """(wall, kernel) us per call of each piece: eager back-to-back calls and (CUDA) their
+    CUDA-graph replay, every piece's runners in the same interleaved rounds (ircore.tools.timing;
+    medians), so that load changes during the run hit every piece alike; kernel None where
+    capture fails."""
+    runners: dict[str, Runner] = {}
+    for name, fn in fns.items():
+        runners[f"{name} / wall"] = eager_runner(fn, device)
+        if device == "cuda":
+            try:
+                runners[f"{name} / kernel"] = graph_runner(fn)
+            except Exception as exc:  # a piece that cannot be captured: say so, keep the rest
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                log(f"    {name}: graph capture failed: {type(exc).__name__}: {first}")
     med = interleaved_medians(runners, rounds=rounds, round_s=round_s)
-    kernel = med.get("kernel")
-    return med["wall"] * 1e6, None if kernel is None else kernel * 1e6
+    out = {}
+    for name in fns:
+        kernel = med.get(f"{name} / kernel")
+        out[name] = (med[f"{name} / wall"] * 1e6, None if kernel is None else kernel * 1e6)
+    return out
 
 
 def chosen(op: Any, args: tuple) -> tuple[str, Callable[..., Any]]:
@@ -98,13 +110,13 @@ def main() -> int:
     shapes = SHAPES if args.shapes == "all" else ((512, 512),)
     log(f"torch {torch.__version__}, ircore {ircore.__version__}, device {args.device}")
     rows = []
+    timing = (args.device, args.rounds, args.round_s)
     print("| M | N x K | piece | wall us/call | kernel us/call | host excess us |")
     print("|---|---|---|---|---|---|")
     for m in args.tokens:
         for n, k in shapes:
             log(f"M={m} N={n} K={k} ...")
-            for name, fn in pieces(m, n, k, args.device).items():
-                wall, kern = time_us(fn, args.device, args.rounds, args.round_s)
+            for name, (wall, kern) in time_pieces(pieces(m, n, k, args.device), *timing).items():
                 excess = None if kern is None else max(0.0, wall - kern)
                 rows.append({"M": m, "N": n, "K": k, "piece": name, "wall_us": wall, "kernel_us": kern,
                              "host_excess_us": excess})  # fmt: skip

@@ -12,6 +12,7 @@ from ircore.ops._scaled_mm import quantize_blocks, quantize_groups
 from ircore.testing import compiled_code
 
 E4M3 = torch.float8_e4m3fn
+E5M2 = torch.float8_e5m2
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +79,27 @@ def test_block_checks_name_what_is_wrong(block_args):
     ]
     for args, message in cases:
         assert f"{op}: {message}" in _err(block_scaled_mm_fp8, *args)
+
+
+def test_the_block_checks_quick_path_vouches_for_nothing_the_careful_checks_refuse(block_args):
+    """The check's one-expression path for valid calls (eager decode's host cost) lets each of
+    these through to the careful checks, which name the argument."""
+    a, b, sa, sb, block, out_dtype = block_args
+    op = "ircore.ops.block_scaled_mm_fp8"
+    cases = [
+        ((a, b, sa.to("meta"), sb, block, out_dtype), "argument 'scale_a' is on meta but a is on cpu"),
+        ((a, b, sa, sb.to("meta"), block, out_dtype), "argument 'scale_b' is on meta but a is on cpu"),
+        ((a, b.to("meta"), sa, sb, block, out_dtype), "argument 'b' is on meta but a is on cpu"),
+        ((a, b, sa, sb, [0, 128], out_dtype), "argument 'block_size' is [0, 128]; expected [block_n,"),
+        ((a, b, sa, sb, [128, 128, 1], out_dtype), "argument 'block_size' is [128, 128, 1]; expected"),
+        ((a[None], b, sa, sb, block, out_dtype), "argument 'a' has shape (1, 6, 300); expected a 2-D fp8"),
+        ((a, b.float().to(E5M2), sa, sb, block, out_dtype), "argument 'b' has dtype torch.float8_e5m2"),
+        ((a, b, sa.t().contiguous().t()[:, :2], sb, block, out_dtype), "argument 'scale_a' has shape (6, 2)"),
+        ((a, b, sa, sb, [64, 128], out_dtype), "argument 'scale_b' has shape (2, 3); expected per-block (3,"),
+    ]
+    for args, message in cases:
+        assert f"{op}: {message}" in _err(block_scaled_mm_fp8, *args)
+    assert block_scaled_mm_fp8(*block_args).shape == (6, 130)  # and the valid call passes
 
 
 def test_scaled_checks_name_what_is_wrong():

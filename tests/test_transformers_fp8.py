@@ -97,6 +97,57 @@ def test_undo_gives_back_transformers_forward_which_needs_the_hub():
             model(ids)
 
 
+def _fp8_linear(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return fp8_model(torch.nn.Sequential(torch.nn.Linear(384, 130)))  # ragged N tile, a bias
+
+
+def test_the_routed_forward_takes_2d_inputs_as_they_are_and_every_new_weight():
+    """fp8_linear_forward skips its reshapes for a 2-D input (host cost), and keeps nothing of the
+    module between calls: new weights by copy_, load_state_dict or a new Parameter count at once
+    (issue 28: no path computes with stale weights)."""
+    model = _fp8_linear(0)
+    assert len(apply(model).fp8_linear) == 1
+    linear = model[0]
+    x = torch.randn(2, 3, 384, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = _reference_forward(linear, x)
+        torch.testing.assert_close(model(x), want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(model(x.reshape(6, 384)), want.reshape(6, 130), atol=1e-4, rtol=1e-4)
+        other = _fp8_linear(2)[0]
+        linear.weight.copy_(other.weight)
+        linear.weight_scale_inv.copy_(other.weight_scale_inv)
+        linear.bias.copy_(other.bias)
+        torch.testing.assert_close(model(x), _reference_forward(other, x), atol=1e-4, rtol=1e-4)
+        third = _fp8_linear(3)
+        model.load_state_dict(third.state_dict())
+        torch.testing.assert_close(model(x), _reference_forward(third[0], x), atol=1e-4, rtol=1e-4)
+        fourth = _fp8_linear(4)[0]
+        linear.weight, linear.weight_scale_inv = fourth.weight, fourth.weight_scale_inv
+        linear.bias = fourth.bias
+        torch.testing.assert_close(model(x[0]), _reference_forward(fourth, x[0]), atol=1e-4, rtol=1e-4)
+
+
+def test_the_routed_forward_reads_tensors_kept_outside_parameters_too():
+    """The forward reads weight, scales and bias from ``_parameters`` where all three are there,
+    else by attribute: a scale kept as a buffer, a plain object, give the same result."""
+    from ircore.integrations._fp8 import fp8_linear_forward
+
+    linear = _fp8_linear(5)[0]
+    x = torch.randn(4, 384, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        want = fp8_linear_forward(linear, x)
+        torch.testing.assert_close(want, _reference_forward(linear, x), atol=1e-4, rtol=1e-4)
+        names = ("weight", "weight_scale_inv", "bias")
+        plain = types.SimpleNamespace(**{n: getattr(linear, n) for n in names})
+        plain.block_size = linear.block_size
+        torch.testing.assert_close(fp8_linear_forward(plain, x), want, atol=0, rtol=0)
+        scale = linear.weight_scale_inv.detach().clone()
+        del linear.weight_scale_inv
+        linear.register_buffer("weight_scale_inv", scale)
+        torch.testing.assert_close(fp8_linear_forward(linear, x), want, atol=0, rtol=0)
+
+
 def test_fp8_linears_ircore_cannot_stand_for_are_left_alone_with_the_reason():
     from transformers.integrations.finegrained_fp8 import FP8Linear
 

@@ -143,7 +143,7 @@ def _candidates(d: int, rows: int, elem_bytes: int, interleaved: bool) -> list[A
 def _run(
     kernel, cfg: ActConfig, x2: torch.Tensor, y2: torch.Tensor, rows: int, d: int, params, constexprs
 ) -> None:
-    grid = (triton.cdiv(rows, cfg.block_m), triton.cdiv(d, cfg.block_d))
+    grid = (_k.cdiv(rows, cfg.block_m), _k.cdiv(d, cfg.block_d))
     extra = {"SPLIT": True} if cfg.split else {}
     kernel[grid](
         x2, y2, rows, d, x2.stride(0), y2.stride(0), *params,

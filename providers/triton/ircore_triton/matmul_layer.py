@@ -24,6 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .kernels import cdiv
+
 __all__ = ["LAYER", "MatmulConfig", "MatmulLayer", "config_for", "matmul"]
 
 
@@ -134,7 +136,7 @@ def matmul(
         c.zero_()
         return c if bias is None else c.add_(bias)
     programs = _programs(a.device)
-    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    tiles = cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n)
     grid = (min(programs, tiles),)
     _matmul_persistent_kernel[grid](
         a, b, c, bias if bias is not None else c, m, n, k,

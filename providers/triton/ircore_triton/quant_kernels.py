@@ -452,7 +452,7 @@ def _launch(
             G=cg, NG=cng, BG=cbg, SCALAR_SCALE=scale is not None and scale.numel() == 1, BLOCK_R=block_r,
             HW_CAST=hw_cast, BIAS=8 if fp8_dtype == torch.float8_e4m3fnuz else 7,
             ROW_SCALE=quant == _DYNAMIC and group is None,
-            num_warps=cfg.num_warps, grid=(triton.cdiv(rows, block_r),), warmup=False,
+            num_warps=cfg.num_warps, grid=(_k.cdiv(rows, block_r),), warmup=False,
             **_launch_opts(x.device),
         )  # fmt: skip
         return
@@ -468,7 +468,7 @@ def _launch(
                 chunks = -(-k // g)
             else:
                 ng = cfg.block // bg
-                chunks = triton.cdiv(triton.cdiv(k, g), ng)
+                chunks = _k.cdiv(_k.cdiv(k, g), ng)
     # one row a program on a device; under the interpreter (CPU) up to 16, at most 4096 elements
     block_r = 1 if not x.is_cpu else max(1, min(16, triton.next_power_of_2(rows), 4096 // (ng * bg)))
     dummy = x2
@@ -483,7 +483,7 @@ def _launch(
         QUANT=quant, DIVIDE=divide, UE8M0=ue8m0, HAS_UB=scale_ub is not None,
         G=g, NG=ng, BG=bg, SCALAR_SCALE=scale is not None and scale.numel() == 1, BLOCK_R=block_r,
         HW_CAST=hw_cast, BIAS=8 if fp8_dtype == torch.float8_e4m3fnuz else 7, SPLIT=split,
-        num_warps=warps, grid=(triton.cdiv(rows, block_r), chunks), warmup=False,
+        num_warps=warps, grid=(_k.cdiv(rows, block_r), chunks), warmup=False,
         **_launch_opts(x.device),
     )  # fmt: skip
 

