@@ -79,9 +79,10 @@ class Scope:
     ``invariant``: inside ``with ircore.batch_invariant()`` (or a block nested in one). Such a
     scope names every op (its ``priorities`` hold each op's list, its ``plans`` each op's
     invariant plan), so that the fast call and the eager call, which look only at ``plans`` and
-    ``priorities``, never take a remembered choice of the process-wide plan there. ``named`` is
-    what ``priority`` blocks named (the rest of ``priorities`` only repeats the lower sources),
-    and ``matmul`` whether the block asked for the matmul layer.
+    ``priorities``, never take a remembered choice of the process-wide plan there. So does a
+    scope whose ``named`` has the key ``"*"`` (a block's list for every op). ``named`` is what
+    ``priority`` blocks named (the rest of ``priorities`` only repeats the lower sources, or
+    spells out ``*`` per op), and ``matmul`` whether the block asked for the matmul layer.
     """
 
     __slots__ = ("invariant", "matmul", "named", "outer", "plans", "priorities")

@@ -6,6 +6,8 @@ Keys (the same in every source):
   (``IRCORE_PROVIDERS=vllm_c,triton``);
 - ``disable``: denylist (``IRCORE_DISABLE=aiter``);
 - ``priority``: per-op provider order (``IRCORE_PRIORITY="rms_norm=vllm_c,triton;silu_and_mul=triton"``);
+  the key ``*`` gives the order of every op the source does not name itself
+  (``IRCORE_PRIORITY="*=triton,vllm_c;rms_norm=vllm_c"``, ``"*" = [...]`` in a file);
 - ``strict``: a broken provider (failed, invalid, conflict, incompatible), or an unavailable one
   that ``providers`` names, is an error at load time (``IRCORE_STRICT=1``);
 - ``fusions``: which compile-time fusions run (``IRCORE_FUSIONS="add_rms_norm=off"``; see
@@ -17,7 +19,8 @@ Keys (the same in every source):
 
 For ``providers``, ``disable``, ``strict``, ``trace_implementations`` and ``batch_invariant`` the
 highest source that
-sets the key decides; for ``priority`` the highest source that names the op decides, for
+sets the key decides; for ``priority`` the highest source that names the op (by its own entry
+or by ``*``) decides, for
 ``fusions`` the highest source that names the fusion. Files: ``IRCORE_CONFIG``, else
 ``./ircore.toml``, else ``[tool.ircore]`` in ``./pyproject.toml``.
 
@@ -133,7 +136,7 @@ def _parse_priority_string(text: str, where: str) -> dict[str, tuple[str, ...]]:
         if not sep or not op.strip():
             raise ConfigError(
                 f"{where}: cannot read {part!r}; expected OP=PROVIDER[,PROVIDER...] entries "
-                "separated by ';', e.g. 'rms_norm=vllm_c,triton;silu_and_mul=triton'"
+                "separated by ';' (OP may be '*', every op), e.g. '*=triton,vllm_c;rms_norm=vllm_c'"
             )
         out[op.strip()] = tuple(n.strip() for n in names.split(",") if n.strip())
     return out
@@ -327,14 +330,18 @@ class Settings:
                             f"known providers: {sorted(known_providers) or 'none installed'}"
                         )
             for op, names in source.values.get("priority", {}).items():
-                if op not in known_ops:
+                if op not in known_ops and op != dispatch.WILDCARD:
                     raise ConfigError(
-                        f"{source.where('priority')}: unknown op {op!r}; known ops: {sorted(known_ops)}"
+                        f"{source.where('priority')}: unknown op {op!r}; known ops: {sorted(known_ops)} "
+                        f"(or {dispatch.WILDCARD!r} for every op)"
                     )
+                # a '*' list may name a provider that lacks some ops (skipped for those), never
+                # one that is not installed
+                what = "every op ('*')" if op == dispatch.WILDCARD else f"op {op!r}"
                 for name in names:
                     if name != "native" and name not in known_providers:
                         raise ConfigError(
-                            f"{source.where('priority')}: unknown provider {name!r} for op {op!r}; "
+                            f"{source.where('priority')}: unknown provider {name!r} for {what}; "
                             f"known providers: {sorted(known_providers | {'native'})}"
                         )
 
@@ -415,7 +422,8 @@ def configure(
     """Set configuration from Python; it outranks the environment and config files.
 
     ``providers`` is an allowlist (or ``"all"``/``"none"``), ``disable`` a denylist, ``priority``
-    maps op names to provider lists (``None`` removes an op's setting), ``strict`` makes a broken
+    maps op names to provider lists (``"*"``: every op not named here; ``None`` removes an op's
+    setting), ``strict`` makes a broken
     provider (or an unavailable one that ``providers`` names) an error, ``fusions`` switches
     compile-time fusions (``{"add_rms_norm": False}``, a list of the names to run, ``"all"``,
     ``"none"``), ``trace_implementations`` makes tracing record the implementation each call

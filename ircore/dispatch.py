@@ -9,9 +9,11 @@ and hands it any call whose predicate raises.
 
 The effective list comes from the highest source that names the op: a ``with ircore.priority``
 scope, then ``ircore.set_priority``/``ircore.configure``, then ``IRCORE_PRIORITY``, then the config
-file, then the providers' suggested ranks. A resolved list is a :class:`Plan`, stamped with the
-state's generation (:mod:`ircore._state`); anything that could change a plan replaces the
-generation, so the eager path needs one identity check to know its plan is current.
+file, then the providers' suggested ranks. A source's ``*`` entry (:data:`WILDCARD`) names every
+op: the op's own entry in that source beats it, and it beats every lower source. A resolved list
+is a :class:`Plan`, stamped with the state's generation (:mod:`ircore._state`); anything that
+could change a plan replaces the generation, so the eager path needs one identity check to know
+its plan is current.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ircore.errors import CONTAINED, PriorityError, ProviderError
 __all__ = [
     "DEFAULT_RANK",
     "NATIVE",
+    "WILDCARD",
     "Entry",
     "Explanation",
     "Plan",
@@ -50,6 +53,12 @@ __all__ += ["SCOPE", "STATE", "PriorityLayer", "Scope"]
 
 _log = logging.getLogger("ircore")
 NATIVE = "native"
+#: The priority key that names every op (``IRCORE_PRIORITY="*=triton,vllm_c;rms_norm=vllm_c"``),
+#: so a deployment says "this order everywhere" once instead of once per op. Within one source an
+#: op's own entry beats it; across sources it counts as naming every op, so the highest source
+#: that names the op, either way, decides. A provider in it that lacks an op is skipped for that
+#: op, as in any list.
+WILDCARD = "*"
 DEFAULT_RANK = 100
 # Distinct signatures remembered per plan before the cache starts over (a bound, not a tuning knob:
 # an engine sees a few dozen).
@@ -133,8 +142,11 @@ def validate_priority(
     known = STATE.known_providers()
     out: dict[str, tuple[str, ...] | None] = {}
     for op_name, providers in priorities.items():
-        if op_name not in ops:
-            raise PriorityError(f"{source}: unknown op {op_name!r} in priority; known ops: {sorted(ops)}")
+        if op_name not in ops and op_name != WILDCARD:
+            raise PriorityError(
+                f"{source}: unknown op {op_name!r} in priority; known ops: {sorted(ops)} "
+                f"(or {WILDCARD!r} for every op)"
+            )
         if providers is None:
             out[op_name] = None
             continue
@@ -158,9 +170,12 @@ def set_priority(
 ) -> None:
     """Set the process-wide priority list of ops: ``set_priority(rms_norm=["vllm_c", "triton"])``.
 
-    ``None`` for an op removes the setting, so lower sources apply again. ``native`` is always
-    appended. Raises :class:`~ircore.errors.PriorityError` for unknown ops or providers. A
-    provider's own code (its import and hooks) may not call it.
+    The key ``"*"`` sets the list of every op this source does not name itself:
+    ``set_priority({"*": ["triton", "vllm_c"], "rms_norm": ["vllm_c"]})`` (or
+    ``set_priority(**{"*": [...]})``). ``None`` for an op (or ``"*"``) removes the setting, so
+    lower sources apply again. ``native`` is always appended. Raises
+    :class:`~ircore.errors.PriorityError` for unknown ops or providers. A provider's own code (its
+    import and hooks) may not call it.
     """
     _ownership.refuse_provider_code("ircore.set_priority()")
     ensure_loaded()
@@ -181,16 +196,34 @@ def default_priority(op: OpLike) -> tuple[str, ...]:
     return tuple(sorted(op.impls, key=lambda p: (ranks.get(p, DEFAULT_RANK), order[p])))
 
 
+def _named_in(priorities: Mapping[str, tuple[str, ...]], op_name: str) -> tuple[tuple[str, ...], str] | None:
+    """The list one source gives ``op_name``: its own entry, else the source's ``*`` entry (with
+    ``" *"`` to add to the source's name), else None (the source does not name it)."""
+    names = priorities.get(op_name)
+    if names is not None:
+        return names, ""
+    names = priorities.get(WILDCARD)
+    return None if names is None else (names, f" {WILDCARD}")
+
+
+def names_op(scope: Scope, op_name: str) -> bool:
+    """Whether ``scope``'s ``priority`` blocks name ``op_name``, by its own entry or by ``*``."""
+    return op_name in scope.named or WILDCARD in scope.named
+
+
 def effective_priority(op: OpLike, scope: Scope | None) -> tuple[tuple[str, ...], str]:
-    """The list that decides ``op`` under ``scope`` (``native`` last) and the source it came from."""
-    if scope is not None and op.name in scope.named:
-        names, source = scope.named[op.name], "ircore.priority() scope"
-    elif op.name in STATE.api_priority:
-        names, source = STATE.api_priority[op.name], "ircore.set_priority()/configure()"
+    """The list that decides ``op`` under ``scope`` (``native`` last) and the source it came from
+    (``IRCORE_PRIORITY``, or ``IRCORE_PRIORITY *`` where the source's ``*`` entry decided)."""
+    found = _named_in(scope.named, op.name) if scope is not None else None
+    if found is not None:
+        names, source = found[0], "ircore.priority() scope" + found[1]
+    elif (found := _named_in(STATE.api_priority, op.name)) is not None:
+        names, source = found[0], "ircore.set_priority()/configure()" + found[1]
     else:
         for layer in STATE.layers:
-            if op.name in layer.priorities:
-                names, source = layer.priorities[op.name], layer.source
+            found = _named_in(layer.priorities, op.name)
+            if found is not None:
+                names, source = found[0], layer.source + found[1]
                 break
         else:
             names, source = default_priority(op), "provider defaults"
@@ -236,7 +269,9 @@ def priority(
 
     Built on :mod:`contextvars`: other threads and asyncio tasks keep their own priorities.
     Nested blocks merge, the inner one winning per op; ``None`` for an op removes an enclosing
-    block's setting. Names are checked on entry (:class:`~ircore.errors.PriorityError`). A block
+    block's setting. ``"*"`` names every op (``ircore.priority(**{"*": ["triton"]})``): the
+    block's own op entries beat it, and it replaces whatever enclosing blocks set, as an inner
+    block's entry for an op does. Names are checked on entry (:class:`~ircore.errors.PriorityError`). A block
     whose priorities were seen before (inside the same enclosing blocks, with no priority,
     configuration or provider change since) reuses its plans and remembered choices, so a
     per-request block costs little more than a call under the process-wide priority.
@@ -311,6 +346,8 @@ class PriorityBlock(_BlockBase, contextlib.ContextDecorator):  # type: ignore[mi
         generation = STATE.generation  # validation depends on the providers known now
         validated = validate_priority(self._request, "ircore.priority()")
         merged = dict(outer.named) if outer is not None else {}
+        if validated.get(WILDCARD) is not None:
+            merged.clear()  # this block names every op: the inner block wins per op
         for op_name, names in validated.items():
             if names is None:
                 merged.pop(op_name, None)
@@ -326,22 +363,24 @@ def _scope(
 ) -> Scope:
     """The scope of a block (one per distinct content), with the plans of the ops it names
     resolved now, once per distinct scope, so the first call inside it costs what a signature
-    miss costs outside any block. A batch-invariant scope names every op (see Scope)."""
+    miss costs outside any block. A batch-invariant scope, and one whose blocks set ``*``, names
+    every op (see Scope): the eager calls look only at ``priorities`` and ``plans``."""
     matmul = invariant and outer is not None and outer.matmul
-    content = (outer, tuple(sorted(named.items())), (invariant, STATE.ops_version) if invariant else None)
+    every_op = invariant or WILDCARD in named
+    content = (outer, tuple(sorted(named.items())), (invariant, STATE.ops_version) if every_op else None)
     scope: Scope | None = STATE.scopes.get(content)
     if scope is not None:
         return scope
-    if not invariant:
+    if not every_op:
         scope = STATE.remember(STATE.scopes, content, Scope(named, outer))
         for op_name, names in named.items():
             scope.plans[op_name] = _shared_plan(STATE.ops[op_name], _with_native(names), generation)
         return scope
-    scope = STATE.remember(STATE.scopes, content, Scope({}, outer, True, named, matmul))
+    scope = STATE.remember(STATE.scopes, content, Scope({}, outer, invariant, named, matmul))
     for op_name, op in STATE.ops.items():
         names = effective_priority(op, scope)[0]
         scope.priorities[op_name] = names
-        scope.plans[op_name] = _shared_plan(op, names, generation, True)
+        scope.plans[op_name] = _shared_plan(op, names, generation, invariant)
     return scope
 
 

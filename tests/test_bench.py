@@ -104,6 +104,16 @@ def test_write_priority_keeps_other_settings_and_ops(tmp_path):
     assert not (tmp_path / "ircore.toml.tmp").exists()
 
 
+def test_write_priority_keeps_a_wildcard_entry(tmp_path):
+    """``*`` is no bare TOML key: written back quoted, and the measured ops' entries beat it."""
+    path = tmp_path / "ircore.toml"
+    path.write_text('[priority]\n"*" = ["triton", "vllm_c"]\n')
+    config_file.write_priority(path, {"rms_norm": ["vllm_c", "native"]})
+    assert read_file(path).values == {
+        "priority": {"*": ("triton", "vllm_c"), "rms_norm": ("vllm_c", "native")}
+    }
+
+
 def test_write_priority_refuses_what_it_must_not_touch(tmp_path):
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text("[project]\nname = 'x'\n")

@@ -178,6 +178,27 @@ def test_a_priority_scope_runs_the_graph_uncompiled(caplog):
 
 
 @pytest.mark.slow
+def test_a_wildcard_priority_reaches_compiled_graphs(caplog):
+    """``*`` counts as naming the graph's ops: a block that sets it runs the graph uncompiled, a
+    process-wide change recompiles."""
+    rms_norm.register_impl("opaque", impls.rms_norm_opaque)
+    ircore.set_priority(**{"*": ["opaque"]})
+    f = torch.compile(lambda x, w: ircore.ops.rms_norm(x, w, 1e-6) + 1, backend="ircore", fullgraph=True)
+    x, w = torch.randn(4, H), torch.randn(H)
+    f(x, w)
+    assert impls.CALLS == ["opaque"]
+    impls.CALLS.clear()
+    with caplog.at_level(logging.WARNING, logger="ircore"), ircore.priority(**{"*": ["native"]}):
+        torch.testing.assert_close(f(x, w), rms_norm.native(x, w, 1e-6) + 1)
+    assert impls.CALLS == []
+    assert "runs uncompiled: an ircore.priority() scope changes an op of this graph" in caplog.text
+    ircore.set_priority(**{"*": ["native"]})
+    torch.testing.assert_close(f(x, w), rms_norm.native(x, w, 1e-6) + 1)
+    assert impls.CALLS == []
+    assert list(ircore.compile.report().last_lowering.values()) == ["native"]
+
+
+@pytest.mark.slow
 def test_direct_torch_op_calls_never_keep_a_stale_choice(caplog):
     rms_norm.register_impl("opaque", impls.rms_norm_opaque)
     ircore.set_priority(rms_norm=["opaque"])

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import ircore
+from ircore import config
 from ircore.errors import PriorityError
 
 from . import impls
@@ -383,3 +384,174 @@ def test_priority_block_with_an_unhashable_or_wrong_request_is_checked_on_entry(
             pass
     assert ircore.get_priority("rms_norm") == ["prov_a", "native"]
 
+
+# ---------------------------------------------------------------------- the '*' key (every op)
+fused_add_rms_norm = ircore.ops.fused_add_rms_norm
+
+
+@pytest.fixture
+def reread_config():
+    """The environment and config file read again now and after the test (what a fresh process
+    reads), and ``configure``'s settings forgotten."""
+    config.reset_api_settings()
+    yield
+    config.reset_api_settings()
+
+
+def _explain(op=rms_norm):
+    x = torch.randn(2, 8)
+    if op is rms_norm:
+        return ircore.explain(op, x, None, 1e-6)
+    return ircore.explain(op, x, torch.randn(2, 8), None, 1e-6)
+
+
+def test_wildcard_in_set_priority_names_every_op_and_an_op_entry_beats_it(x4096):
+    _register_ab()
+    ircore.set_priority(**{"*": ["prov_b"]})
+    assert ircore.get_priority("rms_norm") == ["prov_b", "native"]
+    assert ircore.get_priority("silu_and_mul") == ["prov_b", "native"]  # prov_b lacks it: skipped
+    x, w = x4096
+    rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["b"]
+    assert _explain().source == "ircore.set_priority()/configure() *"
+    ircore.set_priority({"*": ["native"], "rms_norm": ["prov_b", "prov_a"]})  # the mapping form
+    assert ircore.get_priority("rms_norm") == ["prov_b", "prov_a", "native"]
+    assert ircore.get_priority("silu_and_mul") == ["native"]
+    assert _explain().source == "ircore.set_priority()/configure()"
+    ircore.set_priority(rms_norm=None)  # the op's own entry gone: the same source's '*' decides
+    assert ircore.get_priority("rms_norm") == ["native"]
+    ircore.set_priority(**{"*": None})  # gone too: the lower sources decide again
+    assert ircore.get_priority("rms_norm") == ["prov_a", "prov_b", "native"]
+    assert _explain().source == "provider defaults"
+
+
+def test_wildcard_in_configure(x4096):
+    _register_ab()
+    ircore.configure(priority={"*": ["prov_b", "prov_a"], "silu_and_mul": ["native"]})
+    assert ircore.get_priority("rms_norm") == ["prov_b", "prov_a", "native"]
+    assert ircore.get_priority("fused_add_rms_norm") == ["prov_b", "prov_a", "native"]
+    x, w = x4096
+    rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["b"]
+
+
+def test_a_wildcard_provider_lacking_the_op_is_skipped_for_it():
+    rms_norm.register_impl("prov_a", rms_norm_a)  # prov_a has rms_norm only
+    fused_add_rms_norm.register_impl("prov_b", fused_inplace)  # prov_b has fused_add_rms_norm only
+    ircore.set_priority(**{"*": ["prov_a", "prov_b"]})
+    ex = _explain(fused_add_rms_norm)
+    assert ex.chosen == "prov_b" and ex.source == "ircore.set_priority()/configure() *"
+    assert [(s.provider, s.outcome) for s in ex.steps] == [
+        ("prov_a", "skipped"),
+        ("prov_b", "chosen"),
+        ("native", "not reached"),
+    ]
+    assert ex.steps[0].reason == "provider 'prov_a' does not implement fused_add_rms_norm"
+    assert _explain().chosen == "prov_a"
+    # every op gets the list, also those no provider in it implements: native runs them
+    ex = ircore.explain("silu_and_mul", torch.randn(2, 8))
+    assert ex.chosen == "native" and ex.priority == ("prov_a", "prov_b", "native")
+    text = str(ex)
+    assert "(from ircore.set_priority()/configure() *)" in text
+    assert "provider 'prov_b' does not implement silu_and_mul" in text
+
+
+def test_unknown_provider_in_the_wildcard_names_the_source():
+    _register_ab()
+    message = r"unknown provider 'nope' in the priority of '\*'; known providers: \[[^\]]*'prov_a'"
+    with pytest.raises(PriorityError, match=r"ircore.set_priority\(\): " + message):
+        ircore.set_priority(**{"*": ["prov_a", "nope"]})
+    with pytest.raises(PriorityError, match=r"ircore.priority\(\): " + message):
+        with ircore.priority(**{"*": ["nope"]}):
+            pass
+    assert ircore.get_priority("rms_norm") == ["prov_a", "prov_b", "native"]  # nothing was set
+
+
+def test_wildcard_scope_beats_a_process_wide_op_entry_and_its_own_op_entry_beats_it(x4096):
+    _register_ab()
+    ircore.set_priority(rms_norm=["prov_a"])
+    with ircore.priority(**{"*": ["prov_b"]}):  # a higher source's '*' beats a lower op entry
+        assert ircore.get_priority("rms_norm") == ["prov_b", "native"]
+        assert _explain().source == "ircore.priority() scope *"
+        with ircore.priority(rms_norm=["native"]):  # the inner block's op entry
+            assert ircore.get_priority("rms_norm") == ["native"]
+            assert ircore.get_priority("fused_add_rms_norm") == ["prov_b", "native"]
+    with ircore.priority(**{"*": ["native"], "rms_norm": ["prov_b"]}):  # one block: op entry wins
+        assert ircore.get_priority("rms_norm") == ["prov_b", "native"]
+        assert ircore.get_priority("fused_add_rms_norm") == ["native"]
+        x, w = x4096
+        rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["b"]
+    assert ircore.get_priority("rms_norm") == ["prov_a", "native"]
+
+
+def test_an_inner_blocks_wildcard_replaces_what_enclosing_blocks_set(x4096):
+    _register_ab()
+    x, w = x4096
+    with ircore.priority(rms_norm=["prov_b"], silu_and_mul=["native"]):
+        with ircore.priority(**{"*": ["prov_a"]}):  # the inner block names every op
+            assert ircore.get_priority("rms_norm") == ["prov_a", "native"]
+            assert ircore.get_priority("silu_and_mul") == ["prov_a", "native"]
+            rms_norm(x, w, 1e-6)
+            with ircore.priority(**{"*": None}):  # removes the enclosing '*' (only it)
+                assert ircore.get_priority("rms_norm") == ["prov_a", "prov_b", "native"]
+                rms_norm(x, w, 1e-6)
+        assert ircore.get_priority("rms_norm") == ["prov_b", "native"]
+        rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["a", "a", "b"]
+
+
+def test_a_higher_sources_wildcard_beats_the_environments_op_entry(reread_config, monkeypatch, x4096):
+    """IRCORE_PRIORITY names an op, configure() names every op: the higher source decides."""
+    _register_ab()
+    monkeypatch.setenv("IRCORE_PRIORITY", "rms_norm=native")
+    config.reset_api_settings()  # read the environment again
+    assert ircore.get_priority("rms_norm") == ["native"]
+    assert _explain().source == "IRCORE_PRIORITY"
+    ircore.configure(priority={"*": ["prov_b"]})
+    assert ircore.get_priority("rms_norm") == ["prov_b", "native"]
+    assert _explain().source == "ircore.set_priority()/configure() *"
+
+
+def test_wildcard_from_the_environment(reread_config, monkeypatch):
+    """In-process core tests have no installed provider to name in the environment (the
+    installed-fixture scenarios are in test_plugins.py): ``*=native`` against registered ones."""
+    _register_ab()
+    monkeypatch.setenv("IRCORE_PRIORITY", "*=native")
+    config.reset_api_settings()
+    assert ircore.get_priority("rms_norm") == ["native"]
+    ex = _explain()
+    assert ex.chosen == "native" and ex.source == "IRCORE_PRIORITY *"
+    assert ("prov_a", "not in priority", "not listed by IRCORE_PRIORITY *") in ex.steps
+    ircore.set_priority(rms_norm=["prov_b"])  # a higher source's op entry beats the env's '*'
+    assert _explain().chosen == "prov_b"
+    assert ircore.get_priority("silu_and_mul") == ["native"]
+
+
+def test_wildcard_from_a_config_file(reread_config, monkeypatch, tmp_path):
+    _register_ab()
+    (tmp_path / "ircore.toml").write_text('[priority]\n"*" = ["native"]\n')
+    assert config.read_file(tmp_path / "ircore.toml").values["priority"] == {"*": ("native",)}
+    monkeypatch.chdir(tmp_path)
+    config.reset_api_settings()
+    ex = _explain()
+    assert ex.chosen == "native" and ex.source == f"{tmp_path / 'ircore.toml'}: priority *"
+    assert ircore.get_priority("silu_and_mul") == ["native"]
+    ircore.configure(priority={"rms_norm": ["prov_b"]})  # a higher source's op entry
+    assert _explain().chosen == "prov_b"
+    assert ircore.get_priority("fused_add_rms_norm") == ["native"]
+
+
+def test_wildcard_parsing_and_name_checks():
+    assert config.read_environment({"IRCORE_PRIORITY": "*=triton,vllm_c;rms_norm=vllm_c"}).values[
+        "priority"
+    ] == {"*": ("triton", "vllm_c"), "rms_norm": ("vllm_c",)}
+    source = config.ConfigSource("environment", {"priority": {"*": ("good",)}})
+    config.Settings(sources=[source]).check_names({"good"}, {"rms_norm"})  # not refused as an op
+    source.values["priority"]["*"] = ("good", "nope")
+    with pytest.raises(
+        ircore.ConfigError,
+        match=r"^IRCORE_PRIORITY: unknown provider 'nope' for every op \('\*'\); known providers: "
+        r"\['good', 'native'\]$",
+    ):
+        config.Settings(sources=[source]).check_names({"good"}, {"rms_norm"})

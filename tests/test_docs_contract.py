@@ -55,3 +55,21 @@ def test_ops_md_names_the_ops_that_declare_cache_by_signature():
     sentence = text[text.index("Of `ircore.ops`, the") : text.index("declare it;")]
     named = set(re.findall(r"`(\w+)`", sentence)) - {"ircore"}
     assert named == {name for name in ircore.ops.__all__ if ircore.get_op(name).cache_by_signature}
+
+
+def test_providers_md_cuda_graph_recipe_names_real_ops_and_puts_triton_first_for_the_rest():
+    """The recipe is one ``*`` entry plus the ops that keep vllm_c first: a renamed op would be
+    an error at load time for the deployments that copied it."""
+    import ircore.ops
+    from ircore.config import read_environment
+
+    text = (DOCS / "providers.md").read_text()
+    q = re.search(r"^Q=(\S+)$", text, flags=re.M)
+    recipe = re.search(r'^export IRCORE_PRIORITY="([^"]+)"$', text, flags=re.M)
+    assert q is not None and recipe is not None
+    priority = read_environment({"IRCORE_PRIORITY": recipe.group(1).replace("$Q", q.group(1))}).values[
+        "priority"
+    ]
+    assert priority.pop("*") == ("triton", "vllm_c")
+    assert set(priority) <= set(ircore.ops.__all__)
+    assert set(priority.values()) == {("vllm_c", "triton")}

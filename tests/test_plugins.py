@@ -252,6 +252,39 @@ def test_precedence_api_over_env_over_file(penv, tmp_path):
     assert run.stdout.split("SRC")[-1].strip() == f"{tmp_path / 'ircore.toml'}: priority"
 
 
+def test_wildcard_priority_in_the_environment_and_the_file(penv, tmp_path):
+    """``*`` with an installed provider: an op's own entry beats its source's ``*``, a higher
+    source's ``*`` beats a lower source's op entry, an op the provider lacks runs native (no
+    error), and ``ircore list`` says where each order came from."""
+    (tmp_path / "ircore.toml").write_text('[priority]\n"*" = ["native"]\nrms_norm = ["good"]\n')
+    file = f"{tmp_path / 'ircore.toml'}: priority"
+
+    def ops(env):
+        run = penv.cli("list", "--json", env=env, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+        return {o["op"]: (o["priority"], o["source"]) for o in json.loads(run.stdout)["ops"]}
+
+    listed = ops({})
+    assert listed["rms_norm"] == (["good", "native"], file)
+    assert listed["fused_add_rms_norm"] == (["native"], f"{file} *")
+    listed = ops({"IRCORE_PRIORITY": "*=good"})  # the environment outranks the file, '*' or not
+    assert listed["rms_norm"] == (["good", "native"], "IRCORE_PRIORITY *")
+    assert listed["fused_add_rms_norm"] == (["good", "native"], "IRCORE_PRIORITY *")
+    assert listed["silu_and_mul"] == (["good", "native"], "IRCORE_PRIORITY *")  # good lacks it
+    run = penv.probe({"IRCORE_PRIORITY": "*=good;rms_norm=native"}, cwd=tmp_path)
+    assert run.probe["error"] is None
+    assert run.probe["chosen"] == "native" and run.probe["explain_source"] == "IRCORE_PRIORITY"
+    code = (
+        "import torch, ircore\n"
+        "print('OUT', ircore.ops.silu_and_mul(torch.randn(2, 8)).shape)\n"
+        "print('OUT', ircore.explain('fused_add_rms_norm', *[torch.randn(2, 8)] * 2, None, 1e-6))\n"
+    )
+    run = penv.run(["-c", code], {"IRCORE_PRIORITY": "*=good"}, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "torch.Size([2, 4])" in run.stdout
+    assert "fused_add_rms_norm: runs good" in run.stdout and "(from IRCORE_PRIORITY *)" in run.stdout
+
+
 def test_env_allowlist_beats_file_allowlist(penv, tmp_path):
     (tmp_path / "ircore.toml").write_text('providers = "none"\n')
     run = penv.probe({"IRCORE_PROVIDERS": "good"}, cwd=tmp_path)
@@ -290,6 +323,16 @@ def test_env_allowlist_beats_file_allowlist(penv, tmp_path):
             "IRCORE_PRIORITY: cannot read 'rms_norm'; expected OP=PROVIDER",
         ),
         ({}, {"IRCORE_PRIORITY": "group_norm=good"}, "IRCORE_PRIORITY: unknown op 'group_norm'"),
+        (
+            {},
+            {"IRCORE_PRIORITY": "*=good,nope"},
+            "IRCORE_PRIORITY: unknown provider 'nope' for every op ('*'); known providers: [",
+        ),
+        (
+            {"ircore.toml": '[priority]\n"*" = ["nope"]\n'},
+            {},
+            "ircore.toml: priority: unknown provider 'nope' for every op ('*'); known providers: [",
+        ),
         ({}, {"IRCORE_STRICT": "maybe"}, "IRCORE_STRICT: expected true or false"),
         (
             {},

@@ -106,6 +106,32 @@ def test_a_scope_has_a_plan_for_exactly_the_ops_it_names(blocks, two_providers, 
     assert impls.CALLS == ["a", "b", "a", "b"]
 
 
+def test_a_wildcard_scope_has_a_plan_for_every_op(blocks, two_providers, monkeypatch):
+    """``*`` names every op, so the scope holds a plan for each (the fast call looks only at
+    ``plans``): none of its calls may take a choice the process-wide plan remembered."""
+    monkeypatch.setattr(dispatch.STATE, "scopes", {})
+    x, w = torch.randn(2, 64), torch.ones(64)
+    rms_norm(x, w, 1e-6)  # remembered process-wide: prov_a
+    scopes = []
+    for _ in range(2):
+        with ircore.priority(**{"*": ["prov_b"], "silu_and_mul": ["native"]}):
+            scope = dispatch.SCOPE.get()
+            scopes.append(scope)
+            assert set(scope.plans) == set(scope.priorities) == set(ircore.all_ops())
+            assert [entry[0] for entry in scope.plans["rms_norm"][1]] == ["prov_b", "native"]
+            assert [entry[0] for entry in scope.plans["silu_and_mul"][1]] == ["native"]
+            assert [entry[0] for entry in scope.plans["fused_add_rms_norm"][1]] == ["native"]  # skipped
+            rms_norm(x, w, 1e-6)
+            with ircore.priority(rms_norm=["prov_a"]):  # nested: its op entry, the outer '*' for the rest
+                inner = dispatch.SCOPE.get()
+                assert set(inner.plans) == set(ircore.all_ops())
+                assert inner.priorities["fused_add_rms_norm"] == ("prov_b", "native")
+                rms_norm(x, w, 1e-6)
+    assert scopes[0] is scopes[1]  # entered again: the same scope
+    rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["a", "b", "a", "b", "a", "a"]
+
+
 def test_nested_blocks_and_the_same_block_inside_itself(blocks, two_providers):
     x, w = torch.randn(2, 64), torch.ones(64)
     outer = ircore.priority(rms_norm=["prov_b"])

@@ -170,6 +170,38 @@ def test_priority_changes_forget_remembered_choices(x4096):
 
 
 @pytest.mark.usefixtures("miss_path")
+def test_wildcard_changes_forget_remembered_choices(x4096):
+    """A change of ``*`` is a priority change like an op's entry: the next call follows it, in and
+    out of blocks, and the fingerprint compiled graphs guard on moves with it (and back)."""
+    rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
+    rms_norm.register_impl("prov_b", rms_norm_b, cache_by_signature=True)
+    x, w = x4096
+    version = dispatch.STATE.version
+    rms_norm(x, w, 1e-6)
+    rms_norm(x, w, 1e-6)
+    ircore.set_priority(**{"*": ["prov_b"]})
+    assert dispatch.STATE.version != version
+    rms_norm(x, w, 1e-6)
+    rms_norm(x, w, 1e-6)
+    ircore.configure(priority={"*": ["prov_a", "prov_b"]})
+    rms_norm(x, w, 1e-6)
+    with ircore.priority(**{"*": ["prov_b"]}):
+        rms_norm(x, w, 1e-6)
+        rms_norm(x, w, 1e-6)
+        ircore.set_priority(**{"*": ["native"]})  # process-wide: the block's '*' still decides
+        rms_norm(x, w, 1e-6)
+        with ircore.priority(**{"*": ["native"]}):
+            rms_norm(x, w, 1e-6)  # native: records nothing
+        with ircore.priority(**{"*": ["prov_a"]}):
+            rms_norm(x, w, 1e-6)
+    rms_norm(x, w, 1e-6)  # native, set process-wide inside the block
+    ircore.set_priority(**{"*": None})
+    assert dispatch.STATE.version == version  # the same configuration as at first
+    rms_norm(x, w, 1e-6)
+    assert impls.CALLS == ["a", "a", "b", "b", "a", "b", "b", "b", "a", "a"]
+
+
+@pytest.mark.usefixtures("miss_path")
 def test_unregistering_forgets_remembered_choices(x4096):
     rms_norm.register_impl("prov_a", rms_norm_a, cache_by_signature=True)
     x, w = x4096

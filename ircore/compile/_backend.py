@@ -125,7 +125,7 @@ def _guarded(
                 "ircore.batch_invariant() block"
             )
         elif scope is not None and any(
-            name in scope.named and dispatch.effective_priority(get_op(name), scope)[0] != names
+            dispatch.names_op(scope, name) and dispatch.effective_priority(get_op(name), scope)[0] != names
             for name, names in lists.items()
         ):
             why = "an ircore.priority() scope changes an op of this graph"

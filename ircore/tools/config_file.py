@@ -51,7 +51,11 @@ def render(values: Mapping[str, Any], note: str = "") -> str:
     priority = values.get("priority") or {}
     if priority:
         lines += ["", "[priority]"]
-        lines += [f"{op} = {_toml_value(names)}" for op, names in sorted(priority.items())]
+        # op names are bare TOML keys; '*' (every op) must be quoted
+        lines += [
+            f"{op if op.isidentifier() else json.dumps(op)} = {_toml_value(names)}"
+            for op, names in sorted(priority.items())
+        ]
     return "\n".join(lines) + "\n"
 
 
