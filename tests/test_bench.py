@@ -104,6 +104,21 @@ def test_write_priority_keeps_other_settings_and_ops(tmp_path):
     assert not (tmp_path / "ircore.toml.tmp").exists()
 
 
+def test_write_priority_keeps_every_other_setting_as_it_was(tmp_path):
+    """The file's fusions table and booleans come back as they were read: the fusions once came
+    back as a list of their names, which switches on every one named and off every other."""
+    path = tmp_path / "ircore.toml"
+    path.write_text(
+        'batch_invariant = true\ntrace_implementations = false\n\n'
+        "[fusions]\nadd_rms_norm = false\nrms_norm_reshape = true\n"
+    )
+    before = read_file(path).values
+    config_file.write_priority(path, {"rms_norm": ["vllm_c", "native"]})
+    after = dict(read_file(path).values)
+    assert after.pop("priority") == {"rms_norm": ("vllm_c", "native")}
+    assert after == before and after["fusions"] == {"add_rms_norm": False, "rms_norm_reshape": True}
+
+
 def test_write_priority_keeps_a_wildcard_entry(tmp_path):
     """``*`` is no bare TOML key: written back quoted, and the measured ops' entries beat it."""
     path = tmp_path / "ircore.toml"

@@ -42,12 +42,20 @@ def _toml_value(value: Any) -> str:
     return "[" + ", ".join(json.dumps(v) for v in value) + "]"
 
 
+_TABLES = ("priority", "fusions")  # keys whose parsed value is a mapping, written as a TOML table
+
+
 def render(values: Mapping[str, Any], note: str = "") -> str:
-    """TOML text for parsed config values (``providers``, ``disable``, ``strict``, ``priority``)."""
+    """TOML text for parsed config values (every key of :data:`~ircore.config.KNOWN_KEYS`), which
+    the normal config loading reads back as the same values."""
     lines = [f"# {line}" for line in textwrap.wrap(note, 96)]
-    lines += [
-        f"{key} = {_toml_value(values[key])}" for key in KNOWN_KEYS if key in values and key != "priority"
-    ]
+    plain = [key for key in KNOWN_KEYS if key in values and key not in _TABLES]
+    lines += [f"{key} = {_toml_value(values[key])}" for key in plain]
+    # each fusion switched by name (a list would name the ones to run and switch the rest off)
+    fusions = values.get("fusions") or {}
+    if fusions:
+        lines += ["", "[fusions]"]
+        lines += [f"{name} = {_toml_value(bool(on))}" for name, on in sorted(fusions.items())]
     priority = values.get("priority") or {}
     if priority:
         lines += ["", "[priority]"]
