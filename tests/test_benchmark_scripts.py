@@ -1,0 +1,48 @@
+"""The GPU benchmark's own logic that runs without a GPU: benchmarks/kernels_gpu.py's re-timing of
+close rows (the figures in benchmarks/README.md rest on it)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import kernels_gpu as kg
+
+
+def _cell(impl: str, us: float, tokens: int = 16) -> kg.Cell:
+    return kg.Cell("rms_norm", "bf16", tokens, 4096, impl, status="ok", graph_us=us, graph_calls=20)
+
+
+def test_close_rows_are_retimed_together_and_reported():
+    # row T=16: ours 1.04x of the best anchor in turn (close: re-timed); row T=1: 1.5x (not close)
+    cells = [
+        _cell("triton", 10.4), _cell("vllm_c", 11.0), _cell("liger", 10.0), _cell("eager", 30.0),
+        _cell("triton", 15.0, tokens=1), _cell("liger", 10.0, tokens=1),
+    ]  # fmt: skip
+    interleaved = {"triton": 9.9e-6, "liger": 10.0e-6}  # what the same rounds measure
+    asked = []
+
+    def make_runner(cell: kg.Cell):
+        asked.append((cell.tokens, cell.impl))
+        return lambda n: interleaved[cell.impl]
+
+    assert kg.retime_close_rows(cells, make_runner, time.monotonic() + 10) == 1
+    assert sorted(asked) == [(16, "liger"), (16, "triton")]  # the row's best of each side, only
+    table = "\n".join(kg.retimed_table(cells))
+    assert "| rms_norm | bf16 | 16x4096 | triton | Liger | 1.040x | 0.990x |" in table
+    assert "1x4096" not in table
+    assert cells[0].extra["interleaved_with"] == "liger"
+
+
+def test_retiming_stops_at_its_deadline_and_survives_a_failing_capture():
+    cells = [_cell("triton", 10.2), _cell("liger", 10.0)]
+
+    def broken(cell: kg.Cell):
+        raise RuntimeError("capture failed")
+
+    assert kg.retime_close_rows(cells, broken, time.monotonic() + 10) == 0
+    assert kg.retime_close_rows(cells, lambda c: (lambda n: 1e-5), time.monotonic() - 1) == 0
+    assert kg.retimed_table(cells) == []
