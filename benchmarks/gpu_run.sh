@@ -384,9 +384,10 @@ if want quant-kernels; then  # issue 25: the fp8 quant and fused norm/act + quan
   # Inductor compiles the fused natives now that their cells count, and vllm_c's column, measured
   # last (its build overlaps the rest), was not reached; a call of its own with 540 covers them.
   # QUANT_AB=1: also triton's whole-row launch of the fused norm + quant ops (their chunked walk's A/B).
+  # QUANT_UNFUSED=1: also each fused op as triton's two unfused kernels (issue 25's fused-vs-unfused target).
   qb=${QUANT_BUDGET_S:-270}
   run_step kernels_quant $((qb + 30)) python3 benchmarks/kernels_gpu.py --no-do-bench --dtypes bf16 --ops $QUANT_OPS \
-    --hidden ${QUANT_HIDDEN:-4096 14336} --budget-s "$(left_s "$qb")" ${QUANT_AB:+--whole-row-ab} \
+    --hidden ${QUANT_HIDDEN:-4096 14336} --budget-s "$(left_s "$qb")" ${QUANT_AB:+--whole-row-ab} ${QUANT_UNFUSED:+--unfused-ab} \
     --json "$RES/kernels_quant.json" --markdown "$RES/kernels_quant.md"; pack
 fi
 if want fp8-matmul; then  # issue 26: the fp8 matmuls against torch._scaled_mm

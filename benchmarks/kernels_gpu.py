@@ -165,6 +165,20 @@ ANCHORS = ("eager", "compile", "liger", "flashinfer")
 PROVIDERS = ("vllm_c", "triton")
 NO_PDL = {"vllm_c_nopdl": "vllm_c", "triton_nopdl": "triton"}  # --pdl-ab columns -> provider
 WHOLE_ROW = {"triton_whole": "triton"}  # --whole-row-ab column -> provider
+# --unfused-ab column -> provider: a fused norm/activation + quant op as its two unfused ops, each
+# the provider's kernel (issue 25: the fused op must beat them by at least the pass it saves)
+UNFUSED = {"triton_unfused": "triton"}
+# the fused op -> (its first op and how many of the fused op's leading arguments it takes, the quant op)
+UNFUSED_PARTS = {
+    "rms_norm_static_fp8_quant": ("rms_norm", 3, "static_quant_fp8"),
+    "fused_add_rms_norm_static_fp8_quant": ("fused_add_rms_norm", 4, "static_quant_fp8"),
+    "rms_norm_dynamic_quant_fp8": ("rms_norm", 3, "dynamic_quant_fp8"),
+    "fused_add_rms_norm_dynamic_quant_fp8": ("fused_add_rms_norm", 4, "dynamic_quant_fp8"),
+    "rms_norm_group_quant_fp8": ("rms_norm", 3, "dynamic_group_quant_fp8"),
+    "fused_add_rms_norm_group_quant_fp8": ("fused_add_rms_norm", 4, "dynamic_group_quant_fp8"),
+    "silu_and_mul_static_quant_fp8": ("silu_and_mul", 1, "static_quant_fp8"),
+    "silu_and_mul_group_quant_fp8": ("silu_and_mul", 1, "dynamic_group_quant_fp8"),
+}
 QUICK = {"tokens": (1, 128, 8192), "hidden": (4096,), "dtypes": ("bf16",)}
 EPS = 1e-6
 REL_TOL = 1e-2
@@ -197,10 +211,17 @@ APPLIES["vllm_c"].update(QUANT_OPS)  # csrc/cuda_quant.cu (e4m3fn)
 APPLIES["triton"].update(QUANT_OPS)  # quant_kernels.py (e4m3fn, e4m3fnuz)
 # the fused norm + quant ops: triton's whole-row launch (impls.<op>_invariant) beside its tuned one
 APPLIES["triton_whole"] = {op for op in QUANT_OPS if "rms_norm" in op}
+APPLIES["triton_unfused"] = set(UNFUSED_PARTS)
 # Measuring order: columns needing a background build go last, so their builds overlap the rest.
-ORDER = ("eager", "triton", "triton_whole", "triton_nopdl", "liger", "compile", "vllm_c", "vllm_c_nopdl", "flashinfer")
+ORDER = (
+    "eager", "triton", "triton_whole", "triton_unfused", "triton_nopdl", "liger", "compile", "vllm_c", "vllm_c_nopdl",
+    "flashinfer",
+)  # fmt: skip
 # Display order in the tables: anchors, then ours.
-DISPLAY = ("eager", "compile", "liger", "flashinfer", "vllm_c", "triton", "triton_whole", "vllm_c_nopdl", "triton_nopdl")
+DISPLAY = (
+    "eager", "compile", "liger", "flashinfer", "vllm_c", "triton", "triton_whole", "triton_unfused", "vllm_c_nopdl",
+    "triton_nopdl",
+)  # fmt: skip
 EAGER_LABEL = {
     "rms_norm": "F.rms_norm",
     "fused_add_rms_norm": "add+F.rms_norm",
@@ -222,6 +243,7 @@ LABEL = {
     "vllm_c_nopdl": "vllm_c no PDL",
     "triton_nopdl": "triton no PDL",
     "triton_whole": "triton whole row",
+    "triton_unfused": "triton unfused",
 }
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 INPLACE = {
@@ -234,6 +256,8 @@ INPLACE = {
     ("rotary_pos_emb", "liger"),
     # a provider's RoPE kernel may rotate in place (the work buffers are reset before each timing)
     *((op, col) for op in ROPE_OPS for col in ("vllm_c", "triton", "vllm_c_nopdl", "triton_nopdl")),
+    # the unfused form's fused_add_rms_norm may add and normalise in place (reset before each timing)
+    *((op, col) for op in UNFUSED_PARTS if op.startswith("fused_add") for col in UNFUSED),
 }
 
 
@@ -320,6 +344,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--whole-row-ab", action="store_true", help="add triton's whole-row launch of the fused norm + quant ops"
     )
+    p.add_argument(
+        "--unfused-ab",
+        action="store_true",
+        help="add each fused norm/activation + quant op as triton's two unfused kernels (norm, then quant)",
+    )
     p.add_argument("--build-timeout-s", type=float, default=240.0, help="max wait for a background build")
     p.add_argument(
         "--retime-s",
@@ -369,6 +398,8 @@ def columns(args: argparse.Namespace) -> list[str]:
         chosen |= {c for c, p in NO_PDL.items() if p in args.providers}
     if getattr(args, "whole_row_ab", False):
         chosen |= {c for c, p in WHOLE_ROW.items() if p in args.providers}
+    if getattr(args, "unfused_ab", False):
+        chosen |= {c for c, p in UNFUSED.items() if p in args.providers}
     return [c for c in ORDER if c in chosen]
 
 
@@ -648,6 +679,9 @@ class Impls:
 
         if impl in WHOLE_ROW:  # the provider's whole-row variant of a fused norm + quant op
             return self._quant_fn(impl, op, self.load(WHOLE_ROW[impl]))
+        if impl in UNFUSED:  # the fused op as the provider's two unfused kernels
+            self.load(UNFUSED[impl])
+            return unfused_fn(UNFUSED[impl], op)
         impl = NO_PDL.get(impl, impl)
         mod = self.load(impl)
         if op in NORM_OPS:
@@ -819,21 +853,22 @@ class Impls:
             f = self.compiled.get(name)
             if f is None:
                 f = self.compiled[name] = torch.compile(mod[name], fullgraph=True, dynamic=False)
-        else:  # a provider's kernel, through ircore's registration (as _rope_fn)
+        elif impl in WHOLE_ROW:  # the registered predicate, the whole-row variant's launch
             import ircore
 
             ircore.get_priority(name)  # loads the providers
-            registered = ircore.get_op(name).impls.get(WHOLE_ROW.get(impl, impl))
+            registered = ircore.get_op(name).impls.get(WHOLE_ROW[impl])
             if registered is None:
                 raise RuntimeError(f"{impl} has no kernel for {name} yet")
-            run, supports = registered.run, registered.supports_args
-            if impl in WHOLE_ROW:  # the registered predicate, the whole-row variant's launch
-                run = getattr(mod, f"{name}_invariant")
+            supports, run = registered.supports_args, getattr(mod, f"{name}_invariant")
 
             def f(*a):
                 if supports is not None and not supports(*a):
                     raise RuntimeError(f"{impl}'s supports_args declines {name} here")
                 return run(*a)
+
+        else:  # a provider's kernel, through ircore's registration (as _rope_fn)
+            f = registered_run(impl, name)
 
         def call(*ts):
             out = f(*quant_args(op, ts))
@@ -1003,6 +1038,46 @@ def quant_args(op: str, tensors: tuple) -> tuple:
         *(EPS if a == "eps" else next(it) for a in names),
         *(getattr(torch, FP8) if a == "fp8" else a for a in extra),
     )
+
+
+def registered_run(provider: str, name: str) -> Any:
+    """``provider``'s registered implementation of the ircore op ``name``, refusing the calls its
+    predicate declines (a benchmark column must not fall back to another implementation)."""
+    import ircore
+
+    ircore.get_priority(name)  # loads the providers
+    registered = ircore.get_op(name).impls.get(provider)
+    if registered is None:
+        raise RuntimeError(f"{provider} has no kernel for {name}")
+    run, supports = registered.run, registered.supports_args
+
+    def f(*a: Any) -> Any:
+        if supports is not None and not supports(*a):
+            raise RuntimeError(f"{provider}'s supports_args declines {name} here")
+        return run(*a)
+
+    return f
+
+
+def unfused_fn(provider: str, op: str) -> Any:
+    """A fused norm/activation + quant op (UNFUSED_PARTS) as ``provider``'s two kernels, the first
+    op's output handed to the quant: the natives' own composition, each part a kernel. Returns the
+    fused op's outputs as a tuple (a fused_add form: the quant's outputs, then the residual)."""
+    first_name, n_first, quant_name = UNFUSED_PARTS[op]
+    first, quant = registered_run(provider, first_name), registered_run(provider, quant_name)
+    pad = (None,) if first_name != "silu_and_mul" else ()  # the norms' trailing argument, as the natives pass it
+
+    def call(*ts: Any) -> tuple:
+        args = quant_args(op, ts)
+        y = first(*args[:n_first], *pad)
+        residual = None
+        if first_name == "fused_add_rms_norm":
+            y, residual = y
+        q = quant(y, *args[n_first:])
+        q = q if isinstance(q, tuple) else (q,)
+        return q if residual is None else (*q, residual)
+
+    return call
 
 
 def quant_problem(op: str, inputs: tuple, outs: tuple) -> str | None:
@@ -1228,6 +1303,39 @@ def retimed_table(cells: list[Cell]) -> list[str]:
     ]
 
 
+def unfused_table(cells: list[Cell], copy_bw: float | None) -> list[str]:
+    """Markdown lines: each fused op (--unfused-ab) against its provider's two unfused kernels,
+    with the memory pass the fusion saves (the bf16 intermediate written and read back, at the
+    copy bandwidth): issue 25 asks the fused op to be faster by at least that at T >= 1024."""
+    by = {(c.op, c.dtype, c.tokens, c.hidden, c.impl): c for c in cells if c.status == "ok" and c.graph_us}
+    rows = []
+    for (op, dt, t, h, impl), unfused in sorted(by.items()):
+        provider = UNFUSED.get(impl)
+        fused = by.get((op, dt, t, h, provider)) if provider else None
+        if fused is None:
+            continue
+        assert fused.graph_us is not None and unfused.graph_us is not None
+        saved = unfused.graph_us - fused.graph_us
+        elt = 2  # the bench's dtypes are 16-bit
+        pass_us = 2 * t * h * elt / (copy_bw * 1e3) if copy_bw else None
+        verdict = "" if pass_us is None or t < 1024 else (" (met)" if saved >= pass_us else " (**missed**)")
+        rows.append(
+            f"| {op} | {dt} | {t}x{h} | {provider} | {fused.graph_us:.1f} | {unfused.graph_us:.1f} | "
+            f"{saved:.1f}{verdict} | {'' if pass_us is None else f'{pass_us:.1f}'} |"
+        )
+    if not rows:
+        return []
+    return [
+        "",
+        "Fused against unfused (the provider's norm or activation kernel, then its quant kernel), us; "
+        "the pass the fusion saves: the 16-bit intermediate written and read back at the copy bandwidth.",
+        "",
+        "| op | dtype | T x H | provider | fused | unfused | saved | one pass |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
 def row_ratios(cells: list[Cell]) -> list[tuple[str, str, int, int, float, str, str]]:
     """Per row (op, dtype, T, H): ircore's best provider over the best anchor, graph replay.
 
@@ -1282,6 +1390,7 @@ def tables(cells: list[Cell], args: argparse.Namespace, meta: dict[str, Any]) ->
         out.append("")
         out += summary_lines
     out += retimed_table(cells)
+    out += unfused_table(cells, bw)
     notes = []
     for dt in args.dtypes:
         for op in args.ops:
@@ -1289,7 +1398,7 @@ def tables(cells: list[Cell], args: argparse.Namespace, meta: dict[str, Any]) ->
             if not op_cols:
                 continue
             anchors = [c for c in op_cols if c in ANCHORS]
-            ours = [c for c in op_cols if c in PROVIDERS or c in NO_PDL or c in WHOLE_ROW]
+            ours = [c for c in op_cols if c in PROVIDERS or c in NO_PDL or c in WHOLE_ROW or c in UNFUSED]
             head = ["T x H", *(col_label(c, op) for c in op_cols)]
             if anchors:
                 head.append("best anchor")

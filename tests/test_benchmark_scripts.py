@@ -46,3 +46,4 @@ def test_retiming_stops_at_its_deadline_and_survives_a_failing_capture():
     assert kg.retime_close_rows(cells, broken, time.monotonic() + 10) == 0
     assert kg.retime_close_rows(cells, lambda c: (lambda n: 1e-5), time.monotonic() - 1) == 0
     assert kg.retimed_table(cells) == []
+
