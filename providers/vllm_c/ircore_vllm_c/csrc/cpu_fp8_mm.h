@@ -1,0 +1,37 @@
+// The loops of the CPU block-scaled fp8 matmul (cpu_fp8_mm_kernels.cpp), free of torch headers
+// (see cpu_kernels.h: the AVX2 copy must not compile any inline torch function). The binding and
+// the threads are cpu_fp8_mm.cpp.
+//
+// The operands are widened to fp32 exactly (every e4m3 value is an fp32 value) into rows padded
+// per K group: group g of a row occupies [g * kp, g * kp + bk) of the padded row, zeros up to
+// (g + 1) * kp, kp = bk rounded up to 8. Each output element then sums, group after group, eight
+// lanes of fp32 FMAs over its group's padded columns (lane j: columns j, j + 8, ...), scales the
+// eight lane sums by scale_a[m, g] * scale_b[n / bn, g] into eight running totals (one FMA each),
+// and adds the totals in one fixed tree. The scalar copy computes the same lanes with fmaf, so both
+// copies give the same bits, and no result depends on M, on the row's place or on the threads.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu_kernels.h"
+
+namespace ircore_vllm_c {
+namespace cpu {
+
+// The padded width of a K group (bk rounded up to the 8 lanes).
+inline int64_t fp8_mm_group_width(int64_t bk) { return (bk + 7) / 8 * 8; }
+
+// Widens k fp8 bytes (fnuz: e4m3fnuz, else e4m3fn; NaN encodings to NaN) into `dst`, laid out in
+// groups of bk values padded with zeros to kp = fp8_mm_group_width(bk) each (groups * kp floats).
+void fp8_widen_row(Isa isa, bool fnuz, const uint8_t* src, int64_t k, int64_t bk, float* dst);
+
+// The tile out[i, j] (i < m, j < nt; out's row stride out_stride) of a [m, groups * kp] (padded,
+// widened) times the nt widened weight rows b [nt, groups * kp]: weight row j is output column
+// n0 + j. Scales: sa[i * sa0 + g * sa1], sb[((n0 + j) / bn) * sb0 + g * sb1].
+void fp8_mm_tile(Isa isa, const float* a, int64_t m, const float* b, int64_t nt, int64_t n0,
+                 int64_t groups, int64_t kp, int64_t bn, const float* sa, int64_t sa0,
+                 int64_t sa1, const float* sb, int64_t sb0, int64_t sb1, float* out,
+                 int64_t out_stride);
+
+}  // namespace cpu
+}  // namespace ircore_vllm_c
