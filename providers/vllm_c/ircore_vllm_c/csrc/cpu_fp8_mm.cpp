@@ -1,6 +1,8 @@
-// The CPU kernel of block_scaled_mm_fp8 (ircore/ops/_scaled_mm.py, argument for argument): the
-// schema, defined in the library every machine loads (CUDA calls go through torch._scaled_mm in
-// scaled_mm.py, never here), and its CPU binding. The loops and the arithmetic are
+// The CPU kernel of block_scaled_mm_fp8 (ircore/ops/_scaled_mm.py, argument for argument), as the
+// op block_scaled_mm_fp8_cpu: the schema, defined in the library every machine loads, and its CPU
+// binding. Another name than the op's, since the implementation ircore registers is
+// scaled_mm.py's function (this kernel on the CPU, torch._scaled_mm on CUDA), for which ircore
+// defines torch.ops.ircore_vllm_c.block_scaled_mm_fp8 itself. The loops and the arithmetic are
 // cpu_fp8_mm_kernels.cpp (cpu_fp8_mm.h).
 //
 // Where the native dequantizes the whole weight on every call (a [N, K] fp32 temporary) and
@@ -34,7 +36,7 @@ constexpr int64_t kMinMacsPerTask = int64_t{1} << 18;
 Tensor block_scaled_mm_fp8(const Tensor& a_in, const Tensor& b_in, const Tensor& scale_a,
                            const Tensor& scale_b, c10::IntArrayRef block_size,
                            at::ScalarType out_dtype) {
-  const char* op = "ircore_vllm_c.block_scaled_mm_fp8";
+  const char* op = "ircore_vllm_c.block_scaled_mm_fp8_cpu";
   TORCH_CHECK(a_in.device().is_cpu() && b_in.device().is_cpu() && scale_a.device().is_cpu() &&
                   scale_b.device().is_cpu(),
               op, ": expected CPU tensors");
@@ -73,7 +75,9 @@ Tensor block_scaled_mm_fp8(const Tensor& a_in, const Tensor& b_in, const Tensor&
   float* afp = af.data_ptr<float>();
   const int64_t row_grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(k, 1));
   at::parallel_for(0, m, row_grain, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) cpu::fp8_widen_row(isa, fnuz, ap + r * k, k, bk, afp + r * kpad);
+    for (int64_t r = r0; r < r1; ++r) {
+      cpu::fp8_widen_row(isa, fnuz, ap + r * k, k, bk, afp + r * kpad);
+    }
   });
 
   const float* sa = scale_a.data_ptr<float>();
@@ -104,10 +108,10 @@ Tensor block_scaled_mm_fp8(const Tensor& a_in, const Tensor& b_in, const Tensor&
 
 TORCH_LIBRARY_FRAGMENT(ircore_vllm_c, m) {
   m.def(
-      "block_scaled_mm_fp8(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, int[] block_size, "
-      "ScalarType out_dtype) -> Tensor");
+      "block_scaled_mm_fp8_cpu(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, "
+      "int[] block_size, ScalarType out_dtype) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(ircore_vllm_c, CPU, m) {
-  m.impl("block_scaled_mm_fp8", &ircore_vllm_c::block_scaled_mm_fp8);
+  m.impl("block_scaled_mm_fp8_cpu", &ircore_vllm_c::block_scaled_mm_fp8);
 }

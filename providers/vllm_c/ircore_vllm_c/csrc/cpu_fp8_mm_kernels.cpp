@@ -110,7 +110,9 @@ ISA_AVX2 void widen_avx2(const uint8_t* src, int64_t k, int64_t bk, float* dst) 
   for (int64_t g0 = 0, d = 0; g0 < k; g0 += bk, d += kp) {
     const int64_t len = k - g0 < bk ? k - g0 : bk;
     int64_t i = 0;
-    for (; i + kLanes <= len; i += kLanes) _mm256_storeu_ps(dst + d + i, widen8<Fnuz>(src + g0 + i));
+    for (; i + kLanes <= len; i += kLanes) {
+      _mm256_storeu_ps(dst + d + i, widen8<Fnuz>(src + g0 + i));
+    }
     for (; i < len; ++i) dst[d + i] = lut[src[g0 + i]];
     for (; i < kp; ++i) dst[d + i] = 0.0f;
   }
@@ -134,7 +136,9 @@ ISA_AVX2_INLINE void dot_avx2(const float* a, const float* const* b, int64_t gro
     const int64_t base = g * kp;
     for (int64_t c = base; c < base + kp; c += kLanes) {
       const __m256 av = _mm256_loadu_ps(a + c);
-      for (int r = 0; r < NR; ++r) part[r] = _mm256_fmadd_ps(av, _mm256_loadu_ps(b[r] + c), part[r]);
+      for (int r = 0; r < NR; ++r) {
+        part[r] = _mm256_fmadd_ps(av, _mm256_loadu_ps(b[r] + c), part[r]);
+      }
     }
     const float s = sa[g * sa1];
     for (int r = 0; r < NR; ++r) {
