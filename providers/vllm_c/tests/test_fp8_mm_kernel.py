@@ -3,11 +3,13 @@
 Both fp8 dtypes, M in {1, 3, 17}, ragged K groups and N blocks, block sizes that are not multiples
 of the kernel's 8 lanes, row- and column-major scale_a, each out_dtype, every fp8 encoding (NaNs
 included), NaN in a or b, zero scales, non-contiguous operands; the batch-invariance claim (a row
-alone equals itself inside a batch, bit for bit, with one thread or two); the scalar and AVX2
-copies give the same bits; ircore chooses the kernel on the CPU, in batch-invariant mode too. The
+alone equals itself inside a batch, bit for bit, with one thread or two: few rows are computed
+from the weight's bytes, more from widened tiles); the scalar and AVX2 copies give the same bits; ircore chooses the kernel on the CPU, in batch-invariant mode too. The
 op's own samples and the claim run through the conformance kit too
 (test_provider.py::test_conformance_kit).
 """
+
+import itertools
 
 import pytest
 import torch
@@ -67,14 +69,16 @@ def test_every_fp8_encoding_is_widened_exactly(fp8):
 
 
 @pytest.mark.parametrize("fp8", FP8, ids=str)
-def test_nan_in_a_or_b_gives_the_natives_nans(fp8):
-    a, b, sa, sb, block, out_dtype = _args(5, 200, 70, (128, 128), fp8, torch.float32)
+@pytest.mark.parametrize("m", [2, 5])  # from the weight's bytes; from widened tiles
+def test_nan_in_a_or_b_gives_the_natives_nans(fp8, m):
+    a, b, sa, sb, block, out_dtype = _args(m, 200, 70, (128, 128), fp8, torch.float32)
     nan = torch.tensor(float("nan")).to(fp8)
     a, b = a.clone(), b.clone()
     a[1, 150] = nan  # one row NaN
-    b[33, 3] = nan  # one column NaN
+    b[33, 3] = nan  # one column NaN (a full chunk of 8)
+    b[40, 197] = nan  # and another (the ragged last chunk)
     got, want = kernel(a, b, sa, sb, block, out_dtype), native(a, b, sa, sb, block, out_dtype)
-    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().sum() == 70 + 5 - 1
+    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().sum() == 70 + 2 * m - 2
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
@@ -144,8 +148,8 @@ def test_scalar_and_avx2_copies_agree_bitwise():
         pytest.skip("no AVX2 here")
     try:
         for fp8 in FP8:
-            for k, n, block in SHAPES:
-                args = _args(17, k, n, block, fp8, torch.float32, seed=k)
+            for (k, n, block), m in itertools.product(SHAPES, (1, 17)):  # from bytes; widened tiles
+                args = _args(m, k, n, block, fp8, torch.float32, seed=k)
                 ops._set_cpu_isa("avx2")
                 vec = kernel(*args)
                 ops._set_cpu_isa("scalar")

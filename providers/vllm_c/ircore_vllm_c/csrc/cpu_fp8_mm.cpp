@@ -6,11 +6,12 @@
 // cpu_fp8_mm_kernels.cpp (cpu_fp8_mm.h).
 //
 // Where the native dequantizes the whole weight on every call (a [N, K] fp32 temporary) and
-// multiplies through the BLAS, this widens the activations once, then each task widens a tile of
-// kTileRows weight rows into a buffer it keeps in L2 and computes those output columns for every
-// activation row. Tasks split the output columns (at::parallel_for over tiles); every output
-// element is computed by one call with a fixed order, so the bits depend on neither M, the row's
-// place nor the thread count (the provider claims batch invariance on the CPU).
+// multiplies through the BLAS, this widens the activations once, then each task computes the
+// output columns of tiles of kTileRows weight rows for every activation row: with few rows
+// straight from the weight's bytes, else from the tile widened into a buffer kept in L2. Tasks
+// split the output columns (at::parallel_for over tiles); every output element's sums have one
+// order, so the bits depend on neither M, the row's place nor the thread count (the provider
+// claims batch invariance on the CPU).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -18,7 +19,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 #include "cpu_fp8_mm.h"
 #include "cpu_kernels.h"
@@ -80,24 +81,36 @@ Tensor block_scaled_mm_fp8(const Tensor& a_in, const Tensor& b_in, const Tensor&
     }
   });
 
-  const float* sa = scale_a.data_ptr<float>();
-  const float* sb = scale_b.data_ptr<float>();
-  const int64_t sa0 = scale_a.stride(0), sa1 = scale_a.stride(1);
-  const int64_t sb0 = scale_b.stride(0), sb1 = scale_b.stride(1);
-  float* op_out = out.data_ptr<float>();
+  cpu::Fp8MmTile base{};
+  base.a = afp;
+  base.m = m;
+  base.k = k;
+  base.bk = bk;
+  base.bn = bn;
+  base.groups = groups;
+  base.kp = kp;
+  base.sa = scale_a.data_ptr<float>();
+  base.sa0 = scale_a.stride(0);
+  base.sa1 = scale_a.stride(1);
+  base.sb = scale_b.data_ptr<float>();
+  base.sb0 = scale_b.stride(0);
+  base.sb1 = scale_b.stride(1);
+  base.out_stride = n;
+  float* out_p = out.data_ptr<float>();
   const int64_t tiles = (n + kTileRows - 1) / kTileRows;
   const int64_t macs_per_tile = std::max<int64_t>(1, m * kpad * kTileRows);
   const int64_t grain = std::max<int64_t>(1, kMinMacsPerTask / macs_per_tile);
   at::parallel_for(0, tiles, grain, [&](int64_t t0, int64_t t1) {
-    std::vector<float> buf(static_cast<size_t>(kTileRows * kpad));
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t n0 = t * kTileRows;
-      const int64_t nt = std::min(kTileRows, n - n0);
-      for (int64_t j = 0; j < nt; ++j) {
-        cpu::fp8_widen_row(isa, fnuz, bp + (n0 + j) * k, k, bk, buf.data() + j * kpad);
-      }
-      cpu::fp8_mm_tile(isa, afp, m, buf.data(), nt, n0, groups, kp, bn, sa, sa0, sa1, sb, sb0,
-                       sb1, op_out + n0, n);
+    const auto buf_floats = static_cast<size_t>(kTileRows * std::max<int64_t>(kpad, 1));
+    std::unique_ptr<float[]> buf(new float[buf_floats]);
+    cpu::Fp8MmTile t = base;
+    t.buf = buf.get();
+    for (int64_t i = t0; i < t1; ++i) {
+      t.n0 = i * kTileRows;
+      t.nt = std::min(kTileRows, n - t.n0);
+      t.b = bp + t.n0 * k;
+      t.out = out_p + t.n0;
+      cpu::fp8_mm_tile(isa, fnuz, t);
     }
   });
   return out_dtype == at::ScalarType::Float ? out : out.to(out_dtype);

@@ -25,13 +25,25 @@ inline int64_t fp8_mm_group_width(int64_t bk) { return (bk + 7) / 8 * 8; }
 // groups of bk values padded with zeros to kp = fp8_mm_group_width(bk) each (groups * kp floats).
 void fp8_widen_row(Isa isa, bool fnuz, const uint8_t* src, int64_t k, int64_t bk, float* dst);
 
-// The tile out[i, j] (i < m, j < nt; out's row stride out_stride) of a [m, groups * kp] (padded,
-// widened) times the nt widened weight rows b [nt, groups * kp]: weight row j is output column
-// n0 + j. Scales: sa[i * sa0 + g * sa1], sb[((n0 + j) / bn) * sb0 + g * sb1].
-void fp8_mm_tile(Isa isa, const float* a, int64_t m, const float* b, int64_t nt, int64_t n0,
-                 int64_t groups, int64_t kp, int64_t bn, const float* sa, int64_t sa0,
-                 int64_t sa1, const float* sb, int64_t sb0, int64_t sb1, float* out,
-                 int64_t out_stride);
+// One task's share: the output columns [n0, n0 + nt) of every row.
+struct Fp8MmTile {
+  const float* a;  // the widened activations [m, groups * kp] (fp8_widen_row)
+  int64_t m;
+  const uint8_t* b;  // the fp8 weight rows n0 .. n0 + nt - 1, each k bytes, contiguous
+  int64_t k, bk, bn, groups, kp, nt, n0;
+  const float* sa;  // scale of (row i, group g): sa[i * sa0 + g * sa1]
+  int64_t sa0, sa1;
+  const float* sb;  // scale of (column n, group g): sb[(n / bn) * sb0 + g * sb1]
+  int64_t sb0, sb1;
+  float* out;  // column n0 of row 0; rows out_stride apart
+  int64_t out_stride;
+  float* buf;  // room for nt * groups * kp floats: the widened weight rows, where used
+};
+
+// Computes a tile. Few rows read the weight's bytes as they go (widened on the fly); more rows
+// widen the tile's weight rows into buf once and read them from there: the same values and sums,
+// so the same bits either way.
+void fp8_mm_tile(Isa isa, bool fnuz, const Fp8MmTile& t);
 
 }  // namespace cpu
 }  // namespace ircore_vllm_c

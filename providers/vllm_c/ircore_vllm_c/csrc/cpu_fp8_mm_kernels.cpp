@@ -7,6 +7,11 @@
 // e4m3fnuz's 8 are 15 - 8 and 15 - 7, so the half is the value times 2^-8 or 2^-7, subnormals
 // included), converts with F16C and multiplies by 256 or 128 (exact), then puts NaN where the
 // byte is a NaN encoding (0x7f / 0xff e4m3fn, 0x80 e4m3fnuz).
+//
+// The AVX2 copy computes a few rows (decode) straight from the weight's bytes, one activation row
+// against four weight rows; more rows from the tile's weight rows widened once into the task's
+// buffer, two activation rows against four weight rows (eight lane sums in registers). Every
+// path and blocking gives each output the same sums in the same order (cpu_fp8_mm.h).
 #include "cpu_fp8_mm.h"
 
 #include <cmath>
@@ -23,7 +28,7 @@ namespace cpu {
 namespace {
 
 constexpr int kLanes = 8;
-constexpr int kCols = 4;  // weight rows per inner step (one activation row against four)
+constexpr int kCols = 4;  // weight rows per inner step
 
 float fp8_value(uint8_t byte, bool fnuz) {
   const int e = (byte >> 3) & 0xf, m = byte & 7;
@@ -86,19 +91,49 @@ void dot_scalar(const float* a, const float* const* b, int64_t groups, int64_t k
   for (int r = 0; r < NR; ++r) out[r] = lane_sum(tot[r]);
 }
 
+void tile_scalar(bool fnuz, const Fp8MmTile& t) {
+  const int64_t kpad = t.groups * t.kp;
+  for (int64_t j = 0; j < t.nt; ++j) widen_scalar(fnuz, t.b + j * t.k, t.k, t.bk, t.buf + j * kpad);
+  for (int64_t i = 0; i < t.m; ++i) {
+    for (int64_t j = 0; j < t.nt;) {
+      const int step = t.nt - j >= kCols ? kCols : 1;
+      const float* br[kCols];
+      const float* sbr[kCols];
+      for (int r = 0; r < step; ++r) {
+        br[r] = t.buf + (j + r) * kpad;
+        sbr[r] = t.sb + ((t.n0 + j + r) / t.bn) * t.sb0;
+      }
+      const float* ar = t.a + i * kpad;
+      float* o = t.out + i * t.out_stride + j;
+      if (step == kCols) {
+        dot_scalar<kCols>(ar, br, t.groups, t.kp, t.sa + i * t.sa0, t.sa1, sbr, t.sb1, o);
+      } else {
+        dot_scalar<1>(ar, br, t.groups, t.kp, t.sa + i * t.sa0, t.sa1, sbr, t.sb1, o);
+      }
+      j += step;
+    }
+  }
+}
+
 #ifdef IRC_FP8MM_X86
 #define ISA_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define ISA_AVX2_INLINE ISA_AVX2 __attribute__((always_inline)) inline
 
+// Rows below this many read the weight's bytes directly (each weight byte is then widened once
+// per row, against one store and one load per row from the widened tile).
+constexpr int64_t kDirectRows = 4;
+constexpr int kRows = 2;  // activation rows per inner step of the widened-tile path
+
 template <bool Fnuz>
 ISA_AVX2_INLINE __m256 widen8(const uint8_t* p) {
   const __m128i x = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  const __m128i mag = _mm_and_si128(x, _mm_set1_epi16(0x7f));
-  const __m128i h = _mm_or_si128(_mm_slli_epi16(mag, 7),
-                                 _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8));
+  // the half's bits: (x + (x & 0x80)) << 7 moves the sign to bit 15, exponent and mantissa to
+  // bits 13..7
+  const __m128i h = _mm_slli_epi16(_mm_add_epi16(x, _mm_and_si128(x, _mm_set1_epi16(0x80))), 7);
   const __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(Fnuz ? 128.0f : 256.0f));
   const __m128i nan16 = Fnuz ? _mm_cmpeq_epi16(x, _mm_set1_epi16(0x80))
-                             : _mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f));
+                             : _mm_cmpeq_epi16(_mm_or_si128(x, _mm_set1_epi16(0x80)),
+                                               _mm_set1_epi16(0xff));
   const __m256 nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan16));
   return _mm256_blendv_ps(v, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), nan);
 }
@@ -124,70 +159,172 @@ ISA_AVX2_INLINE float lane_sum8(__m256 t) {
   return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
-template <int NR>
-ISA_AVX2_INLINE void dot_avx2(const float* a, const float* const* b, int64_t groups, int64_t kp,
-                              const float* sa, int64_t sa1, const float* const* sb, int64_t sb1,
-                              float* out) {
-  __m256 tot[NR];
-  for (int r = 0; r < NR; ++r) tot[r] = _mm256_setzero_ps();
+// MR activation rows against NR widened weight rows.
+template <int MR, int NR>
+ISA_AVX2_INLINE void dot_avx2(const float* const* a, const float* const* b, int64_t groups,
+                              int64_t kp, const float* const* sa, int64_t sa1,
+                              const float* const* sb, int64_t sb1, float* const* out) {
+  __m256 tot[MR][NR];
+  for (int i = 0; i < MR; ++i) {
+    for (int r = 0; r < NR; ++r) tot[i][r] = _mm256_setzero_ps();
+  }
   for (int64_t g = 0; g < groups; ++g) {
-    __m256 part[NR];
-    for (int r = 0; r < NR; ++r) part[r] = _mm256_setzero_ps();
+    __m256 part[MR][NR];
+    for (int i = 0; i < MR; ++i) {
+      for (int r = 0; r < NR; ++r) part[i][r] = _mm256_setzero_ps();
+    }
     const int64_t base = g * kp;
     for (int64_t c = base; c < base + kp; c += kLanes) {
-      const __m256 av = _mm256_loadu_ps(a + c);
+      __m256 av[MR];
+      for (int i = 0; i < MR; ++i) av[i] = _mm256_loadu_ps(a[i] + c);
       for (int r = 0; r < NR; ++r) {
-        part[r] = _mm256_fmadd_ps(av, _mm256_loadu_ps(b[r] + c), part[r]);
+        const __m256 bv = _mm256_loadu_ps(b[r] + c);
+        for (int i = 0; i < MR; ++i) part[i][r] = _mm256_fmadd_ps(av[i], bv, part[i][r]);
       }
     }
-    const float s = sa[g * sa1];
+    for (int i = 0; i < MR; ++i) {
+      const float s = sa[i][g * sa1];
+      for (int r = 0; r < NR; ++r) {
+        tot[i][r] = _mm256_fmadd_ps(part[i][r], _mm256_set1_ps(s * sb[r][g * sb1]), tot[i][r]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    for (int r = 0; r < NR; ++r) out[i][r] = lane_sum8(tot[i][r]);
+  }
+}
+
+// The half-precision form of widen8 without its last two steps: the value times 2^-8 (e4m3fn) or
+// 2^-7 (e4m3fnuz), NaN encodings left as finite numbers (has_nan finds them).
+ISA_AVX2_INLINE __m256 widen8_scaled(const uint8_t* p) {
+  const __m128i x = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_cvtph_ps(
+      _mm_slli_epi16(_mm_add_epi16(x, _mm_and_si128(x, _mm_set1_epi16(0x80))), 7));
+}
+
+// Whether n bytes hold a NaN encoding.
+template <bool Fnuz>
+ISA_AVX2_INLINE bool has_nan(const uint8_t* p, int64_t n) {
+  const __m256i hi = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256i acc = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i));
+    acc = _mm256_or_si256(acc, Fnuz ? _mm256_cmpeq_epi8(x, hi)
+                                    : _mm256_cmpeq_epi8(_mm256_or_si256(x, hi),
+                                                        _mm256_set1_epi8(static_cast<char>(0xff))));
+  }
+  bool any = !_mm256_testz_si256(acc, acc);
+  for (; i < n; ++i) any |= Fnuz ? p[i] == 0x80 : (p[i] & 0x7f) == 0x7f;
+  return any;
+}
+
+// One activation row against NR weight rows read as bytes, each widened to its value times 2^-8
+// (e4m3fn; 2^-7 e4m3fnuz), an exact power of two carried through every lane sum and undone in
+// the group's scale (itself times 2^8, exactly): each product, sum and FMA is that power of two
+// times the widened tile's, so the bits are the same (no value here nears fp32's subnormals or
+// its overflow). A group holding a NaN byte makes its lane sums NaN, as the NaN itself would.
+// The padded columns past a group's last multiple of 8 are skipped (each would add 0 * 0 to a
+// lane sum that is never -0: no bit changes); a ragged last chunk is read through zeroed bytes
+// (+0, as the widened tile's padding).
+template <bool Fnuz, int NR>
+ISA_AVX2_INLINE void dot_direct(const float* a, const uint8_t* const* b, const Fp8MmTile& t,
+                                const float* sa, const float* const* sb, float* out) {
+  const float unscale = Fnuz ? 128.0f : 256.0f;
+  __m256 tot[NR];
+  for (int r = 0; r < NR; ++r) tot[r] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < t.groups; ++g) {
+    const int64_t g0 = g * t.bk;
+    const int64_t len = t.k - g0 < t.bk ? t.k - g0 : t.bk;
+    const int64_t full = len / kLanes * kLanes;
+    const float* ag = a + g * t.kp;
+    __m256 part[NR];
+    for (int r = 0; r < NR; ++r) part[r] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < full; c += kLanes) {
+      const __m256 av = _mm256_loadu_ps(ag + c);
+      for (int r = 0; r < NR; ++r) {
+        part[r] = _mm256_fmadd_ps(av, widen8_scaled(b[r] + g0 + c), part[r]);
+      }
+    }
+    if (full < len) {
+      const __m256 av = _mm256_loadu_ps(ag + full);
+      for (int r = 0; r < NR; ++r) {
+        uint8_t tail[kLanes] = {};
+        std::memcpy(tail, b[r] + g0 + full, static_cast<size_t>(len - full));
+        part[r] = _mm256_fmadd_ps(av, widen8_scaled(tail), part[r]);
+      }
+    }
+    const float s = sa[g * t.sa1];
     for (int r = 0; r < NR; ++r) {
-      tot[r] = _mm256_fmadd_ps(part[r], _mm256_set1_ps(s * sb[r][g * sb1]), tot[r]);
+      if (has_nan<Fnuz>(b[r] + g0, len)) {
+        part[r] = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
+      }
+      const float sr = s * sb[r][g * t.sb1];
+      tot[r] = _mm256_fmadd_ps(part[r], _mm256_set1_ps(sr * unscale), tot[r]);
     }
   }
   for (int r = 0; r < NR; ++r) out[r] = lane_sum8(tot[r]);
 }
-#endif
 
-// One activation row against kCols weight rows at a time (then one by one): the same per-element
-// arithmetic either way. A macro, so that each copy's dot products inline into a function of its
-// own target.
-#define IRC_FP8MM_TILE(DOT)                                                                  \
-  const int64_t kpad = groups * kp;                                                          \
-  for (int64_t i = 0; i < m; ++i) {                                                          \
-    const float* ar = a + i * kpad;                                                          \
-    const float* sar = sa + i * sa0;                                                         \
-    float* o = out + i * out_stride;                                                         \
-    for (int64_t j = 0; j < nt;) {                                                           \
-      const int step = nt - j >= kCols ? kCols : 1;                                          \
-      const float* br[kCols];                                                                \
-      const float* sbr[kCols];                                                               \
-      for (int r = 0; r < step; ++r) {                                                       \
-        br[r] = b + (j + r) * kpad;                                                          \
-        sbr[r] = sb + ((n0 + j + r) / bn) * sb0;                                             \
-      }                                                                                      \
-      if (step == kCols) {                                                                   \
-        DOT<kCols>(ar, br, groups, kp, sar, sa1, sbr, sb1, o + j);                           \
-      } else {                                                                               \
-        DOT<1>(ar, br, groups, kp, sar, sa1, sbr, sb1, o + j);                               \
-      }                                                                                      \
-      j += step;                                                                             \
-    }                                                                                        \
+template <bool Fnuz>
+ISA_AVX2 void tile_direct(const Fp8MmTile& t) {
+  const int64_t kpad = t.groups * t.kp;
+  for (int64_t i = 0; i < t.m; ++i) {
+    for (int64_t j = 0; j < t.nt;) {
+      const int step = t.nt - j >= kCols ? kCols : 1;
+      const uint8_t* br[kCols];
+      const float* sbr[kCols];
+      for (int r = 0; r < step; ++r) {
+        br[r] = t.b + (j + r) * t.k;
+        sbr[r] = t.sb + ((t.n0 + j + r) / t.bn) * t.sb0;
+      }
+      const float* ar = t.a + i * kpad;
+      float* o = t.out + i * t.out_stride + j;
+      if (step == kCols) {
+        dot_direct<Fnuz, kCols>(ar, br, t, t.sa + i * t.sa0, sbr, o);
+      } else {
+        dot_direct<Fnuz, 1>(ar, br, t, t.sa + i * t.sa0, sbr, o);
+      }
+      j += step;
+    }
   }
-
-void tile_scalar(const float* a, int64_t m, const float* b, int64_t nt, int64_t n0,
-                 int64_t groups, int64_t kp, int64_t bn, const float* sa, int64_t sa0,
-                 int64_t sa1, const float* sb, int64_t sb0, int64_t sb1, float* out,
-                 int64_t out_stride) {
-  IRC_FP8MM_TILE(dot_scalar)
 }
 
-#ifdef IRC_FP8MM_X86
-ISA_AVX2 void tile_avx2(const float* a, int64_t m, const float* b, int64_t nt, int64_t n0,
-                        int64_t groups, int64_t kp, int64_t bn, const float* sa, int64_t sa0,
-                        int64_t sa1, const float* sb, int64_t sb0, int64_t sb1, float* out,
-                        int64_t out_stride) {
-  IRC_FP8MM_TILE(dot_avx2)
+template <int MR>
+ISA_AVX2_INLINE void rows_widened(const Fp8MmTile& t, int64_t i) {
+  const int64_t kpad = t.groups * t.kp;
+  const float* ar[MR];
+  const float* sar[MR];
+  float* o[MR];
+  for (int64_t j = 0; j < t.nt;) {
+    const int step = t.nt - j >= kCols ? kCols : 1;
+    for (int q = 0; q < MR; ++q) {
+      ar[q] = t.a + (i + q) * kpad;
+      sar[q] = t.sa + (i + q) * t.sa0;
+      o[q] = t.out + (i + q) * t.out_stride + j;
+    }
+    const float* br[kCols];
+    const float* sbr[kCols];
+    for (int r = 0; r < step; ++r) {
+      br[r] = t.buf + (j + r) * kpad;
+      sbr[r] = t.sb + ((t.n0 + j + r) / t.bn) * t.sb0;
+    }
+    if (step == kCols) {
+      dot_avx2<MR, kCols>(ar, br, t.groups, t.kp, sar, t.sa1, sbr, t.sb1, o);
+    } else {
+      dot_avx2<MR, 1>(ar, br, t.groups, t.kp, sar, t.sa1, sbr, t.sb1, o);
+    }
+    j += step;
+  }
+}
+
+template <bool Fnuz>
+ISA_AVX2 void tile_widened(const Fp8MmTile& t) {
+  const int64_t kpad = t.groups * t.kp;
+  for (int64_t j = 0; j < t.nt; ++j) widen_avx2<Fnuz>(t.b + j * t.k, t.k, t.bk, t.buf + j * kpad);
+  int64_t i = 0;
+  for (; i + kRows <= t.m; i += kRows) rows_widened<kRows>(t, i);
+  for (; i < t.m; ++i) rows_widened<1>(t, i);
 }
 #endif
 
@@ -203,16 +340,14 @@ void fp8_widen_row(Isa isa, bool fnuz, const uint8_t* src, int64_t k, int64_t bk
   widen_scalar(fnuz, src, k, bk, dst);
 }
 
-void fp8_mm_tile(Isa isa, const float* a, int64_t m, const float* b, int64_t nt, int64_t n0,
-                 int64_t groups, int64_t kp, int64_t bn, const float* sa, int64_t sa0,
-                 int64_t sa1, const float* sb, int64_t sb0, int64_t sb1, float* out,
-                 int64_t out_stride) {
+void fp8_mm_tile(Isa isa, bool fnuz, const Fp8MmTile& t) {
 #ifdef IRC_FP8MM_X86
   if (isa != Isa::kScalar) {
-    return tile_avx2(a, m, b, nt, n0, groups, kp, bn, sa, sa0, sa1, sb, sb0, sb1, out, out_stride);
+    if (t.m < kDirectRows) return fnuz ? tile_direct<true>(t) : tile_direct<false>(t);
+    return fnuz ? tile_widened<true>(t) : tile_widened<false>(t);
   }
 #endif
-  tile_scalar(a, m, b, nt, n0, groups, kp, bn, sa, sa0, sa1, sb, sb0, sb1, out, out_stride);
+  tile_scalar(fnuz, t);
 }
 
 }  // namespace cpu
