@@ -122,7 +122,7 @@ void tile_scalar(bool fnuz, const Fp8MmTile& t) {
 // Rows below this many read the weight's bytes directly (each weight byte is then widened once
 // per row, against one store and one load per row from the widened tile).
 constexpr int64_t kDirectRows = 4;
-constexpr int kRows = 2;  // activation rows per inner step of the widened-tile path
+constexpr int kRows = 3;  // activation rows per inner step of the widened-tile path
 
 template <bool Fnuz>
 ISA_AVX2_INLINE __m256 widen8(const uint8_t* p) {
@@ -159,15 +159,13 @@ ISA_AVX2_INLINE float lane_sum8(__m256 t) {
   return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
-// MR activation rows against NR widened weight rows.
+// MR activation rows against NR widened weight rows. The running totals stay in memory (touched
+// once per group), so that the MR x NR lane sums of the inner loop keep the registers.
 template <int MR, int NR>
 ISA_AVX2_INLINE void dot_avx2(const float* const* a, const float* const* b, int64_t groups,
                               int64_t kp, const float* const* sa, int64_t sa1,
                               const float* const* sb, int64_t sb1, float* const* out) {
-  __m256 tot[MR][NR];
-  for (int i = 0; i < MR; ++i) {
-    for (int r = 0; r < NR; ++r) tot[i][r] = _mm256_setzero_ps();
-  }
+  alignas(32) float tot[MR][NR][kLanes] = {};
   for (int64_t g = 0; g < groups; ++g) {
     __m256 part[MR][NR];
     for (int i = 0; i < MR; ++i) {
@@ -185,12 +183,13 @@ ISA_AVX2_INLINE void dot_avx2(const float* const* a, const float* const* b, int6
     for (int i = 0; i < MR; ++i) {
       const float s = sa[i][g * sa1];
       for (int r = 0; r < NR; ++r) {
-        tot[i][r] = _mm256_fmadd_ps(part[i][r], _mm256_set1_ps(s * sb[r][g * sb1]), tot[i][r]);
+        const __m256 sr = _mm256_set1_ps(s * sb[r][g * sb1]);
+        _mm256_store_ps(tot[i][r], _mm256_fmadd_ps(part[i][r], sr, _mm256_load_ps(tot[i][r])));
       }
     }
   }
   for (int i = 0; i < MR; ++i) {
-    for (int r = 0; r < NR; ++r) out[i][r] = lane_sum8(tot[i][r]);
+    for (int r = 0; r < NR; ++r) out[i][r] = lane_sum8(_mm256_load_ps(tot[i][r]));
   }
 }
 
