@@ -4,9 +4,9 @@ Both fp8 dtypes, M in {1, 3, 17}, ragged K groups and N blocks, block sizes that
 of the kernel's 8 lanes, row- and column-major scale_a, each out_dtype, every fp8 encoding (NaNs
 included), NaN in a or b, zero scales, non-contiguous operands; the batch-invariance claim (a row
 alone equals itself inside a batch, bit for bit, with one thread or two: few rows are computed
-from the weight's bytes, more from widened tiles); the scalar and AVX2 copies give the same bits; ircore chooses the kernel on the CPU, in batch-invariant mode too. The
-op's own samples and the claim run through the conformance kit too
-(test_provider.py::test_conformance_kit).
+from the weight's bytes, more from widened tiles); the scalar, AVX2 and AVX-512 copies give the
+same bits; ircore chooses the kernel on the CPU, in batch-invariant mode too. The op's own
+samples and the claim run through the conformance kit too (test_provider.py::test_conformance_kit).
 """
 
 import itertools
@@ -140,20 +140,30 @@ def test_a_row_alone_equals_itself_in_any_batch(fp8, threads):
         torch.set_num_threads(before)
 
 
-def test_scalar_and_avx2_copies_agree_bitwise():
+def test_every_isa_copy_gives_the_same_bits():
+    """Scalar, AVX2 and (where the CPU has it) AVX-512, whose widened-tile path pairs columns in
+    16 lanes: the same sums in the same order. Tiles of 16 weight rows: N = 70 and 130 end in an
+    odd tile, N = 9 and 64 in an even one; M 1 reads bytes, 5 and 17 widened tiles."""
     ops = torch.ops.ircore_vllm_c
-    try:
-        ops._set_cpu_isa("avx2")
-    except RuntimeError:
-        pytest.skip("no AVX2 here")
+    isas = []
+    for isa in ("scalar", "avx2", "avx512"):
+        try:
+            ops._set_cpu_isa(isa)
+        except RuntimeError:
+            continue
+        isas.append(isa)
+    if len(isas) < 2:
+        pytest.skip("one ISA here")
     try:
         for fp8 in FP8:
-            for (k, n, block), m in itertools.product(SHAPES, (1, 17)):  # from bytes; widened tiles
+            for (k, n, block), m in itertools.product(SHAPES, (1, 5, 17)):
                 args = _args(m, k, n, block, fp8, torch.float32, seed=k)
-                ops._set_cpu_isa("avx2")
-                vec = kernel(*args)
-                ops._set_cpu_isa("scalar")
-                assert torch.equal(kernel(*args), vec)
+                outs = []
+                for isa in isas:
+                    ops._set_cpu_isa(isa)
+                    outs.append(kernel(*args))
+                assert all(torch.equal(o, outs[0]) for o in outs), (fp8, k, n, block, m)
+                _assert_matches_native(args)
     finally:
         ops._set_cpu_isa("auto")
 

@@ -101,10 +101,12 @@ Tensor block_scaled_mm_fp8(const Tensor& a_in, const Tensor& b_in, const Tensor&
   const int64_t macs_per_tile = std::max<int64_t>(1, m * kpad * kTileRows);
   const int64_t grain = std::max<int64_t>(1, kMinMacsPerTask / macs_per_tile);
   at::parallel_for(0, tiles, grain, [&](int64_t t0, int64_t t1) {
-    const auto buf_floats = static_cast<size_t>(kTileRows * std::max<int64_t>(kpad, 1));
-    std::unique_ptr<float[]> buf(new float[buf_floats]);
+    // the widened tile (an odd tile's last row twice, as the AVX-512 path pairs rows), one row
+    const auto row_floats = static_cast<size_t>(std::max<int64_t>(kpad, 1));
+    std::unique_ptr<float[]> buf(new float[(kTileRows + 2) * row_floats]);
     cpu::Fp8MmTile t = base;
     t.buf = buf.get();
+    t.row = buf.get() + (kTileRows + 1) * row_floats;
     for (int64_t i = t0; i < t1; ++i) {
       t.n0 = i * kTileRows;
       t.nt = std::min(kTileRows, n - t.n0);

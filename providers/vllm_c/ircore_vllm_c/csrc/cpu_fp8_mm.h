@@ -37,7 +37,8 @@ struct Fp8MmTile {
   int64_t sb0, sb1;
   float* out;  // column n0 of row 0; rows out_stride apart
   int64_t out_stride;
-  float* buf;  // room for nt * groups * kp floats: the widened weight rows, where used
+  float* buf;  // room for (nt + 1) * groups * kp floats: the widened weight rows, where used
+  float* row;  // room for groups * kp floats: one widened row, where used
 };
 
 // Computes a tile. Few rows read the weight's bytes as they go (widened on the fly); more rows

@@ -14,6 +14,7 @@
 // path and blocking gives each output the same sums in the same order (cpu_fp8_mm.h).
 #include "cpu_fp8_mm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -325,6 +326,110 @@ ISA_AVX2 void tile_widened(const Fp8MmTile& t) {
   for (; i + kRows <= t.m; i += kRows) rows_widened<kRows>(t, i);
   for (; i < t.m; ++i) rows_widened<1>(t, i);
 }
+
+#define ISA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define ISA_AVX512_INLINE ISA_AVX512 __attribute__((always_inline)) inline
+
+constexpr int kRows512 = 4;   // activation rows per inner step
+constexpr int kPairs512 = 4;  // weight row pairs per inner step
+
+// The AVX-512 form of the widened-tile path, with the AVX2 path's arithmetic: a 16-lane vector
+// holds the eight lanes of two output columns (a pair of weight rows, their 8-column chunks
+// interleaved in the buffer), each activation chunk broadcast to both halves. Every lane sees the
+// same FMAs in the same order as in the 8-lane copies, so the bits are theirs.
+template <int MR, int NP>
+ISA_AVX512_INLINE void dot_avx512(const float* const* a, const float* const* b, int64_t groups,
+                                  int64_t kp, const float* const* sa, int64_t sa1,
+                                  const float* const* sb, int64_t sb1, float* const* out) {
+  alignas(64) float tot[MR][NP][2 * kLanes] = {};
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512 part[MR][NP];
+    for (int i = 0; i < MR; ++i) {
+      for (int p = 0; p < NP; ++p) part[i][p] = _mm512_setzero_ps();
+    }
+    const int64_t base = g * kp;
+    for (int64_t c = base; c < base + kp; c += kLanes) {
+      __m512 av[MR];
+      for (int i = 0; i < MR; ++i) av[i] = _mm512_broadcast_f32x8(_mm256_loadu_ps(a[i] + c));
+      for (int p = 0; p < NP; ++p) {
+        const __m512 bv = _mm512_loadu_ps(b[p] + 2 * c);
+        for (int i = 0; i < MR; ++i) part[i][p] = _mm512_fmadd_ps(av[i], bv, part[i][p]);
+      }
+    }
+    for (int i = 0; i < MR; ++i) {
+      const float s = sa[i][g * sa1];
+      for (int p = 0; p < NP; ++p) {
+        const __m512 sr = _mm512_insertf32x8(_mm512_set1_ps(s * sb[2 * p][g * sb1]),
+                                             _mm256_set1_ps(s * sb[2 * p + 1][g * sb1]), 1);
+        _mm512_store_ps(tot[i][p], _mm512_fmadd_ps(part[i][p], sr, _mm512_load_ps(tot[i][p])));
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    for (int p = 0; p < NP; ++p) {
+      out[i][2 * p] = lane_sum8(_mm256_load_ps(tot[i][p]));
+      out[i][2 * p + 1] = lane_sum8(_mm256_load_ps(tot[i][p] + kLanes));
+    }
+  }
+}
+
+// Rows i .. i + MR - 1 against every pair of the tile; an odd tile's last pair repeats its last
+// row, and the step holding it is computed into a scratch block whose real columns are copied.
+template <int MR>
+ISA_AVX512_INLINE void rows_pairs(const Fp8MmTile& t, int64_t i, int64_t pairs) {
+  const int64_t kpad = t.groups * t.kp;
+  const float* ar[MR];
+  const float* sar[MR];
+  for (int q = 0; q < MR; ++q) {
+    ar[q] = t.a + (i + q) * kpad;
+    sar[q] = t.sa + (i + q) * t.sa0;
+  }
+  float scratch[MR][2 * kPairs512];
+  for (int64_t p = 0; p < pairs;) {
+    const int np = pairs - p >= kPairs512 ? kPairs512 : 1;
+    const float* bp[kPairs512];
+    const float* sbr[2 * kPairs512];
+    for (int q = 0; q < np; ++q) {
+      bp[q] = t.buf + (p + q) * 2 * kpad;
+      for (int h = 0; h < 2; ++h) {
+        const int64_t col = std::min<int64_t>(2 * (p + q) + h, t.nt - 1);
+        sbr[2 * q + h] = t.sb + ((t.n0 + col) / t.bn) * t.sb0;
+      }
+    }
+    const bool whole = 2 * (p + np) <= t.nt;
+    float* o[MR];
+    for (int q = 0; q < MR; ++q) o[q] = whole ? t.out + (i + q) * t.out_stride + 2 * p : scratch[q];
+    if (np == kPairs512) {
+      dot_avx512<MR, kPairs512>(ar, bp, t.groups, t.kp, sar, t.sa1, sbr, t.sb1, o);
+    } else {
+      dot_avx512<MR, 1>(ar, bp, t.groups, t.kp, sar, t.sa1, sbr, t.sb1, o);
+    }
+    if (!whole) {  // past an odd tile's last column: the columns that exist only
+      const int64_t cols = t.nt - 2 * p;
+      for (int q = 0; q < MR; ++q) {
+        float* dst = t.out + (i + q) * t.out_stride + 2 * p;
+        for (int64_t c = 0; c < cols; ++c) dst[c] = scratch[q][c];
+      }
+    }
+    p += np;
+  }
+}
+
+template <bool Fnuz>
+ISA_AVX512 void tile_widened512(const Fp8MmTile& t, float* row) {
+  const int64_t kpad = t.groups * t.kp;
+  const int64_t pairs = (t.nt + 1) / 2;
+  for (int64_t j = 0; j < 2 * pairs; ++j) {  // widen, then interleave the pair's chunks
+    widen_avx2<Fnuz>(t.b + std::min<int64_t>(j, t.nt - 1) * t.k, t.k, t.bk, row);
+    float* dst = t.buf + (j / 2) * 2 * kpad + (j % 2) * kLanes;
+    for (int64_t c = 0; c < kpad; c += kLanes) {
+      _mm256_storeu_ps(dst + 2 * c, _mm256_loadu_ps(row + c));
+    }
+  }
+  int64_t i = 0;
+  for (; i + kRows512 <= t.m; i += kRows512) rows_pairs<kRows512>(t, i, pairs);
+  for (; i < t.m; ++i) rows_pairs<1>(t, i, pairs);
+}
 #endif
 
 }  // namespace
@@ -343,6 +448,9 @@ void fp8_mm_tile(Isa isa, bool fnuz, const Fp8MmTile& t) {
 #ifdef IRC_FP8MM_X86
   if (isa != Isa::kScalar) {
     if (t.m < kDirectRows) return fnuz ? tile_direct<true>(t) : tile_direct<false>(t);
+    if (isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16) {
+      return fnuz ? tile_widened512<true>(t, t.row) : tile_widened512<false>(t, t.row);
+    }
     return fnuz ? tile_widened<true>(t) : tile_widened<false>(t);
   }
 #endif
