@@ -107,6 +107,8 @@ Tensor block_scaled_mm_fp8(const Tensor& a_in, const Tensor& b_in, const Tensor&
     cpu::Fp8MmTile t = base;
     t.buf = buf.get();
     t.row = buf.get() + (kTileRows + 1) * row_floats;
+    std::unique_ptr<float[]> tot(new float[static_cast<size_t>(m * (kTileRows + 1) / 2 * 16)]);
+    t.tot = tot.get();
     for (int64_t i = t0; i < t1; ++i) {
       t.n0 = i * kTileRows;
       t.nt = std::min(kTileRows, n - t.n0);

@@ -39,6 +39,7 @@ struct Fp8MmTile {
   int64_t out_stride;
   float* buf;  // room for (nt + 1) * groups * kp floats: the widened weight rows, where used
   float* row;  // room for groups * kp floats: one widened row, where used
+  float* tot;  // room for m * (nt + 1) / 2 * 16 floats: running totals, where used
 };
 
 // Computes a tile. Few rows read the weight's bytes as they go (widened on the fly); more rows

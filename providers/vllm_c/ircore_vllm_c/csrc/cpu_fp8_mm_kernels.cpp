@@ -332,17 +332,20 @@ ISA_AVX2 void tile_widened(const Fp8MmTile& t) {
 
 constexpr int kRows512 = 4;   // activation rows per inner step
 constexpr int kPairs512 = 4;  // weight row pairs per inner step
+// Padded K columns per pass over the rows: the tile's 16 widened rows of them (32 KiB) stay in L1
+// while every activation row goes by; whole groups only.
+constexpr int64_t kKBlock = 512;
 
 // The AVX-512 form of the widened-tile path, with the AVX2 path's arithmetic: a 16-lane vector
 // holds the eight lanes of two output columns (a pair of weight rows, their 8-column chunks
 // interleaved in the buffer), each activation chunk broadcast to both halves. Every lane sees the
-// same FMAs in the same order as in the 8-lane copies, so the bits are theirs.
+// same FMAs in the same order as in the 8-lane copies, so the bits are theirs. Groups [g0, g1)
+// add to the running totals tot[i] (16 floats per pair), kept in memory between blocks of K.
 template <int MR, int NP>
-ISA_AVX512_INLINE void dot_avx512(const float* const* a, const float* const* b, int64_t groups,
-                                  int64_t kp, const float* const* sa, int64_t sa1,
-                                  const float* const* sb, int64_t sb1, float* const* out) {
-  alignas(64) float tot[MR][NP][2 * kLanes] = {};
-  for (int64_t g = 0; g < groups; ++g) {
+ISA_AVX512_INLINE void dot_avx512(const float* const* a, const float* const* b, int64_t g0,
+                                  int64_t g1, int64_t kp, const float* const* sa, int64_t sa1,
+                                  const float* const* sb, int64_t sb1, float* const* tot) {
+  for (int64_t g = g0; g < g1; ++g) {
     __m512 part[MR][NP];
     for (int i = 0; i < MR; ++i) {
       for (int p = 0; p < NP; ++p) part[i][p] = _mm512_setzero_ps();
@@ -361,22 +364,18 @@ ISA_AVX512_INLINE void dot_avx512(const float* const* a, const float* const* b, 
       for (int p = 0; p < NP; ++p) {
         const __m512 sr = _mm512_insertf32x8(_mm512_set1_ps(s * sb[2 * p][g * sb1]),
                                              _mm256_set1_ps(s * sb[2 * p + 1][g * sb1]), 1);
-        _mm512_store_ps(tot[i][p], _mm512_fmadd_ps(part[i][p], sr, _mm512_load_ps(tot[i][p])));
+        float* tp = tot[i] + p * 2 * kLanes;
+        _mm512_storeu_ps(tp, _mm512_fmadd_ps(part[i][p], sr, _mm512_loadu_ps(tp)));
       }
-    }
-  }
-  for (int i = 0; i < MR; ++i) {
-    for (int p = 0; p < NP; ++p) {
-      out[i][2 * p] = lane_sum8(_mm256_load_ps(tot[i][p]));
-      out[i][2 * p + 1] = lane_sum8(_mm256_load_ps(tot[i][p] + kLanes));
     }
   }
 }
 
-// Rows i .. i + MR - 1 against every pair of the tile; an odd tile's last pair repeats its last
-// row, and the step holding it is computed into a scratch block whose real columns are copied.
+// Rows i .. i + MR - 1 against every pair of the tile, groups [g0, g1). An odd tile's last pair
+// repeats its last row (its second column is never written out).
 template <int MR>
-ISA_AVX512_INLINE void rows_pairs(const Fp8MmTile& t, int64_t i, int64_t pairs) {
+ISA_AVX512_INLINE void rows_pairs(const Fp8MmTile& t, int64_t i, int64_t pairs, int64_t g0,
+                                  int64_t g1) {
   const int64_t kpad = t.groups * t.kp;
   const float* ar[MR];
   const float* sar[MR];
@@ -384,7 +383,6 @@ ISA_AVX512_INLINE void rows_pairs(const Fp8MmTile& t, int64_t i, int64_t pairs) 
     ar[q] = t.a + (i + q) * kpad;
     sar[q] = t.sa + (i + q) * t.sa0;
   }
-  float scratch[MR][2 * kPairs512];
   for (int64_t p = 0; p < pairs;) {
     const int np = pairs - p >= kPairs512 ? kPairs512 : 1;
     const float* bp[kPairs512];
@@ -396,39 +394,42 @@ ISA_AVX512_INLINE void rows_pairs(const Fp8MmTile& t, int64_t i, int64_t pairs) 
         sbr[2 * q + h] = t.sb + ((t.n0 + col) / t.bn) * t.sb0;
       }
     }
-    const bool whole = 2 * (p + np) <= t.nt;
-    float* o[MR];
-    for (int q = 0; q < MR; ++q) o[q] = whole ? t.out + (i + q) * t.out_stride + 2 * p : scratch[q];
+    float* tot[MR];
+    for (int q = 0; q < MR; ++q) tot[q] = t.tot + ((i + q) * pairs + p) * 2 * kLanes;
     if (np == kPairs512) {
-      dot_avx512<MR, kPairs512>(ar, bp, t.groups, t.kp, sar, t.sa1, sbr, t.sb1, o);
+      dot_avx512<MR, kPairs512>(ar, bp, g0, g1, t.kp, sar, t.sa1, sbr, t.sb1, tot);
     } else {
-      dot_avx512<MR, 1>(ar, bp, t.groups, t.kp, sar, t.sa1, sbr, t.sb1, o);
-    }
-    if (!whole) {  // past an odd tile's last column: the columns that exist only
-      const int64_t cols = t.nt - 2 * p;
-      for (int q = 0; q < MR; ++q) {
-        float* dst = t.out + (i + q) * t.out_stride + 2 * p;
-        for (int64_t c = 0; c < cols; ++c) dst[c] = scratch[q][c];
-      }
+      dot_avx512<MR, 1>(ar, bp, g0, g1, t.kp, sar, t.sa1, sbr, t.sb1, tot);
     }
     p += np;
   }
 }
 
 template <bool Fnuz>
-ISA_AVX512 void tile_widened512(const Fp8MmTile& t, float* row) {
+ISA_AVX512 void tile_widened512(const Fp8MmTile& t) {
   const int64_t kpad = t.groups * t.kp;
   const int64_t pairs = (t.nt + 1) / 2;
   for (int64_t j = 0; j < 2 * pairs; ++j) {  // widen, then interleave the pair's chunks
-    widen_avx2<Fnuz>(t.b + std::min<int64_t>(j, t.nt - 1) * t.k, t.k, t.bk, row);
+    widen_avx2<Fnuz>(t.b + std::min<int64_t>(j, t.nt - 1) * t.k, t.k, t.bk, t.row);
     float* dst = t.buf + (j / 2) * 2 * kpad + (j % 2) * kLanes;
     for (int64_t c = 0; c < kpad; c += kLanes) {
-      _mm256_storeu_ps(dst + 2 * c, _mm256_loadu_ps(row + c));
+      _mm256_storeu_ps(dst + 2 * c, _mm256_loadu_ps(t.row + c));
     }
   }
-  int64_t i = 0;
-  for (; i + kRows512 <= t.m; i += kRows512) rows_pairs<kRows512>(t, i, pairs);
-  for (; i < t.m; ++i) rows_pairs<1>(t, i, pairs);
+  std::memset(t.tot, 0, static_cast<size_t>(t.m * pairs * 2 * kLanes) * sizeof(float));
+  const int64_t gblock = std::max<int64_t>(1, kKBlock / t.kp);
+  for (int64_t g0 = 0; g0 < t.groups; g0 += gblock) {
+    const int64_t g1 = std::min(t.groups, g0 + gblock);
+    int64_t i = 0;
+    for (; i + kRows512 <= t.m; i += kRows512) rows_pairs<kRows512>(t, i, pairs, g0, g1);
+    for (; i < t.m; ++i) rows_pairs<1>(t, i, pairs, g0, g1);
+  }
+  for (int64_t i = 0; i < t.m; ++i) {
+    for (int64_t col = 0; col < t.nt; ++col) {
+      const float* tp = t.tot + (i * pairs + col / 2) * 2 * kLanes + (col % 2) * kLanes;
+      t.out[i * t.out_stride + col] = lane_sum8(_mm256_loadu_ps(tp));
+    }
+  }
 }
 #endif
 
@@ -449,7 +450,7 @@ void fp8_mm_tile(Isa isa, bool fnuz, const Fp8MmTile& t) {
   if (isa != Isa::kScalar) {
     if (t.m < kDirectRows) return fnuz ? tile_direct<true>(t) : tile_direct<false>(t);
     if (isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16) {
-      return fnuz ? tile_widened512<true>(t, t.row) : tile_widened512<false>(t, t.row);
+      return fnuz ? tile_widened512<true>(t) : tile_widened512<false>(t);
     }
     return fnuz ? tile_widened<true>(t) : tile_widened<false>(t);
   }
