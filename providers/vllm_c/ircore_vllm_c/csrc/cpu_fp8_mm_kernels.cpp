@@ -344,7 +344,8 @@ constexpr int64_t kKBlock = 512;
 template <int MR, int NP>
 ISA_AVX512_INLINE void dot_avx512(const float* const* a, const float* const* b, int64_t g0,
                                   int64_t g1, int64_t kp, const float* const* sa, int64_t sa1,
-                                  const float* const* sb, int64_t sb1, float* const* tot) {
+                                  const float* const* sb, int64_t sb1, float unscale,
+                                  float* const* tot) {
   for (int64_t g = g0; g < g1; ++g) {
     __m512 part[MR][NP];
     for (int i = 0; i < MR; ++i) {
@@ -362,8 +363,9 @@ ISA_AVX512_INLINE void dot_avx512(const float* const* a, const float* const* b, 
     for (int i = 0; i < MR; ++i) {
       const float s = sa[i][g * sa1];
       for (int p = 0; p < NP; ++p) {
-        const __m512 sr = _mm512_insertf32x8(_mm512_set1_ps(s * sb[2 * p][g * sb1]),
-                                             _mm256_set1_ps(s * sb[2 * p + 1][g * sb1]), 1);
+        const __m512 sr = _mm512_insertf32x8(_mm512_set1_ps(s * sb[2 * p][g * sb1] * unscale),
+                                             _mm256_set1_ps(s * sb[2 * p + 1][g * sb1] * unscale),
+                                             1);
         float* tp = tot[i] + p * 2 * kLanes;
         _mm512_storeu_ps(tp, _mm512_fmadd_ps(part[i][p], sr, _mm512_loadu_ps(tp)));
       }
@@ -375,7 +377,7 @@ ISA_AVX512_INLINE void dot_avx512(const float* const* a, const float* const* b, 
 // repeats its last row (its second column is never written out).
 template <int MR>
 ISA_AVX512_INLINE void rows_pairs(const Fp8MmTile& t, int64_t i, int64_t pairs, int64_t g0,
-                                  int64_t g1) {
+                                  int64_t g1, float unscale) {
   const int64_t kpad = t.groups * t.kp;
   const float* ar[MR];
   const float* sar[MR];
@@ -397,9 +399,9 @@ ISA_AVX512_INLINE void rows_pairs(const Fp8MmTile& t, int64_t i, int64_t pairs, 
     float* tot[MR];
     for (int q = 0; q < MR; ++q) tot[q] = t.tot + ((i + q) * pairs + p) * 2 * kLanes;
     if (np == kPairs512) {
-      dot_avx512<MR, kPairs512>(ar, bp, g0, g1, t.kp, sar, t.sa1, sbr, t.sb1, tot);
+      dot_avx512<MR, kPairs512>(ar, bp, g0, g1, t.kp, sar, t.sa1, sbr, t.sb1, unscale, tot);
     } else {
-      dot_avx512<MR, 1>(ar, bp, g0, g1, t.kp, sar, t.sa1, sbr, t.sb1, tot);
+      dot_avx512<MR, 1>(ar, bp, g0, g1, t.kp, sar, t.sa1, sbr, t.sb1, unscale, tot);
     }
     p += np;
   }
@@ -409,11 +411,31 @@ template <bool Fnuz>
 ISA_AVX512 void tile_widened512(const Fp8MmTile& t) {
   const int64_t kpad = t.groups * t.kp;
   const int64_t pairs = (t.nt + 1) / 2;
-  for (int64_t j = 0; j < 2 * pairs; ++j) {  // widen, then interleave the pair's chunks
-    widen_avx2<Fnuz>(t.b + std::min<int64_t>(j, t.nt - 1) * t.k, t.k, t.bk, t.row);
+  // the pairs' rows widened into their interleaved chunks, each value times 2^-8 (2^-7 e4m3fnuz)
+  // as in dot_direct (undone in the scales: the same bits); a group holding a NaN byte all NaN
+  const float unscale = Fnuz ? 128.0f : 256.0f;
+  const __m256 nan = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
+  for (int64_t j = 0; j < 2 * pairs; ++j) {
+    const uint8_t* src = t.b + std::min<int64_t>(j, t.nt - 1) * t.k;
     float* dst = t.buf + (j / 2) * 2 * kpad + (j % 2) * kLanes;
-    for (int64_t c = 0; c < kpad; c += kLanes) {
-      _mm256_storeu_ps(dst + 2 * c, _mm256_loadu_ps(t.row + c));
+    for (int64_t g = 0; g < t.groups; ++g) {
+      const int64_t g0 = g * t.bk;
+      const int64_t len = t.k - g0 < t.bk ? t.k - g0 : t.bk;
+      const int64_t full = len / kLanes * kLanes;
+      float* dg = dst + 2 * g * t.kp;
+      int64_t c = 0;
+      if (has_nan<Fnuz>(src + g0, len)) {
+        for (; c < t.kp; c += kLanes) _mm256_storeu_ps(dg + 2 * c, nan);
+        continue;
+      }
+      for (; c < full; c += kLanes) _mm256_storeu_ps(dg + 2 * c, widen8_scaled(src + g0 + c));
+      if (c < len) {
+        uint8_t tail[kLanes] = {};
+        std::memcpy(tail, src + g0 + c, static_cast<size_t>(len - c));
+        _mm256_storeu_ps(dg + 2 * c, widen8_scaled(tail));
+        c += kLanes;
+      }
+      for (; c < t.kp; c += kLanes) _mm256_storeu_ps(dg + 2 * c, _mm256_setzero_ps());
     }
   }
   std::memset(t.tot, 0, static_cast<size_t>(t.m * pairs * 2 * kLanes) * sizeof(float));
@@ -421,8 +443,8 @@ ISA_AVX512 void tile_widened512(const Fp8MmTile& t) {
   for (int64_t g0 = 0; g0 < t.groups; g0 += gblock) {
     const int64_t g1 = std::min(t.groups, g0 + gblock);
     int64_t i = 0;
-    for (; i + kRows512 <= t.m; i += kRows512) rows_pairs<kRows512>(t, i, pairs, g0, g1);
-    for (; i < t.m; ++i) rows_pairs<1>(t, i, pairs, g0, g1);
+    for (; i + kRows512 <= t.m; i += kRows512) rows_pairs<kRows512>(t, i, pairs, g0, g1, unscale);
+    for (; i < t.m; ++i) rows_pairs<1>(t, i, pairs, g0, g1, unscale);
   }
   for (int64_t i = 0; i < t.m; ++i) {
     for (int64_t col = 0; col < t.nt; ++col) {
