@@ -7,8 +7,9 @@
 // (g + 1) * kp, kp = bk rounded up to 8. Each output element then sums, group after group, eight
 // lanes of fp32 FMAs over its group's padded columns (lane j: columns j, j + 8, ...), scales the
 // eight lane sums by scale_a[m, g] * scale_b[n / bn, g] into eight running totals (one FMA each),
-// and adds the totals in one fixed tree. The scalar copy computes the same lanes with fmaf, so both
-// copies give the same bits, and no result depends on M, on the row's place or on the threads.
+// and adds the totals in one fixed tree. The scalar copy computes the same lanes with fmaf, the
+// vector copies with FMA instructions, so every copy gives the same bits, and no result depends on
+// M, on the row's place or on the threads.
 #pragma once
 
 #include <cstdint>

@@ -1,17 +1,20 @@
-// The block-scaled fp8 matmul's loops (cpu_fp8_mm.h says the arithmetic): a portable copy and an
-// AVX2+FMA+F16C copy, chosen by the Isa the other CPU kernels use (AVX-512 machines run the AVX2
-// copy: eight lanes everywhere, so the bits are the same on every x86-64 CPU). No torch header.
+// The block-scaled fp8 matmul's loops (cpu_fp8_mm.h says the arithmetic): a portable copy, an
+// AVX2+FMA+F16C copy and, for the widened-tile path, an AVX-512 copy, chosen by the Isa the other
+// CPU kernels use. Every copy computes the same eight lanes per output, so the bits are the same
+// on every x86-64 CPU (tested). No torch header.
 //
-// fp8 -> fp32: the portable copy reads a 256-entry table per format; the AVX2 copy moves the
+// fp8 -> fp32: the portable copy reads a 256-entry table per format; the vector copies move the
 // e4m3 bits into a binary16 (exponent and mantissa shifted into place: e4m3fn's bias 7 and
 // e4m3fnuz's 8 are 15 - 8 and 15 - 7, so the half is the value times 2^-8 or 2^-7, subnormals
-// included), converts with F16C and multiplies by 256 or 128 (exact), then puts NaN where the
-// byte is a NaN encoding (0x7f / 0xff e4m3fn, 0x80 e4m3fnuz).
+// included) and convert with F16C. widen8 then multiplies by 256 or 128 (exact) and puts NaN where
+// the byte is a NaN encoding (0x7f / 0xff e4m3fn, 0x80 e4m3fnuz); widen8_scaled keeps the power
+// of two, undone in the group's scale, and has_nan finds the NaN bytes per group instead.
 //
 // The AVX2 copy computes a few rows (decode) straight from the weight's bytes, one activation row
 // against four weight rows; more rows from the tile's weight rows widened once into the task's
-// buffer, two activation rows against four weight rows (eight lane sums in registers). Every
-// path and blocking gives each output the same sums in the same order (cpu_fp8_mm.h).
+// buffer, three activation rows against four weight rows. The AVX-512 copy of the latter runs four
+// rows against four pairs of weight rows, two output columns per 16-lane vector. Every path and
+// blocking gives each output the same sums in the same order (cpu_fp8_mm.h).
 #include "cpu_fp8_mm.h"
 
 #include <algorithm>
