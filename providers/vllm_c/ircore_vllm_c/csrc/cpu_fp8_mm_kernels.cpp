@@ -22,6 +22,12 @@
 #include <cstring>
 #include <limits>
 
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC's own AVX-512 intrinsic headers trip this warning (_mm512_undefined_ps): cpu_kernels.cpp.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define IRC_FP8MM_X86 1
