@@ -1,4 +1,5 @@
-"""The CPU kernel of block_scaled_mm_fp8 (csrc/cpu_fp8_mm*.cpp) against the op's native.
+"""The CPU kernel of block_scaled_mm_fp8 (csrc/cpu_fp8_mm*.cpp) against the op's native, and
+scaled_mm_fp8 through it (one K group: per-row / per-tensor scales, bias, b's two layouts).
 
 Both fp8 dtypes, M in {1, 3, 17}, ragged K groups and N blocks, block sizes that are not multiples
 of the kernel's 8 lanes, row- and column-major scale_a, each out_dtype, every fp8 encoding (NaNs
@@ -16,7 +17,7 @@ import torch
 from ircore_vllm_c import scaled_mm
 
 import ircore
-from ircore.ops import block_scaled_mm_fp8
+from ircore.ops import block_scaled_mm_fp8, scaled_mm_fp8
 from ircore.ops._scaled_mm import quantize_blocks, quantize_groups
 
 FP8 = [torch.float8_e4m3fn, torch.float8_e4m3fnuz]
@@ -168,6 +169,60 @@ def test_every_isa_copy_gives_the_same_bits():
         ops._set_cpu_isa("auto")
 
 
+def _scaled_args(m, k, n, fp8, out_dtype, per_tensor, bias, column_major_b, seed=0):
+    """scaled_mm_fp8's operands: b [K, N] as w.t() of a row-major weight, or row-major itself."""
+    g = torch.Generator().manual_seed(seed)
+    x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g) * 0.05
+    big = 448.0 if fp8 is FP8[0] else 224.0
+    if per_tensor:
+        sa, sb = x.abs().amax().reshape(1) / big, w.abs().amax().reshape(1) / big
+        wq = (w / sb).clamp(-big, big).to(fp8)
+    else:
+        sa, sb = x.abs().amax(1, keepdim=True) / big, w.abs().amax(1).reshape(1, n) / big
+        wq = (w / sb.reshape(n, 1)).clamp(-big, big).to(fp8)
+    a = (x / sa).clamp(-big, big).to(fp8)
+    b = wq.t() if column_major_b else wq.t().contiguous()
+    bias_t = torch.randn(n, generator=g).to(out_dtype) if bias else None
+    return a, b, sa.float(), sb.float(), out_dtype, bias_t
+
+
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+@pytest.mark.parametrize("out_dtype", OUT, ids=str)
+@pytest.mark.parametrize("per_tensor", [False, True], ids=["per-row", "per-tensor"])
+@pytest.mark.parametrize("bias", [False, True], ids=["", "bias"])
+@pytest.mark.parametrize("column_major_b", [True, False], ids=["w.t()", "b-rows"])
+def test_scaled_mm_matches_native(fp8, out_dtype, per_tensor, bias, column_major_b):
+    """scaled_mm_fp8 on the CPU: the same kernel as one K group; K = 200 (a ragged last chunk)."""
+    for m in (1, 3, 17):
+        args = _scaled_args(m, 200, 70, fp8, out_dtype, per_tensor, bias, column_major_b, seed=m)
+        got, want = scaled_mm.scaled_mm_fp8(*args), scaled_mm_fp8.native(*args)
+        assert got.dtype is want.dtype and got.shape == want.shape
+        if out_dtype is torch.float32:
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        else:
+            torch.testing.assert_close(got.float(), want.float(), rtol=8e-3, atol=1e-5)
+
+
+def test_scaled_mm_nan_and_empty_calls():
+    a, b, sa, sb, out_dtype, bias = _scaled_args(4, 64, 24, FP8[0], torch.float32, False, True, True)
+    a = a.clone()
+    a[2, 5] = torch.tensor(float("nan")).to(FP8[0])
+    got, want = (
+        scaled_mm.scaled_mm_fp8(a, b, sa, sb, out_dtype, bias),
+        scaled_mm_fp8.native(a, b, sa, sb, out_dtype, bias),
+    )
+    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().sum() == 24
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+    e4m3 = FP8[0]
+    bias = torch.randn(24)
+    for a0, b0 in (
+        (torch.empty(0, 64, dtype=e4m3), b),
+        (torch.empty(3, 0, dtype=e4m3), torch.empty(0, 24, dtype=e4m3)),
+    ):
+        args = (a0, b0, torch.ones(a0.shape[0], 1), torch.ones(1, 24), torch.float32, bias)
+        assert torch.equal(scaled_mm.scaled_mm_fp8(*args), scaled_mm_fp8.native(*args))
+
+
 def test_ircore_chooses_the_kernel_on_the_cpu_in_either_mode():
     args = _args(8, 512, 256, (128, 128), torch.float8_e4m3fn, torch.bfloat16)
     assert ircore.explain("block_scaled_mm_fp8", *args).chosen == "vllm_c"
@@ -177,3 +232,6 @@ def test_ircore_chooses_the_kernel_on_the_cpu_in_either_mode():
     assert torch.equal(block_scaled_mm_fp8(*args), want)
     with ircore.batch_invariant():
         assert torch.equal(block_scaled_mm_fp8(*args), want)
+    args = _scaled_args(8, 256, 64, FP8[0], torch.bfloat16, False, True, True)
+    assert ircore.explain("scaled_mm_fp8", *args).chosen == "vllm_c"
+    assert torch.equal(scaled_mm_fp8(*args), scaled_mm.scaled_mm_fp8(*args))

@@ -225,18 +225,13 @@ def test_conformance_kit(device):
     report = testing.check_provider("vllm_c", device=device)
     if not report.checked:
         pytest.skip("ircore-provider-vllm-c is not installed (no entry point), or not active here")
-    # scaled_mm_fp8 (torch._scaled_mm) runs on CUDA only: on the CPU every case is declined; the
-    # fp8 quant ops and block_scaled_mm_fp8 have CPU kernels for every sample (both fp8 dtypes):
+    # the fp8 quant ops and the fp8 matmuls have CPU kernels for every sample (both fp8 dtypes):
     # none declined there, and block_scaled_mm_fp8's CPU claim of batch invariance is checked
-    cuda_only = (
-        [op for op in provider.MATMUL_OPS if op not in provider.CPU_MATMUL_OPS] if device == "cpu" else []
-    )
-    assert all(n > 0 for op, n in report.checked.items() if op not in cuda_only), str(report)
-    assert all(report.checked[op] == 0 for op in cuda_only), str(report)
+    assert all(n > 0 for n in report.checked.values()), str(report)
     if device == "cpu":
         cpu_kernels = (*provider.QUANT_OPS, *provider.CPU_MATMUL_OPS)
         assert all(report.checked[op] > 0 and not report.declined.get(op) for op in cpu_kernels), str(report)
-        assert all(report.invariant.get(op, 0) > 0 for op in provider.CPU_MATMUL_OPS), str(report)
+        assert report.invariant.get("block_scaled_mm_fp8", 0) > 0, str(report)
 
 
 def _with_vllm_c_first(name):

@@ -3,7 +3,7 @@
 The boundaries come from the H200 measurements (ops-wave2.md 5.3); on the CPU the predicates'
 device-independent part is checked for a given compute capability. On a GPU the implementation
 is compared with native where it is chosen, and the silent-wrong shapes must go elsewhere. (On
-the CPU, block_scaled_mm_fp8 runs this provider's own kernel: test_fp8_mm_kernel.py.)
+the CPU both ops run this provider's own kernel: test_fp8_mm_kernel.py.)
 """
 
 import pytest
@@ -100,12 +100,14 @@ def test_scaled_mm_predicate_boundaries():
     assert not sm.scaled_shape_ok(*_scaled_args(7, 64, 32, bias=True, out_dtype=torch.float32), H100)
 
 
-def test_on_the_cpu_the_blockwise_kernel_runs_and_scaled_mm_goes_to_native():
-    """block_scaled_mm_fp8 has a CPU kernel (test_fp8_mm_kernel.py); scaled_mm_fp8 has none."""
+def test_on_the_cpu_both_run_the_cpu_kernel():
+    """Both ops have a CPU kernel (test_fp8_mm_kernel.py)."""
     args = _block_args(8, 512, 256)
     assert ircore.explain("block_scaled_mm_fp8", *args).chosen == "vllm_c"
     torch.testing.assert_close(block_scaled_mm_fp8(*args), block_scaled_mm_fp8.native(*args))
-    assert ircore.explain("scaled_mm_fp8", *_scaled_args(7, 64, 32)).chosen == "native"
+    args = _scaled_args(7, 64, 32)
+    assert ircore.explain("scaled_mm_fp8", *args).chosen == "vllm_c"
+    torch.testing.assert_close(scaled_mm_fp8(*args), scaled_mm_fp8.native(*args))
 
 
 @requires_cuda
