@@ -16,7 +16,8 @@ The gated activations (``--ops gelu_and_mul gelu_tanh_and_mul mul_and_silu fatre
 swigluoai_and_mul``) are compared with the op's native (eager torch in fp32: what a CPU user gets
 without ircore) and, with ``--compile``, the native compiled by Inductor, as the RoPE ops are
 (``--inductor`` is the same flag's older name). The fp8 quant ops (``--ops static_quant_fp8
-dynamic_quant_fp8 ...``, see QUANT) are compared the same way.
+dynamic_quant_fp8 ...``, see QUANT) and the blockwise fp8 matmul (``--ops block_scaled_mm_fp8``:
+``--tokens`` activation rows against a ``--hidden`` x ``--hidden`` weight) are compared the same way.
 
 Method: per case, rounds of back-to-back calls (calls per round calibrated to ~20 ms), median of
 the per-round means, candidates interleaved round by round; inference_mode on; in-place
@@ -65,7 +66,9 @@ def _load_vllm() -> bool:
     return hasattr(torch.ops._C, "rms_norm")
 
 
-def _cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, with_vllm: bool, compile_native: bool = False):
+def _cases(
+    op: str, tokens: int, hidden: int, dtype: torch.dtype, with_vllm: bool, compile_native: bool = False
+):
     """{name: (call, restore)} for one op and size."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(tokens, hidden, dtype=dtype, generator=gen)
@@ -157,7 +160,12 @@ QUANT = {
     "fused_add_rms_norm_group_quant_fp8": ("fused_add_rms_norm_group_quant_fp8", {}),
     "silu_and_mul_static_quant_fp8": ("silu_and_mul_static_quant_fp8", {}),
     "silu_and_mul_group_quant_fp8": ("silu_and_mul_group_quant_fp8", {}),
+    # the blockwise fp8 matmul, the same way: make_inputs at (tokens, hidden) is a [tokens, hidden]
+    # activation against a [hidden, hidden] weight, block 128 x 128, out in --dtypes
+    "block_scaled_mm_fp8": ("block_scaled_mm_fp8", {}),
 }
+#: The vllm_c torch op of a QUANT op whose kernel goes by another name.
+KERNEL_NAMES = {"block_scaled_mm_fp8": "block_scaled_mm_fp8_cpu"}
 
 
 def _quant_cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, compile_native: bool) -> dict:
@@ -172,7 +180,7 @@ def _quant_cases(op: str, tokens: int, hidden: int, dtype: torch.dtype, compile_
     params = list(inspect.signature(o.native).parameters)
     for key, value in replace.items():
         args[params.index(key)] = value
-    kernel, native = getattr(torch.ops.ircore_vllm_c, name).default, o.native
+    kernel, native = getattr(torch.ops.ircore_vllm_c, KERNEL_NAMES.get(name, name)).default, o.native
     cases = {"ours": (lambda: kernel(*args), None), "torch": (lambda: native(*args), None)}
     if compile_native:
         # one native compiled per size, dtype and variant (the _tensor names share theirs) is over
@@ -339,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         "compiled; vLLM's _C where it has the op; hidden is then the output width, x: 2 * hidden), and the RoPE "
         "ops rotary_embedding, rotary_pos_emb, fused_qk_norm_rope (against the op's native, with --compile "
         "also compiled; --hidden is the query width, head size 128), and the fp8 quant ops "
-        f"{', '.join(QUANT)} (against the op's native, with --compile also compiled)",
+        f"{', '.join(QUANT)} (against the op's native, with --compile also compiled; block_scaled_mm_fp8: "
+        "--tokens rows against a --hidden x --hidden fp8 weight)",
     )
     p.add_argument(
         "--compile",

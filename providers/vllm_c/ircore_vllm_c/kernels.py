@@ -50,6 +50,8 @@ CPU_SOURCES = (
     "cpu_quant.cpp",
     "cpu_quant_kernels.cpp",
     "cpu_quant_rows.cpp",
+    "cpu_fp8_mm.cpp",
+    "cpu_fp8_mm_kernels.cpp",
 )
 CUDA_SOURCES = (
     "cuda_ops.cu",
@@ -84,6 +86,7 @@ HEADERS = (
     "cpu_quant_rows.h",
     "quant_op_bindings.inc",
     "quant_common.h",
+    "cpu_fp8_mm.h",
 )
 CPU_CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno", "-Wno-unused-parameter")
 CPU_LDFLAGS = ("-fopenmp",)

@@ -47,9 +47,15 @@ DEFAULT_RANK = 10
 
 # The fp8 matmuls call torch._scaled_mm (cuBLASLt) on CUDA, behind predicates that decline every
 # call it computes wrong or was not measured on (scaled_mm.py); their predicates read values of
-# the call (block_size) beyond its signature, and the ops take a dtype: no signature cache. They
-# claim no batch invariance (cuBLAS picks its split by M).
+# the call (block_size) beyond its signature, and the ops take a dtype: no signature cache. On CUDA
+# they claim no batch invariance (cuBLAS picks its split by M). Both also have a CPU kernel
+# (csrc/cpu_fp8_mm.cpp; scaled_mm_fp8 as one K group) for every CPU call, whose sums have one
+# order whatever the batch: block_scaled_mm_fp8 claims it on the CPU only, by a predicate.
+# scaled_mm_fp8 claims nothing: the conformance kit could not check it (its first sample has
+# M = 1, where scale_b [1, N] reads as a row argument and the kit's batches of it are invalid).
 MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
+#: The matmuls with a CPU kernel.
+CPU_MATMUL_OPS = MATMUL_OPS
 
 # Batch invariance: the activations are elementwise and the position ops computed per token (and
 # fused_qk_norm_rope's norm per head of a token), on every device; the norms through their
@@ -87,7 +93,14 @@ IRCORE_IMPLEMENTATIONS = {
         batch_invariant=BATCH_INVARIANT,
         invariant_fns=NORMS,
     ),
-    **ircore.impl_table("ircore_vllm_c.scaled_mm", MATMUL_OPS, rank=DEFAULT_RANK),
+    **ircore.impl_table(
+        "ircore_vllm_c.scaled_mm",
+        MATMUL_OPS,
+        rank=DEFAULT_RANK,
+        batch_invariant={
+            "block_scaled_mm_fp8": "ircore_vllm_c.scaled_mm:block_scaled_mm_fp8_batch_invariant"
+        },
+    ),
     **ircore.impl_table(
         "ircore_vllm_c.impls",
         QUANT_OPS,

@@ -18,12 +18,29 @@ not measured, so such a call goes to the next provider (triton, native) instead:
   ``[N, K]``; the scales are laid out as cuBLAS needs
   (``scale_a`` column-major, ``scale_b`` transposed) by the implementation, a copy of the scales
   only.
+
+On the CPU both ops run this provider's own kernel (``csrc/cpu_fp8_mm.cpp``) for every call the
+core accepts. ``block_scaled_mm_fp8`` directly: both fp8 dtypes, any ``block_size`` (ragged last
+groups and blocks; a ``block_k`` that is not a multiple of 8 is padded with zeros to one per
+group, which costs up to 8x the work at ``block_k`` < 8, but is still right), any M (0 included),
+row- or column-major ``scale_a``, every ``out_dtype``, any layout of ``a`` and ``b`` (a contiguous
+copy where they are not). It widens fp8 to fp32 exactly and sums each output in one fixed order
+whatever the batch, so it claims batch invariance on the CPU
+(:func:`block_scaled_mm_fp8_batch_invariant`); the CUDA path (cuBLAS, which picks its split by
+M) claims none. ``scaled_mm_fp8`` runs the same kernel as
+one K group (``block_size = [1, K]``: the per-row ``scale_a`` and per-column ``scale_b``, either
+one per tensor, as the group's scales), on ``b.t()`` (the weight ``[N, K]``: a copy of the weight
+where ``b`` is not column-major), the bias added to the fp32 result before the one rounding, as
+the native does. It claims no batch invariance (provider.py says why).
 """
 
 import torch
 
+from . import kernels
+
 __all__ = [
     "block_scaled_mm_fp8",
+    "block_scaled_mm_fp8_batch_invariant",
     "block_scaled_mm_fp8_supports",
     "block_shape_ok",
     "scaled_mm_fp8",
@@ -34,6 +51,8 @@ __all__ = [
 _E4M3 = torch.float8_e4m3fn
 _BF16 = torch.bfloat16
 _CAPABILITY = torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0)
+# The CPU kernel (loaded before ircore imports this module: provider.py's platform check).
+_cpu_block_scaled_mm = torch.ops.ircore_vllm_c.block_scaled_mm_fp8_cpu.default
 
 
 def _scalar(scale: torch.Tensor) -> bool:
@@ -75,8 +94,32 @@ def scaled_mm_fp8_supports(
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
 ) -> bool:
-    """See the module docstring."""
-    return a.is_cuda and scaled_shape_ok(a, b, scale_a, scale_b, out_dtype, bias, _CAPABILITY)
+    """Every CPU call where the CPU kernels are loaded; on CUDA, what cuBLAS computes right (see
+    the module docstring)."""
+    return (a.is_cpu and kernels.CPU_LOADED) or (
+        a.is_cuda and scaled_shape_ok(a, b, scale_a, scale_b, out_dtype, bias, _CAPABILITY)
+    )
+
+
+def _cpu_scaled_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: torch.dtype,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """The blockwise CPU kernel with one K group: scales [M, 1] and [N, 1] (expanded, no copy)."""
+    (m, k), n = a.shape, b.shape[1]
+    if k == 0:
+        out = torch.zeros(m, n, dtype=torch.float32)
+    else:
+        sa = scale_a.reshape(-1, 1).expand(m, 1)
+        sb = scale_b.reshape(-1, 1).expand(n, 1)
+        out = _cpu_block_scaled_mm(a, b.t(), sa, sb, [1, k], torch.float32)
+    if bias is not None:
+        out += bias.float()
+    return out.to(out_dtype)
 
 
 def scaled_mm_fp8(
@@ -87,7 +130,10 @@ def scaled_mm_fp8(
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``torch._scaled_mm``: per-tensor scales as they are, otherwise both scales per row/column."""
+    """``torch._scaled_mm``: per-tensor scales as they are, otherwise both scales per row/column;
+    on the CPU, this provider's kernel."""
+    if a.is_cpu:
+        return _cpu_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
     m, n = a.shape[0], b.shape[1]
     if _scalar(scale_a) and _scalar(scale_b) and bias is None:
         return torch._scaled_mm(a, b, scale_a.reshape(1), scale_b.reshape(1), out_dtype=out_dtype)
@@ -130,8 +176,24 @@ def block_scaled_mm_fp8_supports(
     block_size: list[int],
     out_dtype: torch.dtype,
 ) -> bool:
-    """See the module docstring."""
-    return a.is_cuda and block_shape_ok(a, b, block_size, out_dtype, _CAPABILITY)
+    """Every CPU call where the CPU kernels are loaded; on CUDA, what cuBLAS computes right (see
+    the module docstring)."""
+    return (a.is_cpu and kernels.CPU_LOADED) or (
+        a.is_cuda and block_shape_ok(a, b, block_size, out_dtype, _CAPABILITY)
+    )
+
+
+def block_scaled_mm_fp8_batch_invariant(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    block_size: list[int],
+    out_dtype: torch.dtype,
+) -> bool:
+    """The batch-invariance claim: CPU calls only (each output's sum has one order whatever M;
+    cuBLAS on CUDA picks its split by M)."""
+    return a.is_cpu
 
 
 def block_scaled_mm_fp8(
@@ -143,7 +205,10 @@ def block_scaled_mm_fp8(
     out_dtype: torch.dtype,
 ) -> torch.Tensor:
     """``torch._scaled_mm`` with 1x128 / 128x128 block scales (cuBLASLt on sm_90): ``scale_a``
-    ``[M, K/128]`` column-major, ``scale_b`` as ``[K/128, N/128]`` with strides ``(1, K/128)``."""
+    ``[M, K/128]`` column-major, ``scale_b`` as ``[K/128, N/128]`` with strides ``(1, K/128)``;
+    on the CPU, this provider's kernel."""
+    if a.is_cpu:
+        return _cpu_block_scaled_mm(a, b, scale_a, scale_b, block_size, out_dtype)
     sa = scale_a if scale_a.stride() == (1, a.shape[0]) else scale_a.t().contiguous().t()
     sb = scale_b.contiguous().t()
     return torch._scaled_mm(a, b.t(), sa, sb, out_dtype=out_dtype)

@@ -2,7 +2,8 @@
 
 The boundaries come from the H200 measurements (ops-wave2.md 5.3); on the CPU the predicates'
 device-independent part is checked for a given compute capability. On a GPU the implementation
-is compared with native where it is chosen, and the silent-wrong shapes must go elsewhere.
+is compared with native where it is chosen, and the silent-wrong shapes must go elsewhere. (On
+the CPU both ops run this provider's own kernel: test_fp8_mm_kernel.py.)
 """
 
 import pytest
@@ -99,11 +100,14 @@ def test_scaled_mm_predicate_boundaries():
     assert not sm.scaled_shape_ok(*_scaled_args(7, 64, 32, bias=True, out_dtype=torch.float32), H100)
 
 
-def test_on_the_cpu_native_runs_and_explain_says_why():
+def test_on_the_cpu_both_run_the_cpu_kernel():
+    """Both ops have a CPU kernel (test_fp8_mm_kernel.py)."""
     args = _block_args(8, 512, 256)
-    explained = ircore.explain("block_scaled_mm_fp8", *args)
-    assert explained.chosen == "native"
+    assert ircore.explain("block_scaled_mm_fp8", *args).chosen == "vllm_c"
     torch.testing.assert_close(block_scaled_mm_fp8(*args), block_scaled_mm_fp8.native(*args))
+    args = _scaled_args(7, 64, 32)
+    assert ircore.explain("scaled_mm_fp8", *args).chosen == "vllm_c"
+    torch.testing.assert_close(scaled_mm_fp8(*args), scaled_mm_fp8.native(*args))
 
 
 @requires_cuda
