@@ -63,9 +63,16 @@ REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = Path(__file__).resolve().parent
 VLLM_C_DIR = REPO / "providers" / "vllm_c"
 TRITON_DIR = REPO / "providers" / "triton"
-for _p in (str(BENCH_DIR), str(TRITON_DIR), str(VLLM_C_DIR), str(REPO)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+
+
+def use_checkout_paths() -> None:
+    """Put this checkout first on sys.path (the benchmarks' helpers, the two providers, the core),
+    for a run from the checkout without installs. Called by the scripts' entry points, not on
+    import: a test that imports this module keeps its own sys.path."""
+    for p in (str(BENCH_DIR), str(TRITON_DIR), str(VLLM_C_DIR), str(REPO)):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+
 
 OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
 # Not in the default run (its time budget is the three ops'): ask with --ops. Gated RMSNorm in
@@ -854,19 +861,7 @@ class Impls:
             if f is None:
                 f = self.compiled[name] = torch.compile(mod[name], fullgraph=True, dynamic=False)
         elif impl in WHOLE_ROW:  # the registered predicate, the whole-row variant's launch
-            import ircore
-
-            ircore.get_priority(name)  # loads the providers
-            registered = ircore.get_op(name).impls.get(WHOLE_ROW[impl])
-            if registered is None:
-                raise RuntimeError(f"{impl} has no kernel for {name} yet")
-            supports, run = registered.supports_args, getattr(mod, f"{name}_invariant")
-
-            def f(*a):
-                if supports is not None and not supports(*a):
-                    raise RuntimeError(f"{impl}'s supports_args declines {name} here")
-                return run(*a)
-
+            f = registered_run(WHOLE_ROW[impl], name, getattr(mod, f"{name}_invariant"))
         else:  # a provider's kernel, through ircore's registration (as _rope_fn)
             f = registered_run(impl, name)
 
@@ -1040,16 +1035,17 @@ def quant_args(op: str, tensors: tuple) -> tuple:
     )
 
 
-def registered_run(provider: str, name: str) -> Any:
-    """``provider``'s registered implementation of the ircore op ``name``, refusing the calls its
-    predicate declines (a benchmark column must not fall back to another implementation)."""
+def registered_run(provider: str, name: str, run: Any = None) -> Any:
+    """``provider``'s registered implementation of the ircore op ``name`` (or ``run`` in its place,
+    behind the same predicate: a variant's launch), refusing the calls its predicate declines (a
+    benchmark column must not fall back to another implementation)."""
     import ircore
 
     ircore.get_priority(name)  # loads the providers
     registered = ircore.get_op(name).impls.get(provider)
     if registered is None:
         raise RuntimeError(f"{provider} has no kernel for {name}")
-    run, supports = registered.run, registered.supports_args
+    run, supports = run or registered.run, registered.supports_args
 
     def f(*a: Any) -> Any:
         if supports is not None and not supports(*a):
@@ -1566,6 +1562,7 @@ def versions() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    use_checkout_paths()
     args = parse_args(argv)
     cells = plan(args)
     if args.dry_run:

@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("rows", nargs="*", default=list(DEFAULT_ROWS), help="op:dtype:TxH:col,col,...")
     args = p.parse_args(argv)
     import torch
-    from kernels_gpu import DTYPE_NAMES, INPLACE, Impls, make_inputs
+    from kernels_gpu import DTYPE_NAMES, INPLACE, Impls, make_inputs, use_checkout_paths
+
+    use_checkout_paths()
 
     if not torch.cuda.is_available():
         print("profile_small_t: needs a CUDA GPU", file=sys.stderr)

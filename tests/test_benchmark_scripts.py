@@ -7,14 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-# kernels_gpu puts the providers' folders first on sys.path when imported (for its own runs): put
-# the path back, so that no other test imports a provider's module by a bare name from there
-_saved_path = list(sys.path)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-try:
-    import kernels_gpu as kg
-finally:
-    sys.path[:] = _saved_path
+
+import kernels_gpu as kg
 
 
 def _cell(impl: str, us: float, tokens: int = 16) -> kg.Cell:

@@ -9,14 +9,9 @@ from pathlib import Path
 
 import ircore
 
-# kernels_gpu puts the providers' folders first on sys.path when imported (for its own runs): put
-# the path back, or this suite's `import bench_gpu` (test_cuda.py) would find the triton provider's
-_saved_path = list(sys.path)
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-try:
-    import kernels_gpu as kg
-finally:
-    sys.path[:] = _saved_path
+
+import kernels_gpu as kg
 
 
 def _quant_tensors(op: str, t: int = 5, h: int = 256) -> tuple:
