@@ -211,6 +211,8 @@ if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
   run_step kernels_gpu 500 python3 benchmarks/kernels_gpu.py --pdl-ab --budget-s 430 \
     --json "$OUT/kernels_gpu.json" --markdown "$OUT/kernels_gpu.md"
 fi
+# vllm_c's CUDA kernels built (or loaded), its last line saying which
+VLLM_C_BUILD=(python3 -c "from ircore_vllm_c import load_kernels; print('vllm_c CUDA build:', load_kernels(cuda=True) or 'ok')")
 # The backend is found through the core's torch_dynamo_backends entry point and providers through
 # theirs: install the core and both providers editable, as `make setup` does (vllm_c without its
 # ahead-of-time build; its CUDA kernels build on first use, here in the background meanwhile).
@@ -218,8 +220,7 @@ install_editable() {
   IRCORE_VLLM_C_NO_AOT=1 python3 -m pip install -q --no-deps --no-build-isolation --no-index \
     -e . -e providers/vllm_c -e providers/triton >"$SETUP/pip_editable.log" 2>&1 \
     && note "installed ircore, vllm_c, triton editable" || { note "editable install FAILED (see $SETUP/pip_editable.log)"; STATUS=1; }
-  python3 -c "from ircore_vllm_c import load_kernels; print('vllm_c CUDA build:', load_kernels(cuda=True) or 'ok')" \
-    >"$SETUP/vllm_c_build.log" 2>&1 &
+  "${VLLM_C_BUILD[@]}" >"$SETUP/vllm_c_build.log" 2>&1 &
   BUILD_PID=$!
 }
 if [ "$WHAT" = compile ]; then
@@ -248,8 +249,7 @@ if [ "$WHAT" = transformers ]; then
 fi
 if [ "$WHAT" = session ]; then
   install_every_provider
-  python3 -c "from ircore_vllm_c import load_kernels; print('vllm_c CUDA build:', load_kernels(cuda=True) or 'ok')" \
-    >"$SETUP/vllm_c_build.log" 2>&1 &
+  "${VLLM_C_BUILD[@]}" >"$SETUP/vllm_c_build.log" 2>&1 &
   BUILD_PID=$!
   python3 -m ircore list --json >"$OUT/ircore_list.json" 2>"$OUT/ircore_list.err"
   run_step tests_distributed 110 python3 -m pytest -q -p no:cacheprovider tests/test_distributed.py
@@ -346,8 +346,7 @@ if want gpu-tests; then
   # it on 2026-12-05 (H100), and a test process whose ircore discovers the provider builds or waits
   # for the same build (provider.py loads the kernels when it registers)
   case " $suites " in *" vllm_c "*)
-    timeout -k 10 "$(left_s 300)" python3 -c "from ircore_vllm_c import load_kernels; print('vllm_c CUDA build:', load_kernels(cuda=True) or 'ok')" \
-      >"$SETUP/vllm_c_build.log" 2>&1
+    timeout -k 10 "$(left_s 300)" "${VLLM_C_BUILD[@]}" >"$SETUP/vllm_c_build.log" 2>&1
     note "gpu-tests: $(tail -1 "$SETUP/vllm_c_build.log") after $((SECONDS - t0))s" ;;
   esac
   pids=()
