@@ -360,9 +360,9 @@ if want gpu-tests; then
     note "gpu-tests: $name rc=$r ($(tail -1 "$OUT/tests_$name.log")) after $((SECONDS - t0))s"
     [ "$r" -ne 0 ] && [ $STATUS -eq 0 ] && STATUS=$r
   done
-  # core: 3 GPU tests in two files (collecting the whole core suite alone ran past 80 s on 2026-12-05),
+  # core: 4 GPU tests in three files (collecting the whole core suite alone ran past 80 s on 2026-12-05),
   # one an Inductor compile with CUDA graphs
-  case " $suites " in *" core "*) run_step tests_core 150 "${GPU_ONLY[@]}" tests/test_compile_backend.py tests/test_bad_input.py ;; esac
+  case " $suites " in *" core "*) run_step tests_core 150 "${GPU_ONLY[@]}" tests/test_compile_backend.py tests/test_bad_input.py tests/test_timing.py ;; esac
 fi
 if want wave2-kernels; then  # issue 24's RoPE and activation rows, issue 28's norm rows; bf16, graph replay
   wave_install

@@ -219,11 +219,15 @@ APPLIES["triton"].update(QUANT_OPS)  # quant_kernels.py (e4m3fn, e4m3fnuz)
 # the fused norm + quant ops: triton's whole-row launch (impls.<op>_invariant) beside its tuned one
 APPLIES["triton_whole"] = {op for op in QUANT_OPS if "rms_norm" in op}
 APPLIES["triton_unfused"] = set(UNFUSED_PARTS)
-# Measuring order: columns needing a background build go last, so their builds overlap the rest.
+# Measuring order: the anchors and both providers first, the A/B columns last (a budget that runs
+# out costs those). A column needing a background build waits while its build runs (see
+# next_cell): its build overlaps the rest, and it is measured as soon as the build is done, not
+# last (on 2026-12-05 a budget spent before vllm_c's column, measured last, left it empty).
 ORDER = (
-    "eager", "triton", "triton_whole", "triton_unfused", "triton_nopdl", "liger", "compile", "vllm_c", "vllm_c_nopdl",
-    "flashinfer",
+    "eager", "triton", "compile", "liger", "vllm_c", "flashinfer", "triton_whole", "triton_unfused", "triton_nopdl",
+    "vllm_c_nopdl",
 )  # fmt: skip
+BUILT_BY = {"vllm_c": "vllm_c", "vllm_c_nopdl": "vllm_c", "flashinfer": "flashinfer"}  # column -> its build
 # Display order in the tables: anchors, then ours.
 DISPLAY = (
     "eager", "compile", "liger", "flashinfer", "vllm_c", "triton", "triton_whole", "triton_unfused", "vllm_c_nopdl",
@@ -411,7 +415,7 @@ def columns(args: argparse.Namespace) -> list[str]:
 
 
 def plan(args: argparse.Namespace) -> list[Cell]:
-    """Cells in measuring order: dtype, then column (built ones last), then op, H, T."""
+    """Cells in measuring order: dtype, then column (:data:`ORDER`), then op, H, T."""
     cells = []
     for dt in args.dtypes:
         for impl in columns(args):
@@ -547,6 +551,12 @@ class Build:
             log(f"background build {name}: started (log {self.log_path})")
         except Exception as exc:
             self.result = f"could not start: {type(exc).__name__}: {exc}"
+
+    def done(self) -> bool:
+        """Whether the build is over (its result then recorded), without waiting."""
+        if self.result is None and self.proc is not None and self.proc.poll() is not None:
+            self.wait(1)
+        return self.result is not None
 
     def wait(self, timeout: float) -> str:
         if self.result is not None:
@@ -1234,6 +1244,16 @@ def best_cells(cells: list[Cell]) -> dict[tuple[str, str, int, int], dict[str, C
     return best
 
 
+def next_cell(pending: list[Cell], builds: dict[str, Build]) -> Cell:
+    """Take the next cell to measure from ``pending`` (in :func:`plan`'s order): the first whose
+    column needs no build still running; the first of all when every one waits on a build."""
+    for i, cell in enumerate(pending):
+        build = builds.get(BUILT_BY.get(cell.impl, ""))
+        if build is None or build.done():
+            return pending.pop(i)
+    return pending.pop(0)
+
+
 def retime_close_rows(cells: list[Cell], make_runner: Any, deadline: float) -> int:
     """Time each close row's two cells (ours and the best anchor, :data:`RETIME_RANGE`) again in
     the same interleaved rounds (``ircore.tools.timing.interleaved_medians``), until ``deadline``
@@ -1625,8 +1645,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"copy bandwidth: failed: {type(exc).__name__}: {exc}")
 
     n = len(cells)
+    pending = list(cells)
     with torch.no_grad():
-        for i, cell in enumerate(cells, 1):
+        for i in range(1, n + 1):
+            cell = next_cell(pending, builds)
             elapsed = time.monotonic() - t_start
             if elapsed > args.budget_s - args.retime_s:  # the rest of the budget: re-timing below
                 cell.status, cell.error = "skip", f"time budget {args.budget_s:.0f} s spent"

@@ -47,3 +47,37 @@ def test_retiming_stops_at_its_deadline_and_survives_a_failing_capture():
     assert kg.retime_close_rows(cells, lambda c: (lambda n: 1e-5), time.monotonic() - 1) == 0
     assert kg.retimed_table(cells) == []
 
+
+
+class _Build:
+    """A background build that is over once ``finished`` is set (kernels_gpu.Build's ``done``)."""
+
+    def __init__(self) -> None:
+        self.finished = False
+
+    def done(self) -> bool:
+        return self.finished
+
+
+def test_a_built_column_is_measured_once_its_build_is_done_not_last():
+    args = kg.argparse.Namespace(
+        dtypes=["bf16"], ops=["rms_norm_static_fp8_quant"], hidden=[4096], tokens=[1, 16],
+        anchors=["eager", "compile"], providers=["vllm_c", "triton"], unfused_ab=True,
+    )  # fmt: skip
+    pending = kg.plan(args)
+    cols = [c.impl for c in pending]
+    # both providers' columns come before the A/B column a short budget may leave out
+    assert cols.index("vllm_c") < cols.index("triton_unfused")
+    build = _Build()
+    taken = [kg.next_cell(pending, {"vllm_c": build}).impl for _ in range(7)]
+    # its build runs: the other columns go on meanwhile, past it
+    assert taken == ["eager", "eager", "triton", "triton", "compile", "compile", "triton_unfused"]
+    build.finished = True
+    rest = [kg.next_cell(pending, {"vllm_c": build}).impl for _ in range(len(pending))]
+    assert rest == ["vllm_c", "vllm_c", "triton_unfused"] and not pending  # then first
+
+
+def test_when_every_cell_left_waits_on_a_build_the_first_is_taken():
+    pending = [_cell("vllm_c", 1.0), _cell("flashinfer", 1.0)]
+    running = {"vllm_c": _Build(), "flashinfer": _Build()}
+    assert kg.next_cell(pending, running).impl == "vllm_c"  # measuring waits on its build

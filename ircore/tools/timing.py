@@ -55,7 +55,11 @@ def gpu_lead() -> None:
 
 def graph_runner(call: Callable[[], Any], calls_per_graph: int = 10) -> Runner:
     """GPU time of replaying a CUDA graph that holds ``calls_per_graph`` calls (kernel time
-    without the launch cost: how an engine's decode step under CUDA graphs sees the op)."""
+    without the launch cost: how an engine's decode step under CUDA graphs sees the op).
+
+    The runner keeps ``call`` (and the tensors it closes over) alive: every replay reads and
+    writes their memory, which, freed, the allocator would hand to other tensors (on 2026-12-05 a
+    benchmark whose runner outlived its inputs hit an illegal memory access)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up outside capture, as torch.cuda.graphs requires
@@ -79,6 +83,7 @@ def graph_runner(call: Callable[[], Any], calls_per_graph: int = 10) -> Runner:
         return start.elapsed_time(end) / 1e3 / (n * calls_per_graph)
 
     run.graph = graph  # type: ignore[attr-defined]  # keeps the graph (and its memory) alive with the runner
+    run.call = call  # type: ignore[attr-defined]  # and the inputs the graph reads and writes
     return run
 
 
