@@ -71,6 +71,7 @@ __all__ = [
     "fused_add_rms_norm_static_fp8_quant",
     "heuristic",
     "norm_candidates",
+    "norm_persist_candidates",
     "row_block",
     "rms_norm_dynamic_quant_fp8",
     "rms_norm_group_quant_fp8",
@@ -189,59 +190,21 @@ def _store_q(Q, q, r, col, mask, stride_q, FP8_MAX: tl.constexpr, HW_CAST: tl.co
         tl.store(Q + r * stride_q + col, code, mask=mask)
 
 
-@triton.jit(do_not_specialize=["n_rows", "M", "eps"])
-def _quant_rows_kernel(
-    X, R, RO, W, S, UB, Q, SC, AMAX,
-    n_rows, K, M, stride_x, stride_r, stride_q, eps,
+@triton.jit
+def _rows_out(
+    xh, up, res, w, rr, r, col, mask, g0,
+    RO, S, UB, Q, SC, AMAX,
+    n_rows, K, M, stride_q, eps,
     gm, gn, stride_sa, stride_sb,
     stride_scb, stride_scm, stride_scg,
     FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
     IN_MODE: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
     QUANT: tl.constexpr, DIVIDE: tl.constexpr, UE8M0: tl.constexpr, HAS_UB: tl.constexpr,
-    G: tl.constexpr, NG: tl.constexpr, BG: tl.constexpr, SCALAR_SCALE: tl.constexpr, BLOCK_R: tl.constexpr,
-    HW_CAST: tl.constexpr, BIAS: tl.constexpr, USE_PDL: tl.constexpr = False, SPLIT: tl.constexpr = False,
+    G: tl.constexpr, NG: tl.constexpr, SCALAR_SCALE: tl.constexpr,
+    HW_CAST: tl.constexpr, BIAS: tl.constexpr, DT: tl.constexpr,
 ):  # fmt: skip
-    """Program ``(p, c)`` quantises rows ``p * BLOCK_R ...`` (one on a GPU; more under the
-    interpreter, where each program costs milliseconds) of ``K`` output elements, in groups of
-    ``G``: the register block is ``[BLOCK_R, NG, BG]``. ``M`` is the row count of one matrix
-    (x.shape[-2]): static scale rows and the scale output are addressed by ``(r // M, r % M)``.
-    Without ``SPLIT`` the block is the whole row (``c`` = 0). With it (the static forms and the
-    group forms without a norm, plain or silu input: no value depends on the rest of the row)
-    program ``c`` takes groups ``c * NG ... c * NG + NG - 1`` of the row (the static forms: one
-    "group" of ``G = BG`` columns), each element and each group's amax computed exactly as in the
-    whole-row block, so the bits do not depend on the split."""
-    rr = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    r = rr[:, None, None]
-    j = tl.arange(0, BG)[None, None, :]
-    if SPLIT:
-        g0 = tl.program_id(1) * NG  # this program's first group of the row
-        if NG == 1 and G == BG:  # one chunk of G = BG columns (contiguous: the compiler vectorises)
-            col = g0 * G + j
-            mask = (col < K) & (r < n_rows)
-        else:
-            col = (g0 + tl.arange(0, NG)[None, :, None]) * G + j
-            mask = (j < G) & (col < K) & (r < n_rows)
-    else:
-        g0 = 0
-        gi = tl.arange(0, NG)[None, :, None]
-        if NG == 1:  # one group: the row (contiguous columns the compiler can vectorise)
-            col = j
-            mask = (j < K) & (r < n_rows)
-        else:
-            col = gi * G + j
-            mask = (j < G) & (col < K) & (r < n_rows)
-    if USE_PDL:
-        tl.extra.cuda.gdc_wait()
-    xh = tl.load(X + r * stride_x + col, mask=mask, other=0.0)
-    if IN_MODE == 2:
-        up = tl.load(X + r * stride_x + K + col, mask=mask, other=0.0).to(tl.float32)
-    if HAS_RES:
-        res = tl.load(R + r * stride_r + col, mask=mask, other=0.0).to(tl.float32)
-    if HAS_W:
-        w = tl.load(W + col, mask=(j < G) & (col < K), other=0.0).to(tl.float32)
-    if USE_PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-    DT: tl.constexpr = X.dtype.element_ty
+    """Rows ``rr`` of :func:`_quant_rows_kernel` from their loaded block: the input stage, then
+    the quant stage and the stores (one body for the one-row programs and the persistent loop)."""
     x = xh.to(tl.float32)
     if IN_MODE == 1:
         if HAS_RES:
@@ -273,6 +236,114 @@ def _quant_rows_kernel(
             _store_group_scales(SC, scale, rr, g0, n_rows, K, M, stride_scb, stride_scm, stride_scg, G, NG)
             q = _dyn_q(y, scale, DIVIDE)
         _store_q(Q, q, r, col, mask, stride_q, FP8_MAX, HW_CAST, BIAS)
+
+
+@triton.jit(do_not_specialize=["n_rows", "M", "eps"])
+def _quant_rows_kernel(
+    X, R, RO, W, S, UB, Q, SC, AMAX,
+    n_rows, K, M, stride_x, stride_r, stride_q, eps,
+    gm, gn, stride_sa, stride_sb,
+    stride_scb, stride_scm, stride_scg,
+    FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
+    IN_MODE: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
+    QUANT: tl.constexpr, DIVIDE: tl.constexpr, UE8M0: tl.constexpr, HAS_UB: tl.constexpr,
+    G: tl.constexpr, NG: tl.constexpr, BG: tl.constexpr, SCALAR_SCALE: tl.constexpr, BLOCK_R: tl.constexpr,
+    HW_CAST: tl.constexpr, BIAS: tl.constexpr, USE_PDL: tl.constexpr = False, SPLIT: tl.constexpr = False,
+    PERSIST: tl.constexpr = False,
+):  # fmt: skip
+    """Program ``(p, c)`` quantises rows ``p * BLOCK_R ...`` (one on a GPU; more under the
+    interpreter, where each program costs milliseconds) of ``K`` output elements, in groups of
+    ``G``: the register block is ``[BLOCK_R, NG, BG]``. ``M`` is the row count of one matrix
+    (x.shape[-2]): static scale rows and the scale output are addressed by ``(r // M, r % M)``.
+    Without ``SPLIT`` the block is the whole row (``c`` = 0). With it (the static forms and the
+    group forms without a norm, plain or silu input: no value depends on the rest of the row)
+    program ``c`` takes groups ``c * NG ... c * NG + NG - 1`` of the row (the static forms: one
+    "group" of ``G = BG`` columns), each element and each group's amax computed exactly as in the
+    whole-row block, so the bits do not depend on the split. ``PERSIST`` (the norm forms' whole
+    rows, ``BLOCK_R`` 1): program ``p`` of ``P`` takes rows ``p, p + P, ...``, each row's x (and
+    residual) loaded before the previous row's reductions and stores (its block, and every
+    operation on it, the one-row program's: the same bits)."""
+    DT: tl.constexpr = X.dtype.element_ty
+    if PERSIST:
+        j = tl.arange(0, BG)[None, None, :]
+        gi = tl.arange(0, NG)[None, :, None]
+        col = gi * G + j
+        cmask = (j < G) & (col < K)
+        p = tl.program_id(0)
+        step = tl.num_programs(0)
+        row = p.to(tl.int64) + tl.arange(0, 1)  # [1]: this program's first row
+        if USE_PDL:
+            tl.extra.cuda.gdc_wait()
+        r = row[:, None, None]
+        mask = cmask & (r < n_rows)
+        xh = tl.load(X + r * stride_x + col, mask=mask, other=0.0)
+        res = 0.0
+        if HAS_RES:
+            res = tl.load(R + r * stride_r + col, mask=mask, other=0.0)
+        if USE_PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+        for _ in tl.range(p, n_rows, step):
+            rn = r + step  # the next row's loads, before this row's reductions
+            mn = cmask & (rn < n_rows)
+            xn = tl.load(X + rn * stride_x + col, mask=mn, other=0.0)
+            resn = res
+            if HAS_RES:
+                resn = tl.load(R + rn * stride_r + col, mask=mn, other=0.0)
+            if HAS_RES:
+                res = res.to(tl.float32)
+            w = 0.0
+            if HAS_W:  # loaded with each row (from L1 / L2), as the one-row programs do: no registers held
+                w = tl.load(W + col, mask=cmask, other=0.0).to(tl.float32)
+            _rows_out(xh, 0.0, res, w, row, r, col, mask, 0, RO, S, UB, Q, SC, AMAX,
+                      n_rows, K, M, stride_q, eps, gm, gn, stride_sa, stride_sb,
+                      stride_scb, stride_scm, stride_scg, FP8_MAX, MIN_SCALE,
+                      IN_MODE, HAS_RES, HAS_W, QUANT, DIVIDE, UE8M0, HAS_UB, G, NG,
+                      SCALAR_SCALE, HW_CAST, BIAS, DT)  # fmt: skip
+            row += step
+            r = rn
+            mask = mn
+            xh = xn
+            res = resn
+    else:
+        rr = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+        r = rr[:, None, None]
+        j = tl.arange(0, BG)[None, None, :]
+        if SPLIT:
+            g0 = tl.program_id(1) * NG  # this program's first group of the row
+            if NG == 1 and G == BG:  # one chunk of G = BG columns (contiguous: the compiler vectorises)
+                col = g0 * G + j
+                mask = (col < K) & (r < n_rows)
+            else:
+                col = (g0 + tl.arange(0, NG)[None, :, None]) * G + j
+                mask = (j < G) & (col < K) & (r < n_rows)
+        else:
+            g0 = 0
+            gi = tl.arange(0, NG)[None, :, None]
+            if NG == 1:  # one group: the row (contiguous columns the compiler can vectorise)
+                col = j
+                mask = (j < K) & (r < n_rows)
+            else:
+                col = gi * G + j
+                mask = (j < G) & (col < K) & (r < n_rows)
+        if USE_PDL:
+            tl.extra.cuda.gdc_wait()
+        xh = tl.load(X + r * stride_x + col, mask=mask, other=0.0)
+        up = 0.0
+        res = 0.0
+        w = 0.0
+        if IN_MODE == 2:
+            up = tl.load(X + r * stride_x + K + col, mask=mask, other=0.0).to(tl.float32)
+        if HAS_RES:
+            res = tl.load(R + r * stride_r + col, mask=mask, other=0.0).to(tl.float32)
+        if HAS_W:
+            w = tl.load(W + col, mask=(j < G) & (col < K), other=0.0).to(tl.float32)
+        if USE_PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+        _rows_out(xh, up, res, w, rr, r, col, mask, g0, RO, S, UB, Q, SC, AMAX,
+                  n_rows, K, M, stride_q, eps, gm, gn, stride_sa, stride_sb,
+                  stride_scb, stride_scm, stride_scg, FP8_MAX, MIN_SCALE,
+                  IN_MODE, HAS_RES, HAS_W, QUANT, DIVIDE, UE8M0, HAS_UB, G, NG,
+                  SCALAR_SCALE, HW_CAST, BIAS, DT)  # fmt: skip
 
 
 @triton.jit
@@ -471,6 +542,12 @@ def _launch(
                 chunks = _k.cdiv(_k.cdiv(k, g), ng)
     # one row a program on a device; under the interpreter (CPU) up to 16, at most 4096 elements
     block_r = 1 if not x.is_cpu else max(1, min(16, triton.next_power_of_2(rows), 4096 // (ng * bg)))
+    grid = (_k.cdiv(rows, block_r), chunks)
+    persist = cfg is not None and cfg.persist > 0
+    if persist:  # whole rows, programs looping over them: ``persist`` per SM (the interpreter: in all)
+        assert cfg is not None and mode == _NORM and not split, f"no persistent launch {cfg} for this launch"
+        block_r = 1
+        grid = (min(rows, cfg.persist * (1 if x.is_cpu else max(1, _k._sm_count(x.device)))), 1)
     dummy = x2
     _quant_rows_kernel.run(
         x2, r2, dummy if res_out is None else res_out, dummy if w is None else w,
@@ -482,8 +559,8 @@ def _launch(
         IN_MODE=mode, HAS_RES=residual is not None, HAS_W=w is not None,
         QUANT=quant, DIVIDE=divide, UE8M0=ue8m0, HAS_UB=scale_ub is not None,
         G=g, NG=ng, BG=bg, SCALAR_SCALE=scale is not None and scale.numel() == 1, BLOCK_R=block_r,
-        HW_CAST=hw_cast, BIAS=8 if fp8_dtype == torch.float8_e4m3fnuz else 7, SPLIT=split,
-        num_warps=warps, grid=(_k.cdiv(rows, block_r), chunks), warmup=False,
+        HW_CAST=hw_cast, BIAS=8 if fp8_dtype == torch.float8_e4m3fnuz else 7, SPLIT=split, PERSIST=persist,
+        num_warps=warps, grid=grid, warmup=False,
         **_launch_opts(x.device),
     )  # fmt: skip
 
@@ -654,6 +731,33 @@ def norm_candidates(k: int, group: int | None, elem_bytes: int) -> list[QuantCon
     return out
 
 
+def norm_persist_candidates(
+    k: int, group: int | None, elem_bytes: int, rows: int, sms: int, hw_cast: bool = True
+) -> list[QuantConfig]:
+    """The norm forms' persistent launches: the heuristic's whole row (its block and warps, so
+    every row's reductions are laid out, and round, as in the one-row program: the same bits,
+    which tools/compile_check.py checks in the TTGIR), ``persist`` programs per SM each looping
+    over rows with the next row's loads in flight during this row's two dependent reductions (sum
+    of squares, then the amax of the normalised row) and stores. Only for wide rows (a block of
+    8192+ elements: one or two one-row programs per SM, few loads in flight) of 16-bit dtypes with
+    the hardware's e4m3fn cast (fp32 rows and the encoding by the bits spill on sm_90 with the
+    prefetched row: 95-128 registers a thread at 14336 and 8192 in bf16 and fp16, 164-168 for
+    fused_add with group scales at 8192); as many programs per SM as fit at 128 registers a thread
+    (``16 // warps``: 1 at 14336, 2 at 8192) and half that, at least 1, where each program gets at
+    least two rows (``rows >= 2 * persist * sms``). Not the batch-invariant launch: which one
+    runs is picked per row bucket (the bits are the same, tests/test_tuned_launches.py)."""
+    h = heuristic(k, group, elem_bytes)
+    if h.block < 8192 or elem_bytes != 2 or not hw_cast:
+        return []
+    cap = max(1, 16 // h.num_warps)
+    out: list[QuantConfig] = []
+    for p in (max(1, cap // 2), cap):
+        c = QuantConfig(h.block, h.num_warps, p)
+        if rows >= 2 * p * max(1, sms) and c not in out:
+            out.append(c)
+    return out
+
+
 def _norm_config(
     x: torch.Tensor,
     quant: int,
@@ -688,12 +792,14 @@ def _norm_config(
     elem_bytes = x.element_size()
 
     def tune() -> QuantConfig:
-        cands = norm_candidates(k, group, elem_bytes)
-        if len(cands) == 1:  # a row no wider than a chunk: the whole row, no scratch to time it on
-            _k._CONFIGS[key] = cands[0]
-            return cands[0]
         t_rows = _k._bucket_rows(key[3], k)
         dev = x.device
+        cands = norm_candidates(k, group, elem_bytes)
+        hw = fp8_dtype == torch.float8_e4m3fn and _hw_e4m3fn(dev)
+        cands += norm_persist_candidates(k, group, elem_bytes, t_rows, _k._sm_count(dev), hw)
+        if len(cands) == 1:  # a row no wider than a chunk, too few rows to loop: the whole row
+            _k._CONFIGS[key] = cands[0]
+            return cands[0]
         xs = torch.full((t_rows, k), 0.5, dtype=x.dtype, device=dev)  # the caller's RNG untouched
         ws = torch.ones(k, dtype=x.dtype, device=dev)
         rs = torch.full_like(xs, 0.25) if residual else None

@@ -13,13 +13,16 @@ key heads of each ``--rope-head-dim``, both rotation styles (and every autotune 
 ``--hidden`` up to its register limit (whole rows, and groups of 512 where the row holds
 several), and the fp8 quant kernel (quant_kernels.py) in each input and quant stage at each
 ``--quant-hidden``, with every row-split candidate of the static and plain/silu group forms
-(``quant_kernels.candidates``, each row bucket's) and every chunked-walk candidate of the norm
-forms (``quant_kernels.norm_candidates``: ``_norm_quant_chunked_kernel``).
+(``quant_kernels.candidates``, each row bucket's), every chunked-walk candidate of the norm
+forms (``quant_kernels.norm_candidates``: ``_norm_quant_chunked_kernel``) and their persistent
+whole-row candidates (``quant_kernels.norm_persist_candidates``), each of which must lay out its
+reductions as the whole row does (the same order of each row's sum: the same bits).
 Run without ``TRITON_INTERPRET``::
 
     python providers/triton/tools/compile_check.py [--arch 90] [--hidden 4096 8192] [--quick]
 
-Exit status 1 if any variant fails to compile, spills, or touches memory before the PDL wait.
+Exit status 1 if any variant fails to compile, spills, or touches memory before the PDL wait (or
+a persistent candidate's reductions are laid out unlike its whole row's).
 """
 
 from __future__ import annotations
@@ -99,6 +102,19 @@ def spill_bytes(usage: str) -> int:
     return sum(found) if found else -1
 
 
+def reduce_layouts(ttgir: str) -> list[tuple[str, str]]:
+    """Each ``tt.reduce`` of a TTGIR module: (axis, operand types with their layouts spelled out).
+    Two kernels whose reductions have the same list sum (and max) each row in the same order:
+    a reduction's order is its operand's layout (what each thread holds, then the lanes, then the
+    warps)."""
+    defs = dict(re.findall(r"^(#\w+) = (#ttg\.[^\n]*)$", ttgir, re.M))
+    out = []
+    pattern = r'"tt\.reduce"\(([^)]*)\) <\{axis = (\d+) : i32\}>[\s\S]*?\}\) : \(([^)]*)\) ->'
+    for m in re.finditer(pattern, ttgir):
+        out.append((m.group(2), re.sub(r"#\w+", lambda t: defs.get(t.group(0), t.group(0)), m.group(3))))
+    return out
+
+
 def _compile(src: ASTSource, arch: int, num_warps: int, **options) -> dict:
     options = {"num_warps": num_warps, **({"launch_pdl": True} if arch >= 90 else {}), **options}
     k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
@@ -119,6 +135,7 @@ def _compile(src: ASTSource, arch: int, num_warps: int, **options) -> dict:
         "st": len(re.findall(r"st\.global", ptx)),
         "smem": k.metadata.shared,
         "pdl": "; ".join(pdl_problems(ptx).values()) or "ok" if arch >= 90 else "n/a",
+        "reduce": reduce_layouts(k.asm["ttgir"]),
     }
 
 
@@ -348,7 +365,7 @@ def quant_source(
     split = cfg is not None and cfg.block < ng * bg
     if cfg is not None:
         warps = cfg.num_warps
-        label += f" block {cfg.block}"
+        label += f" persist {cfg.persist}" if cfg.persist else f" block {cfg.block}"
     if split:
         assert cfg is not None
         if group is None:
@@ -367,7 +384,7 @@ def quant_source(
             "HAS_W": mode == 1, "QUANT": quant, "DIVIDE": group is not None, "UE8M0": ue8m0,
             "HAS_UB": False, "G": g, "NG": ng, "BG": bg, "SCALAR_SCALE": True, "BLOCK_R": 1,
             "HW_CAST": hw_cast, "BIAS": 7 if hw_cast else 8, "USE_PDL": arch >= 90,
-            "SPLIT": split}  # fmt: skip
+            "SPLIT": split, "PERSIST": bool(cfg and cfg.persist)}  # fmt: skip
     sig.update(dict.fromkeys(cons, "constexpr"))
     aligned = ["X", "R", "RO", "W", "Q", "SC"]
     if k % 16 == 0:
@@ -414,6 +431,16 @@ def _norm_chunk_configs(variant: tuple, k: int, dtype: torch.dtype) -> list[Quan
     return Q.norm_candidates(k, group, dtype.itemsize)[1:]
 
 
+def _norm_persist_configs(variant: tuple, k: int, dtype: torch.dtype) -> list[QuantConfig]:
+    """The persistent whole-row candidates of a norm form (``quant_kernels.norm_persist_candidates``
+    at the top row bucket on 132 SMs: every ``persist`` a smaller bucket may try too)."""
+    _, mode, _, quant, group, _, hw_cast = variant
+    if mode != Q._NORM or quant not in (Q._STATIC, Q._DYNAMIC):
+        return []
+    t_rows = K._bucket_rows(K._bucket(_ROWS[-1]), k)
+    return Q.norm_persist_candidates(k, group, dtype.itemsize, t_rows, 132, hw_cast)
+
+
 def _quant_split_configs(variant: tuple, k: int, dtype: torch.dtype) -> list[QuantConfig]:
     """The row-split candidates the autotune may try for ``variant`` (its heuristic excluded: the
     plain compile above), over every row bucket; none for the forms that keep the whole row."""
@@ -440,12 +467,20 @@ def check_quant(
     out = []
     for v in variants:
         wanted = split is None or v[0] in split
-        for cfg in [None, *(_quant_split_configs(v, k, dtype) if wanted else [])]:
+        whole: dict = {}
+        extra = [*_quant_split_configs(v, k, dtype), *_norm_persist_configs(v, k, dtype)] if wanted else []
+        for cfg in [None, *extra]:
             label, src, w = quant_source(v, k, dtype, arch, cfg)
             try:
-                out.append((label, _compile(src, arch, w)))
+                r = _compile(src, arch, w)
             except Exception as e:
-                out.append((label, {"error": f"{type(e).__name__}: {str(e)[:200]}"}))
+                r = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+            if cfg is None:
+                whole = r
+            elif cfg.persist and "error" not in r and r["reduce"] != whole.get("reduce"):
+                # the persistent loop claims the whole row's bits: its reductions must be laid out alike
+                r = {"error": f"reductions laid out unlike the whole row's: {r['reduce']}"}
+            out.append((label, r))
         for cfg in _norm_chunk_configs(v, k, dtype) if wanted else []:
             label, src, w = norm_chunk_source(v, k, dtype, arch, cfg)
             try:
