@@ -72,6 +72,7 @@ __all__ = [
     "heuristic",
     "norm_candidates",
     "norm_persist_candidates",
+    "norm_split_candidates",
     "row_block",
     "rms_norm_dynamic_quant_fp8",
     "rms_norm_group_quant_fp8",
@@ -88,7 +89,7 @@ MAX_ROW_BLOCK = 32768
 # input stages
 _PLAIN, _NORM, _SILU = 0, 1, 2
 # quant stages
-_STATIC, _DYNAMIC, _AMAX, _FROM_AMAX = 0, 1, 2, 3
+_STATIC, _DYNAMIC, _AMAX, _FROM_AMAX, _RSTD = 0, 1, 2, 3, 4
 
 
 @triton.jit
@@ -201,7 +202,7 @@ def _rows_out(
     IN_MODE: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
     QUANT: tl.constexpr, DIVIDE: tl.constexpr, UE8M0: tl.constexpr, HAS_UB: tl.constexpr,
     G: tl.constexpr, NG: tl.constexpr, SCALAR_SCALE: tl.constexpr,
-    HW_CAST: tl.constexpr, BIAS: tl.constexpr, DT: tl.constexpr,
+    HW_CAST: tl.constexpr, BIAS: tl.constexpr, DT: tl.constexpr, SPLIT: tl.constexpr,
 ):  # fmt: skip
     """Rows ``rr`` of :func:`_quant_rows_kernel` from their loaded block: the input stage, then
     the quant stage and the stores (one body for the one-row programs and the persistent loop)."""
@@ -210,8 +211,12 @@ def _rows_out(
         if HAS_RES:
             x = _round_to(x + res, DT)
             tl.store(RO + r * K + col, x.to(RO.dtype.element_ty), mask=mask)  # exact: x is rounded
-        ss = tl.sum(tl.sum(x * x, axis=2), axis=1)
-        y = x * tl.rsqrt(ss / K + eps)[:, None, None]
+        if SPLIT:  # a chunk of the row: its rstd from the pre-pass (QUANT 4, the whole row's sum)
+            rstd = tl.load(AMAX + rr, mask=rr < n_rows, other=1.0)
+        else:
+            ss = tl.sum(tl.sum(x * x, axis=2), axis=1)
+            rstd = tl.rsqrt(ss / K + eps)
+        y = x * rstd[:, None, None]
         if HAS_W:
             y = y * w
         y = _round_to(y, DT)
@@ -221,6 +226,11 @@ def _rows_out(
         y = x
     if QUANT == 2:
         tl.store(AMAX + rr, tl.max(_group_amax(y), axis=1), mask=rr < n_rows)
+    elif QUANT == 4:  # the norm's pre-pass: each row's rstd (and the residual sum, stored above)
+        tl.store(AMAX + rr, rstd, mask=rr < n_rows)
+        # the whole row's fp8 store, never taken (n_rows < 0 is false), so that the row's block is
+        # laid out (and its sum of squares ordered) as in the whole-row launch: tools/compile_check.py
+        _store_q(Q, y, r, col, mask & (n_rows < 0), stride_q, FP8_MAX, HW_CAST, BIAS)
     else:
         if QUANT == 0:
             q = _static_q(y, S, r, col, mask, M, gm, gn, stride_sa, stride_sb, SCALAR_SCALE)
@@ -298,7 +308,7 @@ def _quant_rows_kernel(
                       n_rows, K, M, stride_q, eps, gm, gn, stride_sa, stride_sb,
                       stride_scb, stride_scm, stride_scg, FP8_MAX, MIN_SCALE,
                       IN_MODE, HAS_RES, HAS_W, QUANT, DIVIDE, UE8M0, HAS_UB, G, NG,
-                      SCALAR_SCALE, HW_CAST, BIAS, DT)  # fmt: skip
+                      SCALAR_SCALE, HW_CAST, BIAS, DT, False)  # fmt: skip
             row += step
             r = rn
             mask = mn
@@ -343,7 +353,7 @@ def _quant_rows_kernel(
                   n_rows, K, M, stride_q, eps, gm, gn, stride_sa, stride_sb,
                   stride_scb, stride_scm, stride_scg, FP8_MAX, MIN_SCALE,
                   IN_MODE, HAS_RES, HAS_W, QUANT, DIVIDE, UE8M0, HAS_UB, G, NG,
-                  SCALAR_SCALE, HW_CAST, BIAS, DT)  # fmt: skip
+                  SCALAR_SCALE, HW_CAST, BIAS, DT, SPLIT)  # fmt: skip
 
 
 @triton.jit
@@ -485,7 +495,9 @@ def _launch(
     cfg: QuantConfig | None = None,
 ) -> None:
     """One launch over the rows of ``x`` (``k`` outputs a row; ``2k`` inputs for silu_and_mul);
-    ``cfg`` (the split ops only, see :func:`_split_ok`) splits each row over programs."""
+    ``cfg`` (the split ops only, see :func:`_split_ok`) splits each row over programs; for the
+    norm forms it walks the row in chunks, loops over rows (``persist``) or runs the rstd pre-pass
+    then splits the rows (``rstd_pass``: two launches, the second with ``amax`` the rows' rstd)."""
     n_in = x.shape[-1]
     rows = x.numel() // n_in
     if rows == 0:
@@ -507,7 +519,17 @@ def _launch(
     if q is not None and not hw_cast:
         q = q.view(torch.uint8)
     chunks, split, warps = 1, False, _warps(ng * bg, x.element_size())
-    if cfg is not None and mode == _NORM and cfg.block < ng * bg:  # the row walked in chunks
+    if cfg is not None and cfg.rstd_pass:  # the norm's rstd by the whole row's launch, then the row split
+        assert mode == _NORM and _split_ok(_PLAIN, quant, group), f"no rstd pre-pass {cfg} for this launch"
+        rstd = torch.empty((rows,), dtype=torch.float32, device=x.device)
+        _launch(x, mode=mode, quant=_RSTD, k=k, q=q, fp8_dtype=fp8_dtype, residual=residual, res_out=res_out,
+                weight=weight, eps=eps, amax=rstd, group=group)  # fmt: skip
+        _launch(x if res_out is None else res_out, mode=mode, quant=quant, k=k, q=q, fp8_dtype=fp8_dtype,
+                weight=weight, scale=scale, scale_ub=scale_ub, scale_out=scale_out,
+                scale_strides=scale_strides, amax=rstd, group=group, divide=divide, ue8m0=ue8m0,
+                cfg=QuantConfig(cfg.block, cfg.num_warps))  # fmt: skip
+        return
+    if cfg is not None and mode == _NORM and cfg.block < ng * bg and amax is None:  # the row walked in chunks
         assert _chunk_ok(quant, group, cfg), f"no chunked walk {cfg} for this launch"
         cg, cng, cbg = (cfg.block, 1, cfg.block) if group is None else (g, cfg.block // bg, bg)
         block_r = 1 if not x.is_cpu else max(1, min(16, triton.next_power_of_2(rows), 4096 // cfg.block))
@@ -530,7 +552,8 @@ def _launch(
     if cfg is not None:
         warps = cfg.num_warps
         if cfg.block < ng * bg:  # a chunk of the row a program: whole groups, or columns
-            ok = _split_ok(mode, quant, group) and (group is None or cfg.block >= bg)
+            in_mode = _PLAIN if amax is not None else mode  # a norm with the rows' rstd given splits
+            ok = _split_ok(in_mode, quant, group) and (group is None or cfg.block >= bg)
             assert ok, f"no row split {cfg} for this launch"
             split = True
             if group is None:
@@ -758,6 +781,21 @@ def norm_persist_candidates(
     return out
 
 
+def norm_split_candidates(k: int, group: int | None, rows: int, elem_bytes: int) -> list[QuantConfig]:
+    """The norm forms with static or per-group scales at T <= 16 (one whole-row program per row:
+    1-16 programs): a pre-pass with the whole row's launch (its block and warps, so its sum of
+    squares is the whole row's, laid out alike: tools/compile_check.py checks the TTGIR) writes
+    each row's rstd (and the residual sum), then the rows are split over programs in chunks of
+    whole groups (or columns) as the split ops' :func:`candidates` at T <= 16 (512-4096
+    elements, 1 or 2 16-byte vectors a thread), each chunk normalised with the row's rstd: the same
+    operations on each element as the whole row, the same bits. Two launches (the second reads the
+    rows again, from L2) against one: whether it pays is the autotune's call per key."""
+    if rows > 16:
+        return []
+    split = candidates(k, group, rows, elem_bytes)[1:]
+    return [QuantConfig(c.block, c.num_warps, rstd_pass=True) for c in split]
+
+
 def _norm_config(
     x: torch.Tensor,
     quant: int,
@@ -797,6 +835,8 @@ def _norm_config(
         cands = norm_candidates(k, group, elem_bytes)
         hw = fp8_dtype == torch.float8_e4m3fn and _hw_e4m3fn(dev)
         cands += norm_persist_candidates(k, group, elem_bytes, t_rows, _k._sm_count(dev), hw)
+        if not per_token:  # a per-token scale needs the whole row's amax: no split
+            cands += norm_split_candidates(k, group, t_rows, elem_bytes)
         if len(cands) == 1:  # a row no wider than a chunk, too few rows to loop: the whole row
             _k._CONFIGS[key] = cands[0]
             return cands[0]

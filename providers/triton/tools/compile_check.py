@@ -15,14 +15,16 @@ several), and the fp8 quant kernel (quant_kernels.py) in each input and quant st
 ``--quant-hidden``, with every row-split candidate of the static and plain/silu group forms
 (``quant_kernels.candidates``, each row bucket's), every chunked-walk candidate of the norm
 forms (``quant_kernels.norm_candidates``: ``_norm_quant_chunked_kernel``) and their persistent
-whole-row candidates (``quant_kernels.norm_persist_candidates``), each of which must lay out its
-reductions as the whole row does (the same order of each row's sum: the same bits).
+whole-row candidates (``quant_kernels.norm_persist_candidates``) and rstd pre-pass + split
+candidates (``quant_kernels.norm_split_candidates``); the persistent launch and the pre-pass must
+lay out their sums of squares as the whole row does (the same order of each row's sum: the same
+bits).
 Run without ``TRITON_INTERPRET``::
 
     python providers/triton/tools/compile_check.py [--arch 90] [--hidden 4096 8192] [--quick]
 
 Exit status 1 if any variant fails to compile, spills, or touches memory before the PDL wait (or
-a persistent candidate's reductions are laid out unlike its whole row's).
+a persistent launch's or rstd pre-pass's reductions are laid out unlike its whole row's).
 """
 
 from __future__ import annotations
@@ -352,11 +354,21 @@ QUANT_VARIANTS = (
 
 
 def quant_source(
-    variant: tuple, k: int, dtype: torch.dtype, arch: int, cfg: QuantConfig | None = None
+    variant: tuple,
+    k: int,
+    dtype: torch.dtype,
+    arch: int,
+    cfg: QuantConfig | None = None,
+    prepass: bool = False,
 ) -> tuple[str, ASTSource, int]:
     """The quant kernel as a launch of ``variant`` on rows of ``k`` outputs compiles it (``cfg``:
-    a row-split candidate, as ``quant_kernels._launch`` sets it up)."""
+    a row-split candidate, a norm form's persistent launch or its split after the rstd pre-pass,
+    as ``quant_kernels._launch`` sets it up; ``prepass``: that pre-pass, the whole row's launch)."""
     label, mode, has_res, quant, group, ue8m0, hw_cast = variant
+    if prepass:
+        quant, label = Q._RSTD, label + " rstd pre-pass"
+    if cfg is not None and cfg.rstd_pass:  # the split after the pre-pass: x is the residual sum it wrote
+        has_res, label = False, label + " rstd-split"
     ty = _TY[dtype]
     fn = Q._quant_rows_kernel
     g = k if group is None else group
@@ -441,6 +453,18 @@ def _norm_persist_configs(variant: tuple, k: int, dtype: torch.dtype) -> list[Qu
     return Q.norm_persist_candidates(k, group, dtype.itemsize, t_rows, 132, hw_cast)
 
 
+def _norm_split_configs(variant: tuple, k: int, dtype: torch.dtype) -> list[QuantConfig]:
+    """The rstd-pass split candidates of a norm form with static or group scales
+    (``quant_kernels.norm_split_candidates`` at 1 and 16 rows)."""
+    _, mode, _, quant, group, _, _ = variant
+    if mode != Q._NORM or not Q._split_ok(Q._PLAIN, quant, group):
+        return []
+    out: list[QuantConfig] = []
+    for rows in (1, 16):
+        out += [c for c in Q.norm_split_candidates(k, group, rows, dtype.itemsize) if c not in out]
+    return out
+
+
 def _quant_split_configs(variant: tuple, k: int, dtype: torch.dtype) -> list[QuantConfig]:
     """The row-split candidates the autotune may try for ``variant`` (its heuristic excluded: the
     plain compile above), over every row bucket; none for the forms that keep the whole row."""
@@ -468,18 +492,26 @@ def check_quant(
     for v in variants:
         wanted = split is None or v[0] in split
         whole: dict = {}
-        extra = [*_quant_split_configs(v, k, dtype), *_norm_persist_configs(v, k, dtype)] if wanted else []
+        extra: list = []
+        if wanted:
+            extra = [*_quant_split_configs(v, k, dtype), *_norm_persist_configs(v, k, dtype)]
+            split_norm = _norm_split_configs(v, k, dtype)
+            extra += ["prepass", *split_norm] if split_norm else []
         for cfg in [None, *extra]:
-            label, src, w = quant_source(v, k, dtype, arch, cfg)
+            prepass = cfg == "prepass"
+            label, src, w = quant_source(v, k, dtype, arch, None if prepass else cfg, prepass)
             try:
                 r = _compile(src, arch, w)
             except Exception as e:
                 r = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
             if cfg is None:
                 whole = r
-            elif cfg.persist and "error" not in r and r["reduce"] != whole.get("reduce"):
-                # the persistent loop claims the whole row's bits: its reductions must be laid out alike
-                r = {"error": f"reductions laid out unlike the whole row's: {r['reduce']}"}
+            elif "error" not in r and (prepass or cfg.persist):
+                # the persistent loop and the rstd pre-pass claim the whole row's sums of squares:
+                # their reductions must be laid out alike (the pre-pass has only the sum's two)
+                n = 2 if prepass else len(whole.get("reduce", []))
+                if r["reduce"][:n] != whole.get("reduce", [])[:n] or len(r["reduce"]) < n:
+                    r = {"error": f"reductions laid out unlike the whole row's: {r['reduce']}"}
             out.append((label, r))
         for cfg in _norm_chunk_configs(v, k, dtype) if wanted else []:
             label, src, w = norm_chunk_source(v, k, dtype, arch, cfg)
