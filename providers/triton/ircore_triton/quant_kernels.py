@@ -19,7 +19,11 @@ walks it in chunks of whole groups or of columns (:func:`norm_candidates`,
 the last pass re-reads each chunk from L2 and quantises it, per-token scales with a pass between
 for the row's amax; the whole row first, the chunks tried only where they are narrower than it
 (a 14336-wide row in one program is a 16384-element fp32 block on 16 warps: 63-128 registers a
-thread on sm_90, one or two such blocks per SM, too few loads in flight). The input stage runs in
+thread on sm_90, one or two such blocks per SM, too few loads in flight). Two more candidates
+keep the whole row's bits: a persistent loop over rows with the next row's loads in flight
+(:func:`norm_persist_candidates`), and at T <= 16 an rstd pre-pass then the rows split as the
+split ops (:func:`norm_split_candidates`); both lay out each row's sum of squares as the whole
+row (tools/compile_check.py checks it). The input stage runs in
 fp32 (the plain row; the RMSNorm with the residual added and rounded first; silu(gate) * up) and
 is rounded to x's dtype as the unfused chain rounds it, then the quant stage:
 
