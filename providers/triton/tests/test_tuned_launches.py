@@ -265,6 +265,49 @@ def test_gpu_gated_norm_candidates_and_the_autotune() -> None:
         kernels._CONFIGS.update(saved)
 
 
+def _gated_extreme_inputs(rows: int, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """x and gate for the bit-for-bit check of ``HW_MATH``: random rows, gates at the edges of
+    the sigmoid's range (2**(-g*log2 e) subnormal above 87.3, 1 + e past 2**126 below -87.3,
+    infinite below -88.7), signed zeros, subnormals, infinities and NaN; one row of x with a NaN."""
+    x = torch.randn(rows, n, device="cuda") * 3
+    gate = torch.randn(rows, n, device="cuda") * 4
+    special = torch.tensor(
+        [87.0, 87.5, 88.0, 89.0, 100.0, -87.0, -87.5, -88.0, -88.5, -88.75, -89.0, -100.0, 0.0, -0.0,
+         1e-40, -1e-40, float("inf"), float("-inf"), float("nan"), 1e4, -1e4],
+        device="cuda",
+    )  # fmt: skip
+    gate[0, : special.numel()] = special
+    gate[1, ::7] = -87.6
+    x[2, 5] = float("nan")
+    return x.to(dtype), gate.to(dtype)
+
+
+@pytest.mark.gpu
+@_needs_cuda
+@pytest.mark.skipif(torch.version.hip is not None, reason="HW_MATH is the NVIDIA form (PTX)")
+def test_gpu_gated_norm_hw_math_gives_the_portable_bits() -> None:
+    """Every candidate (each family) of the gated norm with ``HW_MATH`` (the PTX ``ex2.approx.ftz``
+    silu and the hardware's bf16 cast, what a CUDA GPU runs) against the same launch with the
+    portable forms (``tl.sigmoid``, the bf16 rounding by the bits), bit for bit: whole rows of
+    4096 and 8192 in Qwen3-Next's form, groups of 512 in Mamba2's, both gate orders and both
+    roundings, bf16, fp16 and fp32."""
+    assert norm_kernels._hw_math(torch.device("cuda"))
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        es = torch.empty((), dtype=dtype).element_size()
+        for n, gs in ((8192, 8192), (4096, 4096), (4096, 512)):
+            x, gate = _gated_extreme_inputs(33, n, dtype)
+            w = (1 + 0.1 * torch.randn(n, device="cuda")).to(dtype)
+            for nbg in (True, False):
+                for rnd in (True, False):
+                    for c in norm_kernels._gated_candidates(triton.next_power_of_2(gs), es, 1 << 20):
+                        ys = []
+                        for hw in (False, True):
+                            y = torch.empty_like(x)
+                            norm_kernels._run_gated(c, x, gate, w, y, 33, n // gs, gs, 1e-6, nbg, rnd, hw)
+                            ys.append(y.view(torch.int16 if es == 2 else torch.int32))
+                        assert torch.equal(ys[0], ys[1]), (dtype, n, gs, nbg, rnd, c)
+
+
 # ---------------------------------------------------------------------------------------------
 # The fp8 quant ops split over programs (quant_kernels.candidates): every chunking gives the
 # whole-row launch's bits, the claim their row-bucket tuning and batch invariance rest on

@@ -225,7 +225,8 @@ def check_gated_norm(hidden: int, dtype: torch.dtype, arch: int, quick: bool = F
             sig = {"X": f"*{ty}", "G": f"*{ty}", "W": f"*{ty}", "Y": f"*{ty}", "n_groups": "i32"}
             sig.update({"n_total": "i32"} if tiled else {})
             sig.update({"GS": "i32", "stride_x": "i32", "stride_g": "i32", "stride_y": "i32", "eps": "fp32"})
-            cons = {"BLOCK_N": bn, "NORM_BEFORE_GATE": nbg, "ROUND": nbg, "USE_PDL": arch >= 90}
+            cons = {"BLOCK_N": bn, "NORM_BEFORE_GATE": nbg, "ROUND": nbg, "HW_MATH": True}  # the NVIDIA forms
+            cons["USE_PDL"] = arch >= 90
             if tiled:
                 cons.update({"BLOCK_M": c.block_m, "LATE": c.late_loads})
             sig.update(dict.fromkeys(cons, "constexpr"))
