@@ -205,10 +205,11 @@ def gated_heuristic(block_n: int, elem_bytes: int) -> GatedNormConfig:
 
 
 def _gated_candidates(
-    block_n: int, elem_bytes: int, groups: int = 1, sm_count: int = 132
+    block_n: int, elem_bytes: int, groups: int = 1, sm_count: int = 132, whole_vectors: bool = True
 ) -> list[GatedNormConfig]:
     """The launches the autotune times for groups of ``block_n`` (a power of two) when a call
-    normalises ``groups`` of them (rows x groups per row), heuristic first:
+    normalises ``groups`` of them (rows x groups per row; ``whole_vectors``: a group is a whole
+    number of 16-byte vectors, so its loads are vectorised), heuristic first:
 
     - the heuristic's warps, then twice and four times as many (at most 32 warps, at least one
       16-byte vector per thread). Fewer than the heuristic's are not tried: x, the gate and the
@@ -221,7 +222,13 @@ def _gated_candidates(
       after the norm, loaded after the reduction (``late_loads``), on the heuristic's warps and
       on half of them where that is at most eight vectors per thread. sm_90, bf16 8192 with the
       gate after the norm (Qwen3-Next's form): 80 registers on 8 warps, three programs per SM
-      (1024 rows: 2.6 waves); late, 55: four (1.9 waves), for a second memory latency.
+      (1024 rows: 2.6 waves); late, 55: four (1.9 waves), for a second memory latency;
+    - then, for the same calls, the late loads on twice the heuristic's warps (at least one
+      vector per thread: bf16 8192 on 16 warps, 32 registers, four programs of 512 threads per
+      SM, the SM's whole 2048) and, over two waves, two groups per program late on those warps
+      (at most four vectors per thread, and only groups of whole vectors: 59 registers, two
+      programs per SM; element-wise loads of 8190 spill, as 8 vectors of 32768 do). Not yet
+      timed on a GPU.
     """
     h = gated_heuristic(block_n, elem_bytes).num_warps
     per_vector = 32 * max(1, 16 // elem_bytes)  # elements of one 16-byte vector per thread of a warp
@@ -237,6 +244,11 @@ def _gated_candidates(
         for w in (h, h // 2):
             if w >= 1 and block_n // (w * per_vector) <= 8:
                 out.append(GatedNormConfig(w, late_loads=True))
+        w = h * 2
+        if w <= 32 and w * per_vector <= block_n:
+            out.append(GatedNormConfig(w, late_loads=True))
+            if whole_vectors and groups >= 2 * sm_count and 2 * block_n // (w * per_vector) <= 4:
+                out.append(GatedNormConfig(w, block_m=2, late_loads=True))
     return out
 
 
@@ -298,7 +310,8 @@ def _gated_config(
             flags = (norm_before_gate, round_normalized)
             return lambda: _run_gated(c, xs, gs_, ws, ys, t_rows, n // gs, gs, 1e-6, *flags)
 
-        cands = _gated_candidates(block_n, x2.element_size(), t_rows * (n // gs), _k._sm_count(dev))
+        es = x2.element_size()
+        cands = _gated_candidates(block_n, es, t_rows * (n // gs), _k._sm_count(dev), gs % (16 // es) == 0)
         return _k._pick(key, cands, make, dev)
 
     heuristic = lambda: gated_heuristic(block_n, x2.element_size())  # noqa: E731

@@ -219,7 +219,7 @@ def check_gated_norm(hidden: int, dtype: torch.dtype, arch: int, quick: bool = F
     forms = [(hidden, True)] + ([(512, False)] if hidden % 512 == 0 and hidden >= 1024 else [])
     for gs, nbg in forms if not quick else []:
         bn = triton.next_power_of_2(gs)
-        for c in N._gated_candidates(bn, dtype.itemsize, 1 << 20):
+        for c in N._gated_candidates(bn, dtype.itemsize, 1 << 20, 132, gs % (16 // dtype.itemsize) == 0):
             tiled = c.block_m > 1 or c.late_loads
             fn = N._rms_norm_gated_tile_kernel if tiled else N._rms_norm_gated_kernel
             sig = {"X": f"*{ty}", "G": f"*{ty}", "W": f"*{ty}", "Y": f"*{ty}", "n_groups": "i32"}
