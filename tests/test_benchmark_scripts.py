@@ -81,3 +81,26 @@ def test_when_every_cell_left_waits_on_a_build_the_first_is_taken():
     pending = [_cell("vllm_c", 1.0), _cell("flashinfer", 1.0)]
     running = {"vllm_c": _Build(), "flashinfer": _Build()}
     assert kg.next_cell(pending, running).impl == "vllm_c"  # measuring waits on its build
+
+
+def test_compiled_launches_counts_what_an_inductor_call_launches():
+    import compiled_launches as cl
+
+    code = '''
+def helper():
+    cpp_fused_not_in_call_0(a)
+
+def call(args):
+    cpp_fused_add_rms_norm_0(buf0, buf1)
+    buf2 = extern_kernels.mm(buf1, w)
+    buf3 = torch.ops.ircore_vllm_c.rms_norm.default(buf2, w2, 1e-06)
+    triton_poi_fused_cat_1.run(buf3, buf4, stream=stream0)
+    extern_kernels.addmm(b, buf4, w3, out=buf5)
+    return (buf5,)
+
+def benchmark_compiled_module():
+    cpp_fused_add_rms_norm_0(x, y)
+'''
+    counts = cl.count_launches(code)
+    assert counts == {"inductor kernel": 2, "matmul (mm)": 1, "matmul (addmm)": 1, "ircore_vllm_c.rms_norm": 1}
+    assert cl.count_launches("no call function here") == {}

@@ -16,6 +16,7 @@ Every row is first checked against an fp32 PyTorch reference. The first call of 
     print(format_table(bench_rows()))
     # or: python providers/triton/bench_gpu.py [--rows 1 16 ...] [--hidden 4096 8192]
     #     python providers/triton/bench_gpu.py --sweep --ops rms_norm --rows 1024 --hidden 8192
+    #     python providers/triton/bench_gpu.py --sweep --ops rms_norm_gated --rows 1024 32768 --hidden 8192
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # ircore_triton without installing
 
-from ircore_triton import impls, kernels
+from ircore_triton import impls, kernels, norm_kernels
 
 ROWS = (1, 16, 128, 1024, 8192, 32768)
 HIDDENS = (4096, 8192)
@@ -218,6 +219,81 @@ def format_sweep(op: str, t: int, h: int, dtype: torch.dtype, rows: list[dict[st
     return "\n".join(lines)
 
 
+def sweep_gated(
+    t: int, h: int, dtype: torch.dtype, group: int | None = None, calls: int = 50, device: str = "cuda"
+) -> list[dict[str, Any]]:
+    """Graph-replay time of every rms_norm_gated candidate the autotune has for (t, h), fastest
+    first: Qwen3-Next's form (``group`` None: the whole row, the gate after the norm) or Mamba2's
+    (groups of ``group``, the gate first), both with ``round_normalized``; each config with the
+    NVIDIA forms (``hw_math`` True, what runs) and the portable ones (the A/B of
+    ``norm_kernels._silu`` / ``_round_to``), whose outputs must be the same bits.
+
+    Keys: config, hw_math, us, gbps, tuned (the autotune's pick), tuner_us (what the autotune
+    measured for it), same_bits (hw_math True only: equal to the portable launch's output),
+    error (a config that failed to compile or launch)."""
+    gen = torch.Generator(device=device).manual_seed(t * 7 + h)
+    x = torch.randn(t, h, device=device, generator=gen).to(dtype)
+    g = (2 * torch.randn(t, h, device=device, generator=gen)).to(dtype)
+    w = (1 + 0.1 * torch.randn(h, device=device, generator=gen)).to(dtype)
+    gs = h if group is None else group
+    nbg = group is None
+    norm_kernels.rms_norm_gated(x, g, w, EPS, group, nbg, True)  # tunes this bucket
+    key = ("rms_norm_gated", (h, gs), dtype, kernels._bucket(t))
+    tuned = kernels.tuned_configs().get(key)
+    tuner_us = dict(kernels._TUNE_TIMES.get(key, []))
+    es = x.element_size()
+    sms = kernels._sm_count(x.device)
+    whole_vectors = gs % (16 // es) == 0
+    cands = norm_kernels._gated_candidates(1 << (gs - 1).bit_length(), es, t * (h // gs), sms, whole_vectors)
+    nbytes = 3 * t * h * es + h * w.element_size()
+    out: list[dict[str, Any]] = []
+    for cfg in cands:
+        ys = {}
+        for hw in (True, False):
+            y = torch.empty_like(x)
+            fn = lambda cfg=cfg, y=y, hw=hw: norm_kernels._run_gated(  # noqa: E731
+                cfg, x, g, w, y, t, h // gs, gs, EPS, nbg, True, hw
+            )
+            try:
+                fn()
+                ys[hw] = y.clone()
+                us = _graph_us(fn, calls)
+            except Exception as exc:  # a config that does not compile or launch on this GPU
+                error = f"{type(exc).__name__}: {exc}"[:200]
+                out.append({"config": cfg, "hw_math": hw, "us": float("inf"), "error": error})
+                continue
+            row = {"config": cfg, "hw_math": hw, "us": us, "gbps": nbytes / (us * 1e-6) / 1e9}
+            out.append({**row, "tuned": cfg == tuned and hw, "tuner_us": tuner_us.get(cfg) if hw else None})
+        if len(ys) == 2:
+            same = torch.equal(ys[True].view(torch.uint8), ys[False].view(torch.uint8))
+            for row in out:
+                if row["config"] == cfg and row["hw_math"] and "error" not in row:
+                    row["same_bits"] = same
+    return sorted(out, key=lambda d: d["us"])
+
+
+def format_gated_sweep(
+    t: int, h: int, dtype: torch.dtype, group: int | None, rows: list[dict[str, Any]], copy_bw_gbps: float
+) -> str:
+    form = "whole row, gate after the norm" if group is None else f"groups of {group}, gate first"
+    lines = [f"# sweep rms_norm_gated {str(dtype).removeprefix('torch.')} {t}x{h} ({form}): {len(rows)} runs"]
+    for i, d in enumerate(rows):
+        c = d["config"]
+        what = f"w{c.num_warps} m{c.block_m}{' late' if c.late_loads else ''}"
+        what += " hw_math" if d["hw_math"] else " portable"
+        if "error" in d:
+            lines.append(f"#   {what:28} {d['error']}")
+            continue
+        note = f" {100 * d['gbps'] / copy_bw_gbps:3.0f}% of copy"
+        if d.get("tuner_us") is not None:
+            note += f" (autotune: {d['tuner_us']:.2f} us)"
+        if d.get("same_bits") is False:
+            note += " BITS DIFFER FROM THE PORTABLE FORMS"
+        note += " <- tuned" if d.get("tuned") else ""
+        lines.append(f"#   {i + 1:>3}. {what:28} {d['us']:8.2f} us{note}")
+    return "\n".join(lines)
+
+
 def format_table(results: list[dict[str, Any]], copy_bw_gbps: float | None = None) -> str:
     """A markdown table of :func:`bench_rows` results (``% copy`` when a copy bandwidth is given)."""
     head = "| op | T x H | graph us | do_bench us | eager us | GB/s |"
@@ -249,12 +325,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out-of-place", action="store_true", help="fused op: out-of-place variant")
     p.add_argument("--sweep", action="store_true", help="norm ops: time every config (see sweep_norm)")
     p.add_argument("--top", type=int, default=6, help="with --sweep: configs shown per row")
+    p.add_argument("--group", type=int, default=None, help="with --sweep of rms_norm_gated: group size")
     args = p.parse_args(argv)
     bw = copy_gbps()
     print(f"{torch.cuda.get_device_name()}; copy bandwidth {bw:.0f} GB/s (read+write)")
     if args.sweep:
         dtype = getattr(torch, args.dtype)
         for op in args.ops:
+            if op == "rms_norm_gated":
+                for h in args.hidden:
+                    for t in args.rows:
+                        rows = sweep_gated(t, h, dtype, args.group)
+                        print(format_gated_sweep(t, h, dtype, args.group, rows, bw), flush=True)
+                continue
             if op == "silu_and_mul":
                 continue
             for h in args.hidden:

@@ -381,9 +381,10 @@ class GatedNormConfig:
     columns, fewer and fuller programs: one-warp programs hit the cap on resident blocks per SM
     first). ``late_loads`` loads the weight, and a gate applied after the norm, after the sum of
     squares: only x in fp32 is live across the reduction (sm_90, bf16 8192 on 8 warps with the
-    gate after the norm: 63 registers instead of 80, four resident programs per SM, not three).
-    The warps and the tile change how a group's sum of squares is split across threads (hence
-    the invariant variant fixes the whole config per group size)."""
+    gate after the norm: 55 registers instead of 80, four resident programs per SM, not three;
+    63 before ``norm_kernels._silu``'s NVIDIA form). The warps and the tile change how a
+    group's sum of squares is split across threads (hence the invariant variant fixes the whole
+    config per group size)."""
 
     num_warps: int
     block_m: int = 1

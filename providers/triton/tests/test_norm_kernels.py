@@ -52,6 +52,7 @@ TILED = [
     GatedNormConfig(4, 8),
     GatedNormConfig(4, 1, True),
     GatedNormConfig(2, 4, True),
+    GatedNormConfig(16, 2, True),  # two whole rows late, as offered for rows of 4096+
 ]
 
 

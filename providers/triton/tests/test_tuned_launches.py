@@ -99,8 +99,9 @@ def test_gated_norm_candidates_add_tiles_for_small_groups_and_late_loads_for_wid
     """Calls with a program per SM of them (132 SMs) also try 2, 4 and 8 groups of <= 1024
     elements per program (about four 16-byte vectors per thread of the tile) and, for groups of
     4096+, the weight and a trailing gate loaded after the reduction on the heuristic's warps and
-    half of them (at most eight vectors per thread); smaller calls keep the warp-only list;
-    heuristic first."""
+    half of them (at most eight vectors per thread), then on twice them, and over two waves two
+    groups per program late on those (at most four vectors per thread, groups of whole 16-byte
+    vectors only); smaller calls keep the warp-only list; heuristic first."""
     C = GatedNormConfig
     mamba = norm_kernels._gated_candidates(512, 2, 32768 * 8, 132)  # H 4096 in 8 groups, bf16
     assert mamba == [C(1), C(2), C(1, 2), C(2, 4), C(4, 8)]
@@ -109,9 +110,16 @@ def test_gated_norm_candidates_add_tiles_for_small_groups_and_late_loads_for_wid
     fp32 = norm_kernels._gated_candidates(1024, 4, 8192, 132)
     assert fp32 == [C(2), C(4), C(8), C(4, 2), C(8, 4), C(16, 8)]
     qwen = norm_kernels._gated_candidates(8192, 2, 1024, 132)  # Qwen3-Next's rows, bf16
-    assert qwen == [C(8), C(16), C(32), C(8, late_loads=True), C(4, late_loads=True)]
+    assert qwen == [C(8), C(16), C(32), C(8, 1, True), C(4, 1, True), C(16, 1, True), C(16, 2, True)]
+    one_wave = norm_kernels._gated_candidates(8192, 2, 200, 132)  # no two-group tile under two waves
+    assert one_wave == [C(8), C(16), C(32), C(8, 1, True), C(4, 1, True), C(16, 1, True)]
+    ragged = norm_kernels._gated_candidates(8192, 2, 1024, 132, whole_vectors=False)  # 8190: loads by element
+    assert ragged == one_wave
     assert norm_kernels._gated_candidates(8192, 2, 128, 132) == [C(8), C(16), C(32)]
-    assert norm_kernels._gated_candidates(8192, 4, 1024, 132) == [C(16), C(32), C(16, 1, True), C(8, 1, True)]
+    fp32_wide = norm_kernels._gated_candidates(8192, 4, 1024, 132)
+    assert fp32_wide == [C(16), C(32), C(16, 1, True), C(8, 1, True), C(32, 1, True), C(32, 2, True)]
+    # 32768 bf16: late on 16 warps (8 vectors) and 32 (4); two groups on 32 would be 8: not offered
+    assert norm_kernels._gated_candidates(32768, 2, 1024, 132) == [C(16), C(32), C(16, 1, True), C(32, 1, True)]
     assert norm_kernels._gated_candidates(2048, 2, 1 << 20, 132) == norm_kernels._gated_candidates(2048, 2)
     for bn in (512, 1024, 4096, 8192, 16384, 32768):
         for es in (2, 4):
@@ -126,19 +134,29 @@ def test_gated_norm_candidates_add_tiles_for_small_groups_and_late_loads_for_wid
 
 @pytest.mark.parametrize("gs", [512, 8192])
 def test_every_tiled_gated_norm_candidate_matches_reference(gs: int) -> None:
-    """The candidates of a call with many groups (the tiles at 512, the late loads at 8192),
-    each form on a few rows (a ragged last tile at 512: 5 groups) against the fp64 reference."""
-    rows = 5 if gs == 512 else 1  # one wide row: the interpreter's time goes by elements
+    """The candidates of a call with many groups (the tiles at 512, the late loads and the
+    two-row late tile at 8192), each form on a few rows (a ragged last tile: 5 groups of 512, 3
+    rows of 8192) against the fp64 reference and, under the interpreter (which runs each
+    program's elements in one order, whatever the warps), the heuristic launch's bits: every
+    candidate does the same operations on each element."""
+    rows = 5 if gs == 512 else 3  # few wide rows: the interpreter's time goes by elements
     x = torch.randn(rows, gs, device=DEVICE).to(torch.bfloat16)
     gate = (torch.randn(rows, gs, device=DEVICE) * 2).to(torch.bfloat16)
     w = (1 + 0.1 * torch.randn(gs, device=DEVICE)).to(torch.bfloat16)
     configs = norm_kernels._gated_candidates(gs, 2, 1 << 20)
     assert any(c.block_m > 1 or c.late_loads for c in configs)
+    if gs == 8192:
+        assert GatedNormConfig(16, 1, True) in configs and GatedNormConfig(16, 2, True) in configs
     for nbg in (False, True):
         args = (x, gate, w, 1e-6, gs, nbg, True)
+        first = None
         for c in _distinct_for_device(configs):
             out = norm_kernels.rms_norm_gated(*args, config=c)
             assert_close_to_reference(ircore.ops.rms_norm_gated, out, args)
+            if first is None:
+                first = out  # the heuristic's launch (the candidates' first)
+            elif not GPU:
+                assert torch.equal(out, first), (nbg, c)
 
 
 def test_every_rope_candidate_matches_reference_and_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -263,6 +281,49 @@ def test_gpu_gated_norm_candidates_and_the_autotune() -> None:
     finally:
         kernels.clear_configs()
         kernels._CONFIGS.update(saved)
+
+
+def _gated_extreme_inputs(rows: int, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """x and gate for the bit-for-bit check of ``HW_MATH``: random rows, gates at the edges of
+    the sigmoid's range (2**(-g*log2 e) subnormal above 87.3, 1 + e past 2**126 below -87.3,
+    infinite below -88.7), signed zeros, subnormals, infinities and NaN; one row of x with a NaN."""
+    x = torch.randn(rows, n, device="cuda") * 3
+    gate = torch.randn(rows, n, device="cuda") * 4
+    special = torch.tensor(
+        [87.0, 87.5, 88.0, 89.0, 100.0, -87.0, -87.5, -88.0, -88.5, -88.75, -89.0, -100.0, 0.0, -0.0,
+         1e-40, -1e-40, float("inf"), float("-inf"), float("nan"), 1e4, -1e4],
+        device="cuda",
+    )  # fmt: skip
+    gate[0, : special.numel()] = special
+    gate[1, ::7] = -87.6
+    x[2, 5] = float("nan")
+    return x.to(dtype), gate.to(dtype)
+
+
+@pytest.mark.gpu
+@_needs_cuda
+@pytest.mark.skipif(torch.version.hip is not None, reason="HW_MATH is the NVIDIA form (PTX)")
+def test_gpu_gated_norm_hw_math_gives_the_portable_bits() -> None:
+    """Every candidate (each family) of the gated norm with ``HW_MATH`` (the PTX ``ex2.approx.ftz``
+    silu and the hardware's bf16 cast, what a CUDA GPU runs) against the same launch with the
+    portable forms (``tl.sigmoid``, the bf16 rounding by the bits), bit for bit: whole rows of
+    4096 and 8192 in Qwen3-Next's form, groups of 512 in Mamba2's, both gate orders and both
+    roundings, bf16, fp16 and fp32."""
+    assert norm_kernels._hw_math(torch.device("cuda"))
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        es = torch.empty((), dtype=dtype).element_size()
+        for n, gs in ((8192, 8192), (4096, 4096), (4096, 512)):
+            x, gate = _gated_extreme_inputs(33, n, dtype)
+            w = (1 + 0.1 * torch.randn(n, device="cuda")).to(dtype)
+            for nbg in (True, False):
+                for rnd in (True, False):
+                    for c in norm_kernels._gated_candidates(triton.next_power_of_2(gs), es, 1 << 20):
+                        ys = []
+                        for hw in (False, True):
+                            y = torch.empty_like(x)
+                            norm_kernels._run_gated(c, x, gate, w, y, 33, n // gs, gs, 1e-6, nbg, rnd, hw)
+                            ys.append(y.view(torch.int16 if es == 2 else torch.int32))
+                        assert torch.equal(ys[0], ys[1]), (dtype, n, gs, nbg, rnd, c)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -238,13 +238,14 @@ def check_gated_norm(hidden: int, dtype: torch.dtype, arch: int, quick: bool = F
     forms = [(hidden, True)] + ([(512, False)] if hidden % 512 == 0 and hidden >= 1024 else [])
     for gs, nbg in forms if not quick else []:
         bn = triton.next_power_of_2(gs)
-        for c in N._gated_candidates(bn, dtype.itemsize, 1 << 20):
+        for c in N._gated_candidates(bn, dtype.itemsize, 1 << 20, 132, gs % (16 // dtype.itemsize) == 0):
             tiled = c.block_m > 1 or c.late_loads
             fn = N._rms_norm_gated_tile_kernel if tiled else N._rms_norm_gated_kernel
             sig = {"X": f"*{ty}", "G": f"*{ty}", "W": f"*{ty}", "Y": f"*{ty}", "n_groups": "i32"}
             sig.update({"n_total": "i32"} if tiled else {})
             sig.update({"GS": "i32", "stride_x": "i32", "stride_g": "i32", "stride_y": "i32", "eps": "fp32"})
-            cons = {"BLOCK_N": bn, "NORM_BEFORE_GATE": nbg, "ROUND": nbg, "USE_PDL": arch >= 90}
+            cons = {"BLOCK_N": bn, "NORM_BEFORE_GATE": nbg, "ROUND": nbg, "HW_MATH": True}  # the NVIDIA forms
+            cons["USE_PDL"] = arch >= 90
             if tiled:
                 cons.update({"BLOCK_M": c.block_m, "LATE": c.late_loads})
             sig.update(dict.fromkeys(cons, "constexpr"))
