@@ -398,10 +398,16 @@ class QuantConfig:
     ``block``-element chunk of a row, whole groups of it (``block // next_pow2(group)`` groups) or,
     for the static forms, ``block`` columns; for the fused norm + quant ops one program walks its
     row in such chunks (the chunked kernel). ``block`` >= the row's register block is the whole
-    row in one program (the launch before the split or the walk)."""
+    row in one program (the launch before the split or the walk). ``persist`` (the fused norm +
+    quant ops' whole row only): that many programs per SM, each looping over rows with the next
+    row's loads issued before this row's reductions (0: one program per row). ``rstd_pass`` (the
+    fused norm + static / group quant ops): a whole-row pre-pass writes each row's rstd (and the
+    residual sum), then the rows are split over programs in chunks of ``block``."""
 
     block: int
     num_warps: int
+    persist: int = 0
+    rstd_pass: bool = False
 
 
 #: Every launch config this provider tunes.

@@ -19,7 +19,11 @@ walks it in chunks of whole groups or of columns (:func:`norm_candidates`,
 the last pass re-reads each chunk from L2 and quantises it, per-token scales with a pass between
 for the row's amax; the whole row first, the chunks tried only where they are narrower than it
 (a 14336-wide row in one program is a 16384-element fp32 block on 16 warps: 63-128 registers a
-thread on sm_90, one or two such blocks per SM, too few loads in flight). The input stage runs in
+thread on sm_90, one or two such blocks per SM, too few loads in flight). Two more candidates
+keep the whole row's bits: a persistent loop over rows with the next row's loads in flight
+(:func:`norm_persist_candidates`), and at T <= 16 an rstd pre-pass then the rows split as the
+split ops (:func:`norm_split_candidates`); both lay out each row's sum of squares as the whole
+row (tools/compile_check.py checks it). The input stage runs in
 fp32 (the plain row; the RMSNorm with the residual added and rounded first; silu(gate) * up) and
 is rounded to x's dtype as the unfused chain rounds it, then the quant stage:
 
@@ -71,6 +75,8 @@ __all__ = [
     "fused_add_rms_norm_static_fp8_quant",
     "heuristic",
     "norm_candidates",
+    "norm_persist_candidates",
+    "norm_split_candidates",
     "row_block",
     "rms_norm_dynamic_quant_fp8",
     "rms_norm_group_quant_fp8",
@@ -87,7 +93,7 @@ MAX_ROW_BLOCK = 32768
 # input stages
 _PLAIN, _NORM, _SILU = 0, 1, 2
 # quant stages
-_STATIC, _DYNAMIC, _AMAX, _FROM_AMAX = 0, 1, 2, 3
+_STATIC, _DYNAMIC, _AMAX, _FROM_AMAX, _RSTD = 0, 1, 2, 3, 4
 
 
 @triton.jit
@@ -189,66 +195,32 @@ def _store_q(Q, q, r, col, mask, stride_q, FP8_MAX: tl.constexpr, HW_CAST: tl.co
         tl.store(Q + r * stride_q + col, code, mask=mask)
 
 
-@triton.jit(do_not_specialize=["n_rows", "M", "eps"])
-def _quant_rows_kernel(
-    X, R, RO, W, S, UB, Q, SC, AMAX,
-    n_rows, K, M, stride_x, stride_r, stride_q, eps,
+@triton.jit
+def _rows_out(
+    xh, up, res, w, rr, r, col, mask, g0,
+    RO, S, UB, Q, SC, AMAX,
+    n_rows, K, M, stride_q, eps,
     gm, gn, stride_sa, stride_sb,
     stride_scb, stride_scm, stride_scg,
     FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
     IN_MODE: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
     QUANT: tl.constexpr, DIVIDE: tl.constexpr, UE8M0: tl.constexpr, HAS_UB: tl.constexpr,
-    G: tl.constexpr, NG: tl.constexpr, BG: tl.constexpr, SCALAR_SCALE: tl.constexpr, BLOCK_R: tl.constexpr,
-    HW_CAST: tl.constexpr, BIAS: tl.constexpr, USE_PDL: tl.constexpr = False, SPLIT: tl.constexpr = False,
+    G: tl.constexpr, NG: tl.constexpr, SCALAR_SCALE: tl.constexpr,
+    HW_CAST: tl.constexpr, BIAS: tl.constexpr, DT: tl.constexpr, SPLIT: tl.constexpr,
 ):  # fmt: skip
-    """Program ``(p, c)`` quantises rows ``p * BLOCK_R ...`` (one on a GPU; more under the
-    interpreter, where each program costs milliseconds) of ``K`` output elements, in groups of
-    ``G``: the register block is ``[BLOCK_R, NG, BG]``. ``M`` is the row count of one matrix
-    (x.shape[-2]): static scale rows and the scale output are addressed by ``(r // M, r % M)``.
-    Without ``SPLIT`` the block is the whole row (``c`` = 0). With it (the static forms and the
-    group forms without a norm, plain or silu input: no value depends on the rest of the row)
-    program ``c`` takes groups ``c * NG ... c * NG + NG - 1`` of the row (the static forms: one
-    "group" of ``G = BG`` columns), each element and each group's amax computed exactly as in the
-    whole-row block, so the bits do not depend on the split."""
-    rr = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    r = rr[:, None, None]
-    j = tl.arange(0, BG)[None, None, :]
-    if SPLIT:
-        g0 = tl.program_id(1) * NG  # this program's first group of the row
-        if NG == 1 and G == BG:  # one chunk of G = BG columns (contiguous: the compiler vectorises)
-            col = g0 * G + j
-            mask = (col < K) & (r < n_rows)
-        else:
-            col = (g0 + tl.arange(0, NG)[None, :, None]) * G + j
-            mask = (j < G) & (col < K) & (r < n_rows)
-    else:
-        g0 = 0
-        gi = tl.arange(0, NG)[None, :, None]
-        if NG == 1:  # one group: the row (contiguous columns the compiler can vectorise)
-            col = j
-            mask = (j < K) & (r < n_rows)
-        else:
-            col = gi * G + j
-            mask = (j < G) & (col < K) & (r < n_rows)
-    if USE_PDL:
-        tl.extra.cuda.gdc_wait()
-    xh = tl.load(X + r * stride_x + col, mask=mask, other=0.0)
-    if IN_MODE == 2:
-        up = tl.load(X + r * stride_x + K + col, mask=mask, other=0.0).to(tl.float32)
-    if HAS_RES:
-        res = tl.load(R + r * stride_r + col, mask=mask, other=0.0).to(tl.float32)
-    if HAS_W:
-        w = tl.load(W + col, mask=(j < G) & (col < K), other=0.0).to(tl.float32)
-    if USE_PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-    DT: tl.constexpr = X.dtype.element_ty
+    """Rows ``rr`` of :func:`_quant_rows_kernel` from their loaded block: the input stage, then
+    the quant stage and the stores (one body for the one-row programs and the persistent loop)."""
     x = xh.to(tl.float32)
     if IN_MODE == 1:
         if HAS_RES:
             x = _round_to(x + res, DT)
             tl.store(RO + r * K + col, x.to(RO.dtype.element_ty), mask=mask)  # exact: x is rounded
-        ss = tl.sum(tl.sum(x * x, axis=2), axis=1)
-        y = x * tl.rsqrt(ss / K + eps)[:, None, None]
+        if SPLIT:  # a chunk of the row: its rstd from the pre-pass (QUANT 4, the whole row's sum)
+            rstd = tl.load(AMAX + rr, mask=rr < n_rows, other=1.0)
+        else:
+            ss = tl.sum(tl.sum(x * x, axis=2), axis=1)
+            rstd = tl.rsqrt(ss / K + eps)
+        y = x * rstd[:, None, None]
         if HAS_W:
             y = y * w
         y = _round_to(y, DT)
@@ -258,6 +230,11 @@ def _quant_rows_kernel(
         y = x
     if QUANT == 2:
         tl.store(AMAX + rr, tl.max(_group_amax(y), axis=1), mask=rr < n_rows)
+    elif QUANT == 4:  # the norm's pre-pass: each row's rstd (and the residual sum, stored above)
+        tl.store(AMAX + rr, rstd, mask=rr < n_rows)
+        # the whole row's fp8 store, never taken (n_rows < 0 is false), so that the row's block is
+        # laid out (and its sum of squares ordered) as in the whole-row launch: tools/compile_check.py
+        _store_q(Q, y, r, col, mask & (n_rows < 0), stride_q, FP8_MAX, HW_CAST, BIAS)
     else:
         if QUANT == 0:
             q = _static_q(y, S, r, col, mask, M, gm, gn, stride_sa, stride_sb, SCALAR_SCALE)
@@ -273,6 +250,114 @@ def _quant_rows_kernel(
             _store_group_scales(SC, scale, rr, g0, n_rows, K, M, stride_scb, stride_scm, stride_scg, G, NG)
             q = _dyn_q(y, scale, DIVIDE)
         _store_q(Q, q, r, col, mask, stride_q, FP8_MAX, HW_CAST, BIAS)
+
+
+@triton.jit(do_not_specialize=["n_rows", "M", "eps"])
+def _quant_rows_kernel(
+    X, R, RO, W, S, UB, Q, SC, AMAX,
+    n_rows, K, M, stride_x, stride_r, stride_q, eps,
+    gm, gn, stride_sa, stride_sb,
+    stride_scb, stride_scm, stride_scg,
+    FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr,
+    IN_MODE: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
+    QUANT: tl.constexpr, DIVIDE: tl.constexpr, UE8M0: tl.constexpr, HAS_UB: tl.constexpr,
+    G: tl.constexpr, NG: tl.constexpr, BG: tl.constexpr, SCALAR_SCALE: tl.constexpr, BLOCK_R: tl.constexpr,
+    HW_CAST: tl.constexpr, BIAS: tl.constexpr, USE_PDL: tl.constexpr = False, SPLIT: tl.constexpr = False,
+    PERSIST: tl.constexpr = False,
+):  # fmt: skip
+    """Program ``(p, c)`` quantises rows ``p * BLOCK_R ...`` (one on a GPU; more under the
+    interpreter, where each program costs milliseconds) of ``K`` output elements, in groups of
+    ``G``: the register block is ``[BLOCK_R, NG, BG]``. ``M`` is the row count of one matrix
+    (x.shape[-2]): static scale rows and the scale output are addressed by ``(r // M, r % M)``.
+    Without ``SPLIT`` the block is the whole row (``c`` = 0). With it (the static forms and the
+    group forms without a norm, plain or silu input: no value depends on the rest of the row)
+    program ``c`` takes groups ``c * NG ... c * NG + NG - 1`` of the row (the static forms: one
+    "group" of ``G = BG`` columns), each element and each group's amax computed exactly as in the
+    whole-row block, so the bits do not depend on the split. ``PERSIST`` (the norm forms' whole
+    rows, ``BLOCK_R`` 1): program ``p`` of ``P`` takes rows ``p, p + P, ...``, each row's x (and
+    residual) loaded before the previous row's reductions and stores (its block, and every
+    operation on it, the one-row program's: the same bits)."""
+    DT: tl.constexpr = X.dtype.element_ty
+    if PERSIST:
+        j = tl.arange(0, BG)[None, None, :]
+        gi = tl.arange(0, NG)[None, :, None]
+        col = gi * G + j
+        cmask = (j < G) & (col < K)
+        p = tl.program_id(0)
+        step = tl.num_programs(0)
+        row = p.to(tl.int64) + tl.arange(0, 1)  # [1]: this program's first row
+        if USE_PDL:
+            tl.extra.cuda.gdc_wait()
+        r = row[:, None, None]
+        mask = cmask & (r < n_rows)
+        xh = tl.load(X + r * stride_x + col, mask=mask, other=0.0)
+        res = 0.0
+        if HAS_RES:
+            res = tl.load(R + r * stride_r + col, mask=mask, other=0.0)
+        if USE_PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+        for _ in tl.range(p, n_rows, step):
+            rn = r + step  # the next row's loads, before this row's reductions
+            mn = cmask & (rn < n_rows)
+            xn = tl.load(X + rn * stride_x + col, mask=mn, other=0.0)
+            resn = res
+            if HAS_RES:
+                resn = tl.load(R + rn * stride_r + col, mask=mn, other=0.0)
+            if HAS_RES:
+                res = res.to(tl.float32)
+            w = 0.0
+            if HAS_W:  # loaded with each row (from L1 / L2), as the one-row programs do: no registers held
+                w = tl.load(W + col, mask=cmask, other=0.0).to(tl.float32)
+            _rows_out(xh, 0.0, res, w, row, r, col, mask, 0, RO, S, UB, Q, SC, AMAX,
+                      n_rows, K, M, stride_q, eps, gm, gn, stride_sa, stride_sb,
+                      stride_scb, stride_scm, stride_scg, FP8_MAX, MIN_SCALE,
+                      IN_MODE, HAS_RES, HAS_W, QUANT, DIVIDE, UE8M0, HAS_UB, G, NG,
+                      SCALAR_SCALE, HW_CAST, BIAS, DT, False)  # fmt: skip
+            row += step
+            r = rn
+            mask = mn
+            xh = xn
+            res = resn
+    else:
+        rr = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+        r = rr[:, None, None]
+        j = tl.arange(0, BG)[None, None, :]
+        if SPLIT:
+            g0 = tl.program_id(1) * NG  # this program's first group of the row
+            if NG == 1 and G == BG:  # one chunk of G = BG columns (contiguous: the compiler vectorises)
+                col = g0 * G + j
+                mask = (col < K) & (r < n_rows)
+            else:
+                col = (g0 + tl.arange(0, NG)[None, :, None]) * G + j
+                mask = (j < G) & (col < K) & (r < n_rows)
+        else:
+            g0 = 0
+            gi = tl.arange(0, NG)[None, :, None]
+            if NG == 1:  # one group: the row (contiguous columns the compiler can vectorise)
+                col = j
+                mask = (j < K) & (r < n_rows)
+            else:
+                col = gi * G + j
+                mask = (j < G) & (col < K) & (r < n_rows)
+        if USE_PDL:
+            tl.extra.cuda.gdc_wait()
+        xh = tl.load(X + r * stride_x + col, mask=mask, other=0.0)
+        up = 0.0
+        res = 0.0
+        w = 0.0
+        if IN_MODE == 2:
+            up = tl.load(X + r * stride_x + K + col, mask=mask, other=0.0).to(tl.float32)
+        if HAS_RES:
+            res = tl.load(R + r * stride_r + col, mask=mask, other=0.0).to(tl.float32)
+        if HAS_W:
+            w = tl.load(W + col, mask=(j < G) & (col < K), other=0.0).to(tl.float32)
+        if USE_PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+        _rows_out(xh, up, res, w, rr, r, col, mask, g0, RO, S, UB, Q, SC, AMAX,
+                  n_rows, K, M, stride_q, eps, gm, gn, stride_sa, stride_sb,
+                  stride_scb, stride_scm, stride_scg, FP8_MAX, MIN_SCALE,
+                  IN_MODE, HAS_RES, HAS_W, QUANT, DIVIDE, UE8M0, HAS_UB, G, NG,
+                  SCALAR_SCALE, HW_CAST, BIAS, DT, SPLIT)  # fmt: skip
 
 
 @triton.jit
@@ -414,7 +499,9 @@ def _launch(
     cfg: QuantConfig | None = None,
 ) -> None:
     """One launch over the rows of ``x`` (``k`` outputs a row; ``2k`` inputs for silu_and_mul);
-    ``cfg`` (the split ops only, see :func:`_split_ok`) splits each row over programs."""
+    ``cfg`` (the split ops only, see :func:`_split_ok`) splits each row over programs; for the
+    norm forms it walks the row in chunks, loops over rows (``persist``) or runs the rstd pre-pass
+    then splits the rows (``rstd_pass``: two launches, the second with ``amax`` the rows' rstd)."""
     n_in = x.shape[-1]
     rows = x.numel() // n_in
     if rows == 0:
@@ -436,7 +523,17 @@ def _launch(
     if q is not None and not hw_cast:
         q = q.view(torch.uint8)
     chunks, split, warps = 1, False, _warps(ng * bg, x.element_size())
-    if cfg is not None and mode == _NORM and cfg.block < ng * bg:  # the row walked in chunks
+    if cfg is not None and cfg.rstd_pass:  # the norm's rstd by the whole row's launch, then the row split
+        assert mode == _NORM and _split_ok(_PLAIN, quant, group), f"no rstd pre-pass {cfg} for this launch"
+        rstd = torch.empty((rows,), dtype=torch.float32, device=x.device)
+        _launch(x, mode=mode, quant=_RSTD, k=k, q=q, fp8_dtype=fp8_dtype, residual=residual, res_out=res_out,
+                weight=weight, eps=eps, amax=rstd, group=group)  # fmt: skip
+        _launch(x if res_out is None else res_out, mode=mode, quant=quant, k=k, q=q, fp8_dtype=fp8_dtype,
+                weight=weight, scale=scale, scale_ub=scale_ub, scale_out=scale_out,
+                scale_strides=scale_strides, amax=rstd, group=group, divide=divide, ue8m0=ue8m0,
+                cfg=QuantConfig(cfg.block, cfg.num_warps))  # fmt: skip
+        return
+    if cfg is not None and mode == _NORM and cfg.block < ng * bg and amax is None:  # the row walked in chunks
         assert _chunk_ok(quant, group, cfg), f"no chunked walk {cfg} for this launch"
         cg, cng, cbg = (cfg.block, 1, cfg.block) if group is None else (g, cfg.block // bg, bg)
         block_r = 1 if not x.is_cpu else max(1, min(16, triton.next_power_of_2(rows), 4096 // cfg.block))
@@ -459,7 +556,8 @@ def _launch(
     if cfg is not None:
         warps = cfg.num_warps
         if cfg.block < ng * bg:  # a chunk of the row a program: whole groups, or columns
-            ok = _split_ok(mode, quant, group) and (group is None or cfg.block >= bg)
+            in_mode = _PLAIN if amax is not None else mode  # a norm with the rows' rstd given splits
+            ok = _split_ok(in_mode, quant, group) and (group is None or cfg.block >= bg)
             assert ok, f"no row split {cfg} for this launch"
             split = True
             if group is None:
@@ -471,6 +569,12 @@ def _launch(
                 chunks = _k.cdiv(_k.cdiv(k, g), ng)
     # one row a program on a device; under the interpreter (CPU) up to 16, at most 4096 elements
     block_r = 1 if not x.is_cpu else max(1, min(16, triton.next_power_of_2(rows), 4096 // (ng * bg)))
+    grid = (_k.cdiv(rows, block_r), chunks)
+    persist = cfg is not None and cfg.persist > 0
+    if persist:  # whole rows, programs looping over them: ``persist`` per SM (the interpreter: in all)
+        assert cfg is not None and mode == _NORM and not split, f"no persistent launch {cfg} for this launch"
+        block_r = 1
+        grid = (min(rows, cfg.persist * (1 if x.is_cpu else max(1, _k._sm_count(x.device)))), 1)
     dummy = x2
     _quant_rows_kernel.run(
         x2, r2, dummy if res_out is None else res_out, dummy if w is None else w,
@@ -482,8 +586,8 @@ def _launch(
         IN_MODE=mode, HAS_RES=residual is not None, HAS_W=w is not None,
         QUANT=quant, DIVIDE=divide, UE8M0=ue8m0, HAS_UB=scale_ub is not None,
         G=g, NG=ng, BG=bg, SCALAR_SCALE=scale is not None and scale.numel() == 1, BLOCK_R=block_r,
-        HW_CAST=hw_cast, BIAS=8 if fp8_dtype == torch.float8_e4m3fnuz else 7, SPLIT=split,
-        num_warps=warps, grid=(_k.cdiv(rows, block_r), chunks), warmup=False,
+        HW_CAST=hw_cast, BIAS=8 if fp8_dtype == torch.float8_e4m3fnuz else 7, SPLIT=split, PERSIST=persist,
+        num_warps=warps, grid=grid, warmup=False,
         **_launch_opts(x.device),
     )  # fmt: skip
 
@@ -654,6 +758,48 @@ def norm_candidates(k: int, group: int | None, elem_bytes: int) -> list[QuantCon
     return out
 
 
+def norm_persist_candidates(
+    k: int, group: int | None, elem_bytes: int, rows: int, sms: int, hw_cast: bool = True
+) -> list[QuantConfig]:
+    """The norm forms' persistent launches: the heuristic's whole row (its block and warps, so
+    every row's reductions are laid out, and round, as in the one-row program: the same bits,
+    which tools/compile_check.py checks in the TTGIR), ``persist`` programs per SM each looping
+    over rows with the next row's loads in flight during this row's two dependent reductions (sum
+    of squares, then the amax of the normalised row) and stores. Only for wide rows (a block of
+    8192+ elements: one or two one-row programs per SM, few loads in flight) of 16-bit dtypes with
+    the hardware's e4m3fn cast (fp32 rows and the encoding by the bits spill on sm_90 with the
+    prefetched row: 95-128 registers a thread at 14336 and 8192 in bf16 and fp16, 164-168 for
+    fused_add with group scales at 8192); as many programs per SM as fit at 128 registers a thread
+    (``16 // warps``: 1 at 14336, 2 at 8192) and half that, at least 1, where each program gets at
+    least two rows (``rows >= 2 * persist * sms``). Not the batch-invariant launch: which one
+    runs is picked per row bucket (the bits are the same, tests/test_tuned_launches.py)."""
+    h = heuristic(k, group, elem_bytes)
+    if h.block < 8192 or elem_bytes != 2 or not hw_cast:
+        return []
+    cap = max(1, 16 // h.num_warps)
+    out: list[QuantConfig] = []
+    for p in (max(1, cap // 2), cap):
+        c = QuantConfig(h.block, h.num_warps, p)
+        if rows >= 2 * p * max(1, sms) and c not in out:
+            out.append(c)
+    return out
+
+
+def norm_split_candidates(k: int, group: int | None, rows: int, elem_bytes: int) -> list[QuantConfig]:
+    """The norm forms with static or per-group scales at T <= 16 (one whole-row program per row:
+    1-16 programs): a pre-pass with the whole row's launch (its block and warps, so its sum of
+    squares is the whole row's, laid out alike: tools/compile_check.py checks the TTGIR) writes
+    each row's rstd (and the residual sum), then the rows are split over programs in chunks of
+    whole groups (or columns) as the split ops' :func:`candidates` at T <= 16 (512-4096
+    elements, 1 or 2 16-byte vectors a thread), each chunk normalised with the row's rstd: the same
+    operations on each element as the whole row, the same bits. Two launches (the second reads the
+    rows again, from L2) against one: whether it pays is the autotune's call per key."""
+    if rows > 16:
+        return []
+    split = candidates(k, group, rows, elem_bytes)[1:]
+    return [QuantConfig(c.block, c.num_warps, rstd_pass=True) for c in split]
+
+
 def _norm_config(
     x: torch.Tensor,
     quant: int,
@@ -688,12 +834,16 @@ def _norm_config(
     elem_bytes = x.element_size()
 
     def tune() -> QuantConfig:
-        cands = norm_candidates(k, group, elem_bytes)
-        if len(cands) == 1:  # a row no wider than a chunk: the whole row, no scratch to time it on
-            _k._CONFIGS[key] = cands[0]
-            return cands[0]
         t_rows = _k._bucket_rows(key[3], k)
         dev = x.device
+        cands = norm_candidates(k, group, elem_bytes)
+        hw = fp8_dtype == torch.float8_e4m3fn and _hw_e4m3fn(dev)
+        cands += norm_persist_candidates(k, group, elem_bytes, t_rows, _k._sm_count(dev), hw)
+        if not per_token:  # a per-token scale needs the whole row's amax: no split
+            cands += norm_split_candidates(k, group, t_rows, elem_bytes)
+        if len(cands) == 1:  # a row no wider than a chunk, too few rows to loop: the whole row
+            _k._CONFIGS[key] = cands[0]
+            return cands[0]
         xs = torch.full((t_rows, k), 0.5, dtype=x.dtype, device=dev)  # the caller's RNG untouched
         ws = torch.ones(k, dtype=x.dtype, device=dev)
         rs = torch.full_like(xs, 0.25) if residual else None

@@ -541,6 +541,89 @@ def test_every_norm_quant_chunk_matches_reference(case: tuple) -> None:
     assert all(torch.equal(a, b) for a, b in zip(inv, _bits(whole)))
 
 
+# The persistent whole-row launch (quant_kernels.norm_persist_candidates): programs loop over
+# rows, each row's block and every operation on it the one-row program's, so the same bits as the
+# whole row (the residual output included); under the interpreter ``persist`` is the program count
+# (1, 2 and 4 programs over 3 to 6 rows: one program taking them all, ragged last rounds)
+
+
+@pytest.mark.parametrize("case", _NQ_CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}-{c[4]}")
+def test_every_norm_quant_persistent_launch_gives_the_whole_rows_bits(case: tuple) -> None:
+    from ircore_triton import quant_kernels
+    from ircore_triton.kernels import QuantConfig
+
+    name, shape, _, dtype, group, _ = case
+    args = _nq_args(case)
+    h = quant_kernels.heuristic(shape[-1], group, dtype.itemsize)
+    fn = getattr(quant_kernels, name)
+    whole = _bits(fn(*args, config=h))
+    for p in (1, 2, 4):
+        got = _bits(fn(*args, config=QuantConfig(h.block, h.num_warps, p)))
+        for a, b in zip(got, whole):
+            assert a.stride() == b.stride() and torch.equal(a, b), f"{name} persist {p}"
+
+
+# The rstd pre-pass + row split of the norm forms with static or group scales
+# (quant_kernels.norm_split_candidates): the whole row's launch writes each row's rstd, the chunks
+# normalise with it, every element computed as in the whole row: the same bits (every static and
+# group case: scalar, per-channel and per-token static scales, ragged groups of 128 and 96, row-
+# and column-major, TMA-aligned and ue8m0 scales, both fp8 types, 3-D x, padding, a NaN row)
+_NQ_SPLIT_CASES = [c for c in _NQ_CASES if "dynamic" not in c[0]]
+
+
+@pytest.mark.parametrize("case", _NQ_SPLIT_CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}-{c[4]}")
+def test_every_norm_quant_rstd_split_gives_the_whole_rows_bits(case: tuple) -> None:
+    from ircore_triton import quant_kernels
+
+    name, shape, _, dtype, group, _ = case
+    args = _nq_args(case)
+    k = shape[-1]
+    fn = getattr(quant_kernels, name)
+    whole = _bits(fn(*args, config=quant_kernels.heuristic(k, group, dtype.itemsize)))
+    configs = quant_kernels.norm_split_candidates(k, group, 1, 2)
+    assert configs and all(c.rstd_pass and c.block < quant_kernels.row_block(k, group) for c in configs)
+    for c in _distinct_for_device(configs):
+        got = _bits(fn(*args, config=c))
+        for a, b in zip(got, whole):
+            assert a.stride() == b.stride() and torch.equal(a, b), f"{name} {c}"
+
+
+def test_norm_quant_rstd_split_candidates_only_at_few_rows_and_never_per_token() -> None:
+    """The split ops' chunks at T <= 16 (512-4096 elements at 14336: 4-28 programs a row), none
+    above 16 rows; the autotune adds them for the static and group forms only (a per-token scale
+    is the whole row's amax), and the launcher refuses them per token or per tensor."""
+    from ircore_triton import quant_kernels as qk
+    from ircore_triton.kernels import QuantConfig
+
+    cands = qk.norm_split_candidates(14336, 128, 1, 2)
+    assert {c.block for c in cands} == {512, 1024, 2048, 4096} and all(c.rstd_pass for c in cands)
+    assert [(c.block, c.num_warps) for c in cands] == [(c.block, c.num_warps) for c in qk.candidates(14336, 128, 1, 2)[1:]]
+    assert qk.norm_split_candidates(14336, None, 16, 2) and qk.norm_split_candidates(14336, 128, 17, 2) == []
+    x, w = torch.randn(2, 1100), torch.ones(1100)
+    with pytest.raises(AssertionError, match="no rstd pre-pass"):
+        qk.rms_norm_dynamic_quant_fp8(x, w, 1e-6, True, _FP8[0], config=QuantConfig(512, 1, rstd_pass=True))
+
+
+def test_norm_quant_persistent_candidates_keep_the_whole_rows_launch() -> None:
+    """The heuristic's block and warps (what the same bits rest on), 1 program per SM at 14336
+    (16 warps), 1 and 2 at 8192 (8 warps), each program at least two rows; none for rows of fewer
+    than 8192 elements, fp32, the bits' encoding (e4m3fnuz: spills on sm_90) or too few rows."""
+    from ircore_triton import quant_kernels as qk
+    from ircore_triton.kernels import QuantConfig
+
+    for k, group in ((14336, None), (14336, 128), (8192, None), (8192, 128)):
+        h = qk.heuristic(k, group, 2)
+        cands = qk.norm_persist_candidates(k, group, 2, 32768, 132)
+        assert cands and all((c.block, c.num_warps) == (h.block, h.num_warps) and c.persist for c in cands)
+    assert qk.norm_persist_candidates(14336, 128, 2, 4096, 132) == [QuantConfig(16384, 16, 1)]
+    assert [c.persist for c in qk.norm_persist_candidates(8192, None, 2, 4096, 132)] == [1, 2]
+    assert [c.persist for c in qk.norm_persist_candidates(8192, None, 2, 300, 132)] == [1]  # 2 rows a program
+    assert qk.norm_persist_candidates(14336, 128, 2, 263, 132) == []
+    assert qk.norm_persist_candidates(4096, 128, 2, 32768, 132) == []
+    assert qk.norm_persist_candidates(14336, 128, 4, 32768, 132) == []
+    assert qk.norm_persist_candidates(14336, 128, 2, 32768, 132, hw_cast=False) == []
+
+
 def test_norm_quant_candidates_start_whole_and_chunk_less_than_the_row() -> None:
     """At Llama's 14336: the whole row (16 warps) first, then chunks of 1024-4096 elements at one
     or two 16-byte bf16 vectors a thread; at 4096 (group 128: a 32 x 128 block) chunks of 1024 and 2048 only;
@@ -599,6 +682,63 @@ def test_gpu_every_norm_quant_chunk_matches_reference(tokens: int) -> None:
 
 @pytest.mark.gpu
 @_needs_cuda
+@pytest.mark.parametrize("tokens", [1, 33, 2048])
+def test_gpu_norm_quant_persistent_launch_gives_the_whole_rows_bits(tokens: int) -> None:
+    """8192 and 14336, bf16, compiled for this GPU: the persistent launch (1 and 2 programs per
+    SM, the hardware cast and the bits' encoding) gives the whole row's bits for the six ops."""
+    from ircore_triton import quant_kernels
+    from ircore_triton.kernels import QuantConfig
+
+    for k in (8192, 14336):
+        x = (torch.randn(tokens, k, device="cuda") * 4).to(torch.bfloat16)
+        r = torch.randn(tokens, k, device="cuda").to(torch.bfloat16)
+        w = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
+        s = torch.full((1,), 0.02, device="cuda")
+        for name, args, group in (
+            ("rms_norm_static_fp8_quant", (x, w, 1e-6, s, _FP8[0]), None),
+            ("fused_add_rms_norm_static_fp8_quant", (x, r, w, 1e-6, s, _FP8[1]), None),
+            ("rms_norm_dynamic_quant_fp8", (x, w, 1e-6, True, _FP8[0]), None),
+            ("fused_add_rms_norm_dynamic_quant_fp8", (x, r, w, 1e-6, True, _FP8[0], s), None),
+            ("rms_norm_group_quant_fp8", (x, w, 1e-6, [1, 128], True, True, _FP8[0], 4), 128),
+            ("fused_add_rms_norm_group_quant_fp8", (x, r, w, 1e-6, [1, 128], False, False, _FP8[0]), 128),
+        ):
+            fn = getattr(quant_kernels, name)
+            h = quant_kernels.heuristic(k, group, 2)
+            ref = _bits(fn(*args, config=h))
+            for p in (1, 2):
+                got = _bits(fn(*args, config=QuantConfig(h.block, h.num_warps, p)))
+                assert all(torch.equal(a, b) for a, b in zip(got, ref)), f"{name} {k} persist {p}"
+
+
+@pytest.mark.gpu
+@_needs_cuda
+@pytest.mark.parametrize("tokens", [1, 16])
+def test_gpu_norm_quant_rstd_split_gives_the_whole_rows_bits(tokens: int) -> None:
+    """4096 and 14336, bf16, compiled for this GPU: every rstd pre-pass + split candidate gives
+    the whole row's bits for the four static and group norm forms (the hardware cast and the bits'
+    encoding, column-major TMA-aligned ue8m0 and row-major scales)."""
+    from ircore_triton import quant_kernels
+
+    for k in (4096, 14336):
+        x = (torch.randn(tokens, k, device="cuda") * 4).to(torch.bfloat16)
+        r = torch.randn(tokens, k, device="cuda").to(torch.bfloat16)
+        w = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
+        s = torch.full((1,), 0.02, device="cuda")
+        for name, args, group in (
+            ("rms_norm_static_fp8_quant", (x, w, 1e-6, s, _FP8[0]), None),
+            ("fused_add_rms_norm_static_fp8_quant", (x, r, w, 1e-6, s, _FP8[1]), None),
+            ("rms_norm_group_quant_fp8", (x, w, 1e-6, [1, 128], True, True, _FP8[0], 4), 128),
+            ("fused_add_rms_norm_group_quant_fp8", (x, r, w, 1e-6, [1, 128], False, False, _FP8[0]), 128),
+        ):
+            fn = getattr(quant_kernels, name)
+            ref = _bits(fn(*args, config=quant_kernels.heuristic(k, group, 2)))
+            for c in quant_kernels.norm_split_candidates(k, group, tokens, 2):
+                got = _bits(fn(*args, config=c))
+                assert all(torch.equal(a, b) for a, b in zip(got, ref)), f"{name} {k} {c}"
+
+
+@pytest.mark.gpu
+@_needs_cuda
 def test_gpu_norm_quant_autotune_picks_a_candidate() -> None:
     """The real autotune (timed on this GPU) of the add + norm + group quant at 14336, 1024 rows:
     one key, its pick one of the candidates, the tuned call's outputs the pick's bits."""
@@ -617,7 +757,11 @@ def test_gpu_norm_quant_autotune_picks_a_candidate() -> None:
         out = quant_kernels.fused_add_rms_norm_group_quant_fp8(*args)
         key = ("fused_add_rms_norm_group_quant_fp8", (k, 128, _FP8[0], "row"), torch.bfloat16, kernels._bucket(1024))
         pick = kernels.tuned_configs()[key]
-        assert pick in quant_kernels.norm_candidates(k, 128, 2) and len(kernels._TUNE_TIMES) == 1
+        t_rows, sms = kernels._bucket_rows(key[3], k), kernels._sm_count(x.device)
+        cands = quant_kernels.norm_candidates(k, 128, 2)
+        cands += quant_kernels.norm_persist_candidates(k, 128, 2, t_rows, sms)
+        cands += quant_kernels.norm_split_candidates(k, 128, t_rows, 2)
+        assert pick in cands and len(kernels._TUNE_TIMES) == 1
         again = quant_kernels.fused_add_rms_norm_group_quant_fp8(*args, config=pick)
         assert all(torch.equal(a, b) for a, b in zip(_bits(out), _bits(again)))
     finally:

@@ -13,13 +13,18 @@ key heads of each ``--rope-head-dim``, both rotation styles (and every autotune 
 ``--hidden`` up to its register limit (whole rows, and groups of 512 where the row holds
 several), and the fp8 quant kernel (quant_kernels.py) in each input and quant stage at each
 ``--quant-hidden``, with every row-split candidate of the static and plain/silu group forms
-(``quant_kernels.candidates``, each row bucket's) and every chunked-walk candidate of the norm
-forms (``quant_kernels.norm_candidates``: ``_norm_quant_chunked_kernel``).
+(``quant_kernels.candidates``, each row bucket's), every chunked-walk candidate of the norm
+forms (``quant_kernels.norm_candidates``: ``_norm_quant_chunked_kernel``) and their persistent
+whole-row candidates (``quant_kernels.norm_persist_candidates``) and rstd pre-pass + split
+candidates (``quant_kernels.norm_split_candidates``); the persistent launch and the pre-pass must
+lay out their sums of squares as the whole row does (the same order of each row's sum: the same
+bits).
 Run without ``TRITON_INTERPRET``::
 
     python providers/triton/tools/compile_check.py [--arch 90] [--hidden 4096 8192] [--quick]
 
-Exit status 1 if any variant fails to compile, spills, or touches memory before the PDL wait.
+Exit status 1 if any variant fails to compile, spills, or touches memory before the PDL wait (or
+a persistent launch's or rstd pre-pass's reductions are laid out unlike its whole row's).
 """
 
 from __future__ import annotations
@@ -99,6 +104,19 @@ def spill_bytes(usage: str) -> int:
     return sum(found) if found else -1
 
 
+def reduce_layouts(ttgir: str) -> list[tuple[str, str]]:
+    """Each ``tt.reduce`` of a TTGIR module: (axis, operand types with their layouts spelled out).
+    Two kernels whose reductions have the same list sum (and max) each row in the same order:
+    a reduction's order is its operand's layout (what each thread holds, then the lanes, then the
+    warps)."""
+    defs = dict(re.findall(r"^(#\w+) = (#ttg\.[^\n]*)$", ttgir, re.M))
+    out = []
+    pattern = r'"tt\.reduce"\(([^)]*)\) <\{axis = (\d+) : i32\}>[\s\S]*?\}\) : \(([^)]*)\) ->'
+    for m in re.finditer(pattern, ttgir):
+        out.append((m.group(2), re.sub(r"#\w+", lambda t: defs.get(t.group(0), t.group(0)), m.group(3))))
+    return out
+
+
 def _compile(src: ASTSource, arch: int, num_warps: int, **options) -> dict:
     options = {"num_warps": num_warps, **({"launch_pdl": True} if arch >= 90 else {}), **options}
     k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
@@ -119,6 +137,7 @@ def _compile(src: ASTSource, arch: int, num_warps: int, **options) -> dict:
         "st": len(re.findall(r"st\.global", ptx)),
         "smem": k.metadata.shared,
         "pdl": "; ".join(pdl_problems(ptx).values()) or "ok" if arch >= 90 else "n/a",
+        "reduce": reduce_layouts(k.asm["ttgir"]),
     }
 
 
@@ -336,11 +355,21 @@ QUANT_VARIANTS = (
 
 
 def quant_source(
-    variant: tuple, k: int, dtype: torch.dtype, arch: int, cfg: QuantConfig | None = None
+    variant: tuple,
+    k: int,
+    dtype: torch.dtype,
+    arch: int,
+    cfg: QuantConfig | None = None,
+    prepass: bool = False,
 ) -> tuple[str, ASTSource, int]:
     """The quant kernel as a launch of ``variant`` on rows of ``k`` outputs compiles it (``cfg``:
-    a row-split candidate, as ``quant_kernels._launch`` sets it up)."""
+    a row-split candidate, a norm form's persistent launch or its split after the rstd pre-pass,
+    as ``quant_kernels._launch`` sets it up; ``prepass``: that pre-pass, the whole row's launch)."""
     label, mode, has_res, quant, group, ue8m0, hw_cast = variant
+    if prepass:
+        quant, label = Q._RSTD, label + " rstd pre-pass"
+    if cfg is not None and cfg.rstd_pass:  # the split after the pre-pass: x is the residual sum it wrote
+        has_res, label = False, label + " rstd-split"
     ty = _TY[dtype]
     fn = Q._quant_rows_kernel
     g = k if group is None else group
@@ -349,7 +378,7 @@ def quant_source(
     split = cfg is not None and cfg.block < ng * bg
     if cfg is not None:
         warps = cfg.num_warps
-        label += f" block {cfg.block}"
+        label += f" persist {cfg.persist}" if cfg.persist else f" block {cfg.block}"
     if split:
         assert cfg is not None
         if group is None:
@@ -368,7 +397,7 @@ def quant_source(
             "HAS_W": mode == 1, "QUANT": quant, "DIVIDE": group is not None, "UE8M0": ue8m0,
             "HAS_UB": False, "G": g, "NG": ng, "BG": bg, "SCALAR_SCALE": True, "BLOCK_R": 1,
             "HW_CAST": hw_cast, "BIAS": 7 if hw_cast else 8, "USE_PDL": arch >= 90,
-            "SPLIT": split}  # fmt: skip
+            "SPLIT": split, "PERSIST": bool(cfg and cfg.persist)}  # fmt: skip
     sig.update(dict.fromkeys(cons, "constexpr"))
     aligned = ["X", "R", "RO", "W", "Q", "SC"]
     if k % 16 == 0:
@@ -415,6 +444,28 @@ def _norm_chunk_configs(variant: tuple, k: int, dtype: torch.dtype) -> list[Quan
     return Q.norm_candidates(k, group, dtype.itemsize)[1:]
 
 
+def _norm_persist_configs(variant: tuple, k: int, dtype: torch.dtype) -> list[QuantConfig]:
+    """The persistent whole-row candidates of a norm form (``quant_kernels.norm_persist_candidates``
+    at the top row bucket on 132 SMs: every ``persist`` a smaller bucket may try too)."""
+    _, mode, _, quant, group, _, hw_cast = variant
+    if mode != Q._NORM or quant not in (Q._STATIC, Q._DYNAMIC):
+        return []
+    t_rows = K._bucket_rows(K._bucket(_ROWS[-1]), k)
+    return Q.norm_persist_candidates(k, group, dtype.itemsize, t_rows, 132, hw_cast)
+
+
+def _norm_split_configs(variant: tuple, k: int, dtype: torch.dtype) -> list[QuantConfig]:
+    """The rstd-pass split candidates of a norm form with static or group scales
+    (``quant_kernels.norm_split_candidates`` at 1 and 16 rows)."""
+    _, mode, _, quant, group, _, _ = variant
+    if mode != Q._NORM or not Q._split_ok(Q._PLAIN, quant, group):
+        return []
+    out: list[QuantConfig] = []
+    for rows in (1, 16):
+        out += [c for c in Q.norm_split_candidates(k, group, rows, dtype.itemsize) if c not in out]
+    return out
+
+
 def _quant_split_configs(variant: tuple, k: int, dtype: torch.dtype) -> list[QuantConfig]:
     """The row-split candidates the autotune may try for ``variant`` (its heuristic excluded: the
     plain compile above), over every row bucket; none for the forms that keep the whole row."""
@@ -441,12 +492,28 @@ def check_quant(
     out = []
     for v in variants:
         wanted = split is None or v[0] in split
-        for cfg in [None, *(_quant_split_configs(v, k, dtype) if wanted else [])]:
-            label, src, w = quant_source(v, k, dtype, arch, cfg)
+        whole: dict = {}
+        extra: list = []
+        if wanted:
+            extra = [*_quant_split_configs(v, k, dtype), *_norm_persist_configs(v, k, dtype)]
+            split_norm = _norm_split_configs(v, k, dtype)
+            extra += ["prepass", *split_norm] if split_norm else []
+        for cfg in [None, *extra]:
+            prepass = cfg == "prepass"
+            label, src, w = quant_source(v, k, dtype, arch, None if prepass else cfg, prepass)
             try:
-                out.append((label, _compile(src, arch, w)))
+                r = _compile(src, arch, w)
             except Exception as e:
-                out.append((label, {"error": f"{type(e).__name__}: {str(e)[:200]}"}))
+                r = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+            if cfg is None:
+                whole = r
+            elif "error" not in r and (prepass or cfg.persist):
+                # the persistent loop and the rstd pre-pass claim the whole row's sums of squares:
+                # their reductions must be laid out alike (the pre-pass has only the sum's two)
+                n = 2 if prepass else len(whole.get("reduce", []))
+                if r["reduce"][:n] != whole.get("reduce", [])[:n] or len(r["reduce"]) < n:
+                    r = {"error": f"reductions laid out unlike the whole row's: {r['reduce']}"}
+            out.append((label, r))
         for cfg in _norm_chunk_configs(v, k, dtype) if wanted else []:
             label, src, w = norm_chunk_source(v, k, dtype, arch, cfg)
             try:
