@@ -20,8 +20,10 @@ SIZES = (1, 3, 64, 1000) if GPU else (1, 3, 17)
 
 def test_every_claim_holds() -> None:
     """Registered under a test name with the table's claims and variants; each op's first sample
-    per dtype, the row at the start, middle and end of each batch, contiguous and strided."""
-    registrar = Registrar("triton")
+    per dtype, the row at the start, middle and end of each batch, contiguous and strided. The
+    table is validated under that name too: ``triton`` is the installed provider's, which another
+    test's loading of the providers may have registered already in this process."""
+    registrar = Registrar("triton_bi")
     registrar.register_table(IRCORE_IMPLEMENTATIONS)
     claimed = [impl for impl in registrar.impls if impl.batch_invariant is not False]
     # every op claims it: the norms, activations, position ops and quant kernels as they are or
@@ -31,12 +33,18 @@ def test_every_claim_holds() -> None:
     for impl in claimed:
         # every claim is for the whole op: the dynamic quant ops themselves refuse per-tensor calls
         assert impl.batch_invariant is True
-        ircore.get_op(impl.op_name).register_impl(
-            "triton_bi", impl.fn, impl.supports_args, impl.inplace,
-            batch_invariant=impl.batch_invariant, invariant_fn=impl.invariant_fn, fake=impl.fake,
-        )  # fmt: skip
-    dtypes = (torch.float32, torch.bfloat16) if GPU else (torch.float32,)
-    checked = check_invariance("triton_bi", device=DEVICE, dtypes=dtypes, sizes=SIZES, max_samples=1)
+    try:
+        for impl in claimed:
+            ircore.get_op(impl.op_name).register_impl(
+                "triton_bi", impl.fn, impl.supports_args, impl.inplace,
+                batch_invariant=impl.batch_invariant, invariant_fn=impl.invariant_fn, fake=impl.fake,
+            )  # fmt: skip
+        dtypes = (torch.float32, torch.bfloat16) if GPU else (torch.float32,)
+        checked = check_invariance("triton_bi", device=DEVICE, dtypes=dtypes, sizes=SIZES, max_samples=1)
+    finally:
+        for impl in claimed:
+            if "triton_bi" in ircore.get_op(impl.op_name).impls:
+                ircore.get_op(impl.op_name).unregister_impl("triton_bi")
     assert set(checked) == {impl.op_name for impl in claimed} and all(checked.values()), checked
     fixed = {impl.op_name for impl in claimed if impl.invariant_fn is not None}
     assert fixed == {"rms_norm", "fused_add_rms_norm", "rms_norm_gated", *MATMUL_OPS, *NORM_QUANT_OPS}
