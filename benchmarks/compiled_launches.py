@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import e2e_transformers as e2e  # its model builder and decode step
 
-VARIANTS = ("stock compile", "ircore compile", "ircore compile with rope routed")
+VARIANTS = ("stock compile", "ircore compile", "ircore compile with rope routed", "ircore compile with norms to inductor")
 # launches in an Inductor output module's ``call``: its generated kernels (C++ or Triton), the
 # library calls it makes (extern_kernels.mm, ...) and custom ops (torch.ops.<namespace>.<op>)
 _KERNEL = re.compile(r"^\s+(?:(cpp_fused_\w+)\(|(triton_\w+)\.run\()", re.M)
@@ -63,27 +63,17 @@ def model_args(model: str, device: str, layers: int) -> argparse.Namespace:
 
 
 def measure(variant: str, model: Any, a: argparse.Namespace, batch: int) -> Counter[str]:
+    """Launches of one compiled decode step of ``variant`` (set up as e2e_transformers does)."""
     from torch._inductor.utils import run_and_get_code
 
-    from ircore.integrations.transformers import apply, undo
-
-    ircore_on = variant.startswith("ircore")
-    if ircore_on:
-        apply(model, mlp=True, rope=variant.endswith("with rope routed"))
-    try:
-        torch._dynamo.reset()
-        fn = torch.compile(model.forward, backend="ircore" if ircore_on else "inductor", dynamic=False)
+    with e2e.variant_on(variant, model, None) as fn:
         step = e2e.Runner(model, fn, a).decode(batch, steps=4)
         with torch.no_grad():
             _, codes = run_and_get_code(step)
-        total: Counter[str] = Counter()
-        for code in codes:
-            total += count_launches(code)
-        return total
-    finally:
-        if ircore_on:
-            undo(model)
-        torch._dynamo.reset()
+    total: Counter[str] = Counter()
+    for code in codes:
+        total += count_launches(code)
+    return total
 
 
 def table(results: dict[str, dict[str, Counter[str]]], layers: int) -> str:

@@ -26,6 +26,12 @@ Variants (each on the same weights; the KV cache is transformers' ``StaticCache`
 - ``ircore eager with rope routed``  ``apply(model, mlp=True, rope=True)``: the rotary embedding on
                        ``ircore.ops.rotary_pos_emb`` too (the row to set against ``liger eager``,
                        which patches RoPE as well);
+- ``ircore compile with norms to inductor``  ``ircore compile`` with ``native`` first for ``rms_norm``
+                       and ``fused_add_rms_norm`` (``ircore.set_priority``, for the variant): the
+                       norms traced into aten ops that Inductor fuses with their neighbours, the
+                       add+norm fusion and the activations as in ``ircore compile`` (what the
+                       opaque norm kernels cost in launches at small batches:
+                       ``compiled_launches.py``);
 - ``stock compile``    ``torch.compile(model.forward, mode=--mode)`` (Inductor);
 - ``ircore compile``   ``apply(model, mlp=True)`` + ``torch.compile(model.forward, backend="ircore",
                        mode=--mode)``; ``--mode`` is ``reduce-overhead`` (CUDA graphs) on CUDA;
@@ -55,6 +61,7 @@ spent in norm, residual-add and activation kernels (torch.profiler; rule in ``ke
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -63,7 +70,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -74,8 +81,10 @@ import ircore
 from ircore.integrations.transformers import apply, fp8_model, undo
 
 VARIANTS = ("stock eager", "liger eager", "ircore eager", "ircore eager with rope routed", "ircore compile",
-            "ircore compile with rope routed", "stock compile", "fp8 transformers", "fp8 ircore eager",
-            "fp8 ircore compile")
+            "ircore compile with rope routed", "ircore compile with norms to inductor", "stock compile",
+            "fp8 transformers", "fp8 ircore eager", "fp8 ircore compile")
+# what "with norms to inductor" leaves to Inductor (the process-wide priority: the lowering's)
+NORMS_NATIVE = {"rms_norm": ["native"], "fused_add_rms_norm": ["native"]}
 CATEGORIES = ("norm", "add", "act")
 _START = time.perf_counter()
 
@@ -356,28 +365,41 @@ def measure(variant: str, model: Any, fn: Callable[..., Any], a: argparse.Namesp
     return rows
 
 
+@contextlib.contextmanager
+def variant_on(variant: str, model: Any, mode: str | None) -> Iterator[Callable[..., Any]]:
+    """Inside: ``model`` set up as a stock / ircore ``variant`` (eager or compiled), and the
+    function to call; after: ``model`` stock again, the priority as before, Dynamo reset."""
+    ircore_on = variant.startswith("ircore")
+    rope = variant.endswith("with rope routed")
+    norms_native = variant.endswith("with norms to inductor")
+    if ircore_on:
+        summary = apply(model, mlp=True, rope=rope)
+        log(f"apply(model, mlp=True, rope={rope}): {'; '.join(str(summary).splitlines())}")
+    if norms_native:
+        ircore.set_priority(NORMS_NATIVE)
+    try:
+        fn = model.forward
+        if " compile" in variant:
+            torch._dynamo.reset()
+            backend = "ircore" if ircore_on else "inductor"
+            fn = torch.compile(model.forward, backend=backend, mode=mode, dynamic=False)
+        yield fn
+    finally:
+        if norms_native:
+            ircore.set_priority(dict.fromkeys(NORMS_NATIVE))
+        if ircore_on:
+            undo(model)
+        torch._dynamo.reset()
+
+
 def run_variant(variant: str, model: Any, a: argparse.Namespace, reference: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
     """Set the variant up on ``model``, measure it, and leave ``model`` stock again."""
     if variant == "liger eager":
         return run_liger(model, a, reference)
     if variant.startswith("fp8"):
         return run_fp8(variant, a, reference)
-    ircore_on = variant.startswith("ircore")
-    rope = variant.endswith("with rope routed")
-    if ircore_on:
-        summary = apply(model, mlp=True, rope=rope)
-        log(f"apply(model, mlp=True, rope={rope}): {'; '.join(str(summary).splitlines())}")
-    fn = model.forward
-    if " compile" in variant:
-        torch._dynamo.reset()
-        backend = "ircore" if ircore_on else "inductor"
-        fn = torch.compile(model.forward, backend=backend, mode=a.mode, dynamic=False)
-    try:
+    with variant_on(variant, model, a.mode) as fn:
         return measure(variant, model, fn, a, reference)
-    finally:
-        if ircore_on:
-            undo(model)
-        torch._dynamo.reset()
 
 
 def run_fp8(variant: str, a: argparse.Namespace, reference: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
