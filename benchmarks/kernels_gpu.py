@@ -1244,6 +1244,13 @@ def best_cells(cells: list[Cell]) -> dict[tuple[str, str, int, int], dict[str, C
     return best
 
 
+def context_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is a CUDA error that leaves the process's context unusable (an illegal
+    address, a launch failure, a device-side assert): every later CUDA call raises it again."""
+    text = str(exc)
+    return any(m in text for m in ("illegal memory access", "unspecified launch failure", "device-side assert"))
+
+
 def next_cell(pending: list[Cell], builds: dict[str, Build]) -> Cell:
     """Take the next cell to measure from ``pending`` (in :func:`plan`'s order): the first whose
     column needs no build still running; the first of all when every one waits on a build."""
@@ -1278,6 +1285,9 @@ def retime_close_rows(cells: list[Cell], make_runner: Any, deadline: float) -> i
             med = interleaved_medians(runners, rounds=RETIME_ROUNDS, round_s=0.005)
         except Exception as exc:
             log(f"re-timing {key}: {type(exc).__name__}: {str(exc)[:200]}")
+            if context_lost(exc):
+                log("re-timing close rows: the CUDA context is lost; the rows left keep their in-turn figures")
+                break
             continue
         for c, other in ((ours, anchor), (anchor, ours)):
             c.extra["interleaved_us"] = med[c.impl] * 1e6
@@ -1664,6 +1674,14 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"    error: {cell.error}")
                 if os.environ.get("KERNELS_GPU_TRACEBACK"):
                     traceback.print_exc()
+                if context_lost(exc):  # every later CUDA call fails the same way: say so once
+                    lost = f"CUDA context lost at {cell.op} {cell.tokens}x{cell.hidden} {cell.impl}"
+                    log(f"    {lost}: the remaining {len(pending)} cells are not measured")
+                    for rest in pending:
+                        rest.status, rest.error = "error", lost
+                    pending.clear()
+                    cell.seconds = time.monotonic() - t0
+                    break
                 with contextlib.suppress(Exception):
                     torch.cuda.synchronize()
                 with contextlib.suppress(Exception):
@@ -1681,7 +1699,7 @@ def main(argv: list[str] | None = None) -> int:
                 meta["elapsed_s"] = time.monotonic() - t_start
                 write_outputs(cells, args, meta)
 
-        if args.retime_s > 0:
+        if args.retime_s > 0 and not any(c.error and c.error.startswith("CUDA context lost") for c in cells):
 
             def make_runner(cell: Cell) -> Any:
                 from ircore.tools.timing import graph_runner

@@ -104,3 +104,16 @@ def benchmark_compiled_module():
     counts = cl.count_launches(code)
     assert counts == {"inductor kernel": 2, "matmul (mm)": 1, "matmul (addmm)": 1, "ircore_vllm_c.rms_norm": 1}
     assert cl.count_launches("no call function here") == {}
+
+
+def test_a_lost_cuda_context_ends_the_retiming_at_once():
+    cells = [_cell("triton", 10.2), _cell("liger", 10.0), _cell("triton", 10.3, tokens=1), _cell("liger", 10.0, tokens=1)]
+    asked = []
+
+    def poisoned(cell: kg.Cell):
+        asked.append(cell.tokens)
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    assert kg.retime_close_rows(cells, poisoned, time.monotonic() + 10) == 0
+    assert asked == [1]  # the first close row only: every later capture would fail the same way
+    assert not kg.context_lost(RuntimeError("capture failed"))
