@@ -385,7 +385,7 @@ if want quant-kernels; then  # issue 25: the fp8 quant and fused norm/act + quan
   QUANT_OPS=$(python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import kernels_gpu; print(*kernels_gpu.QUANT_OPS)")
   # QUANT_BUDGET_S: every column of every op takes more than the default 270 s (H200, 2026-12-05:
   # eager, triton, Inductor's compile of the fused natives and triton unfused took 510 s); a call of
-  # its own with 540 covers eager, triton, compile and vllm_c (measured once its build is done).
+  # its own with 540 covers eager, triton, vllm_c (measured once its build is done) and compile.
   # QUANT_AB=1: also triton's whole-row launch of the fused norm + quant ops (their chunked walk's A/B).
   # QUANT_UNFUSED=1: also each fused op as triton's two unfused kernels (issue 25's fused-vs-unfused target).
   qb=${QUANT_BUDGET_S:-270}

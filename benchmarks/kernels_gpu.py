@@ -219,12 +219,13 @@ APPLIES["triton"].update(QUANT_OPS)  # quant_kernels.py (e4m3fn, e4m3fnuz)
 # the fused norm + quant ops: triton's whole-row launch (impls.<op>_invariant) beside its tuned one
 APPLIES["triton_whole"] = {op for op in QUANT_OPS if "rms_norm" in op}
 APPLIES["triton_unfused"] = set(UNFUSED_PARTS)
-# Measuring order: the anchors and both providers first, the A/B columns last (a budget that runs
-# out costs those). A column needing a background build waits while its build runs (see
-# next_cell): its build overlaps the rest, and it is measured as soon as the build is done, not
-# last (on 2026-12-05 a budget spent before vllm_c's column, measured last, left it empty).
+# Measuring order: both providers and the anchors first, the A/B columns last (a budget that runs
+# out costs those); vllm_c before Inductor's compile, the slowest column (a compile per cell). A
+# column needing a background build waits while its build runs (see next_cell): its build
+# overlaps the rest, and it is measured as soon as the build is done, not last (on 2026-12-05 a
+# budget spent before vllm_c's column, measured last, left it empty).
 ORDER = (
-    "eager", "triton", "compile", "liger", "vllm_c", "flashinfer", "triton_whole", "triton_unfused", "triton_nopdl",
+    "eager", "triton", "vllm_c", "compile", "liger", "flashinfer", "triton_whole", "triton_unfused", "triton_nopdl",
     "vllm_c_nopdl",
 )  # fmt: skip
 BUILT_BY = {"vllm_c": "vllm_c", "vllm_c_nopdl": "vllm_c", "flashinfer": "flashinfer"}  # column -> its build
