@@ -31,7 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import e2e_transformers as e2e  # its model builder and decode step
 
-VARIANTS = ("stock compile", "ircore compile", "ircore compile with rope routed", "ircore compile with norms to inductor")
+VARIANTS = (
+    "stock compile", "ircore compile", "ircore compile with rope routed", "ircore compile with norms to inductor",
+    "ircore compile with small norms to inductor",
+)  # fmt: skip
 # launches in an Inductor output module's ``call``: its generated kernels (C++ or Triton), the
 # library calls it makes (extern_kernels.mm, ...) and custom ops (torch.ops.<namespace>.<op>)
 _KERNEL = re.compile(r"^\s+(?:(cpp_fused_\w+)\(|(triton_\w+)\.run\()", re.M)

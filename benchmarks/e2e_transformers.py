@@ -32,6 +32,10 @@ Variants (each on the same weights; the KV cache is transformers' ``StaticCache`
                        add+norm fusion and the activations as in ``ircore compile`` (what the
                        opaque norm kernels cost in launches at small batches:
                        ``compiled_launches.py``);
+- ``ircore compile with small norms to inductor``  ``ircore.compile(model.forward,
+                       leave_to_inductor=SMALL_NORMS)``: only norm calls of at most 65536
+                       elements left to Inductor (decode at small batches), the providers'
+                       kernels for the rest (prefill);
 - ``stock compile``    ``torch.compile(model.forward, mode=--mode)`` (Inductor);
 - ``ircore compile``   ``apply(model, mlp=True)`` + ``torch.compile(model.forward, backend="ircore",
                        mode=--mode)``; ``--mode`` is ``reduce-overhead`` (CUDA graphs) on CUDA;
@@ -81,10 +85,14 @@ import ircore
 from ircore.integrations.transformers import apply, fp8_model, undo
 
 VARIANTS = ("stock eager", "liger eager", "ircore eager", "ircore eager with rope routed", "ircore compile",
-            "ircore compile with rope routed", "ircore compile with norms to inductor", "stock compile",
-            "fp8 transformers", "fp8 ircore eager", "fp8 ircore compile")
+            "ircore compile with rope routed", "ircore compile with norms to inductor",
+            "ircore compile with small norms to inductor", "stock compile", "fp8 transformers", "fp8 ircore eager",
+            "fp8 ircore compile")
 # what "with norms to inductor" leaves to Inductor (the process-wide priority: the lowering's)
 NORMS_NATIVE = {"rms_norm": ["native"], "fused_add_rms_norm": ["native"]}
+# "with small norms to inductor": ircore.compile(leave_to_inductor=...), norm calls of at most 65536
+# elements (16 tokens of 4096, 32 of 2048; the q/k norms of 16 tokens of 32 heads of 128)
+SMALL_NORMS = {"rms_norm": 65536, "fused_add_rms_norm": 65536}
 CATEGORIES = ("norm", "add", "act")
 _START = time.perf_counter()
 
@@ -379,7 +387,10 @@ def variant_on(variant: str, model: Any, mode: str | None) -> Iterator[Callable[
         ircore.set_priority(NORMS_NATIVE)
     try:
         fn = model.forward
-        if " compile" in variant:
+        if variant.endswith("with small norms to inductor"):
+            torch._dynamo.reset()
+            fn = ircore.compile(model.forward, leave_to_inductor=SMALL_NORMS, mode=mode, dynamic=False)
+        elif " compile" in variant:
             torch._dynamo.reset()
             backend = "ircore" if ircore_on else "inductor"
             fn = torch.compile(model.forward, backend=backend, mode=mode, dynamic=False)

@@ -142,6 +142,7 @@ def test_pass_uuid_covers_everything_that_changes_a_lowering(clean_api):
     ircore.configure(fusions={"add_rms_norm": False})
     assert key() != with_impl
     assert IrcorePostGradPass(fusions="all").uuid() == with_impl  # a per-compile override counts too
+    assert IrcorePostGradPass(leave_to_inductor={"rms_norm": 64}).uuid() != with_impl
 
 
 def test_pass_uuid_is_none_when_a_user_pass_has_no_uuid():
@@ -153,3 +154,19 @@ def test_impl_uuid_hashes_its_source_file():
     other = fused_add_rms_norm.register_impl("prov_a", impls.fused_inplace, inplace=True)
     assert impl.uuid() == impl.uuid() and len(impl.uuid()) == 32
     assert impl.uuid() != other.uuid()  # another op and function, though the same file
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"rms_nrom": 64}, "unknown op 'rms_nrom'"),
+        ({"rms_norm": -1}, "'rms_norm' needs an element count (an int >= 0), got -1"),
+        ({"rms_norm": True}, "needs an element count"),
+        ({"rms_norm": 1.5}, "needs an element count"),
+        (["rms_norm"], "expected a mapping of op name -> element count"),
+    ],
+)
+def test_leave_to_inductor_errors_name_the_argument_at_the_call(value, message):
+    with pytest.raises(ircore.ConfigError) as err:
+        ircore.compile(lambda x: x, leave_to_inductor=value)
+    assert str(err.value).startswith("ircore.compile(leave_to_inductor=...): ") and message in str(err.value)

@@ -97,6 +97,23 @@ def test_lowering_picks_what_explain_picks():
         assert ("opaque" in impls.CALLS) == (expected == "opaque")
 
 
+def test_leave_to_inductor_lowers_small_calls_to_native_and_large_ones_to_the_provider():
+    rms_norm.register_impl("opaque", impls.rms_norm_opaque)
+    ircore.set_priority(rms_norm=["opaque"])
+
+    def f(x_small, x_large, w):
+        return ircore.ops.rms_norm(x_small, w, 1e-6).sum() + ircore.ops.rms_norm(x_large, w, 1e-6).sum()
+
+    small, large, w = torch.randn(2, H), torch.randn(64, H), torch.randn(H)
+    expected = f(small, large, w)
+    impls.CALLS.clear()
+    compiled = ircore.compile(f, leave_to_inductor={"rms_norm": 2 * H}, fullgraph=True)
+    torch.testing.assert_close(compiled(small, large, w), expected)
+    # at most 2 * H elements: native (traced for Inductor), whatever the priority; above: opaque
+    assert sorted(ircore.compile.report().last_lowering.values()) == ["native", "opaque"]
+    assert impls.CALLS == ["opaque"]  # the large call only
+
+
 @pytest.mark.slow
 def test_inplace_provider_copies_only_graph_inputs():
     fused_add_rms_norm.register_impl("opaque", impls.fused_inplace_opaque, inplace=True)

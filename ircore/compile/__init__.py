@@ -53,40 +53,62 @@ def backend(
     mode: str | None = None,
     options: Mapping[str, Any] | None = None,
     fusions: FusionSetting = None,
+    leave_to_inductor: Mapping[str, int] | None = None,
 ) -> Any:
     """The ``ircore`` torch.compile backend: Inductor with ircore's post-grad pass.
 
     ``mode`` and ``options`` mean what they mean for ``backend="inductor"``. ``fusions``
     overrides the configured fusion switches for this compile (a mapping of name -> bool, a list
-    of the names to run, ``"all"`` or ``"none"``).
+    of the names to run, ``"all"`` or ``"none"``). ``leave_to_inductor`` (op name -> element
+    count): calls of that op whose largest tensor has at most that many elements are lowered to
+    ``native`` whatever the priority, for Inductor to fuse with their neighbours.
     """
     from ircore.compile._backend import compile_graph
+    from ircore.compile._settings import normalize_leave_to_inductor
 
-    return compile_graph(gm, example_inputs, mode=mode, options=options, fusions=fusions)
+    small = normalize_leave_to_inductor(leave_to_inductor, "ircore.compile(leave_to_inductor=...)")
+    return compile_graph(
+        gm, example_inputs, mode=mode, options=options, fusions=fusions, leave_to_inductor=small
+    )
 
 
-def compile(model: Any = None, *, fusions: FusionSetting = None, **torch_compile_kwargs: Any) -> Any:
+def compile(
+    model: Any = None,
+    *,
+    fusions: FusionSetting = None,
+    leave_to_inductor: Mapping[str, int] | None = None,
+    **torch_compile_kwargs: Any,
+) -> Any:
     """``torch.compile(model, backend="ircore", **torch_compile_kwargs)`` with these fusions.
 
-    ``mode=``, ``options=``, ``dynamic=``, ``fullgraph=`` ... are passed to ``torch.compile``.
-    Without ``model`` it returns a decorator, as ``torch.compile`` does.
+    ``leave_to_inductor={"rms_norm": 65536}``: calls of ``rms_norm`` whose largest tensor has at
+    most 65536 elements are lowered to ``native`` (aten ops Inductor fuses with their neighbours)
+    instead of a provider's kernel: a launch fewer where kernels are short (decode at small
+    batches), the providers' kernels where they are long. ``mode=``, ``options=``, ``dynamic=``,
+    ``fullgraph=`` ... are passed to ``torch.compile``. Without ``model`` it returns a decorator,
+    as ``torch.compile`` does.
     """
     import functools
 
     import torch
 
+    from ircore.compile._settings import normalize_leave_to_inductor
+
     if "backend" in torch_compile_kwargs:
         raise TypeError("ircore.compile() always uses the ircore backend; use torch.compile for others")
-    if fusions is None:
+    # fail here, not at the first call
+    if fusions is not None:
+        _config.normalize_fusions(fusions, "ircore.compile(fusions=...)")
+    small = normalize_leave_to_inductor(leave_to_inductor, "ircore.compile(leave_to_inductor=...)")
+    if fusions is None and not small:
         chosen: Any = "ircore"
     else:
-        _config.normalize_fusions(fusions, "ircore.compile(fusions=...)")  # fail here, not at first call
-        chosen = functools.partial(backend, fusions=fusions)
+        chosen = functools.partial(backend, fusions=fusions, leave_to_inductor=small)
         chosen.__name__ = "ircore"
     return torch.compile(model, backend=chosen, **torch_compile_kwargs)
 
 
-def post_grad_pass(fusions: FusionSetting = None) -> Any:
+def post_grad_pass(fusions: FusionSetting = None, leave_to_inductor: Mapping[str, int] | None = None) -> Any:
     """ircore's pass as a ``CustomGraphPass``, for your own Inductor configuration.
 
     ``torch._inductor.config.post_grad_custom_post_pass = ircore.compile.post_grad_pass()`` gives
@@ -94,8 +116,12 @@ def post_grad_pass(fusions: FusionSetting = None) -> Any:
     for you, and also guards compiled graphs against later priority changes).
     """
     from ircore.compile._passes import IrcorePostGradPass
+    from ircore.compile._settings import normalize_leave_to_inductor
 
-    return IrcorePostGradPass(fusions=fusions)
+    small = normalize_leave_to_inductor(
+        leave_to_inductor, "ircore.compile.post_grad_pass(leave_to_inductor=...)"
+    )
+    return IrcorePostGradPass(fusions=fusions, leave_to_inductor=small)
 
 
 class _CallableModule(types.ModuleType):

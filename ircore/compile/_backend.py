@@ -77,6 +77,7 @@ def compile_graph(
     mode: str | None,
     options: Mapping[str, Any] | None,
     fusions: Any,
+    leave_to_inductor: Mapping[str, int] | None = None,
 ) -> Callable[..., Any]:
     """``compile_fx`` with ircore's post-grad pass in ``post_grad_custom_post_pass``."""
     import torch._inductor.config as inductor_config
@@ -92,7 +93,9 @@ def compile_graph(
     patches = dict(list_mode_options(mode)) if mode else {}
     patches.update(options or {})
     user = patches.pop("post_grad_custom_post_pass", inductor_config.post_grad_custom_post_pass)
-    post_grad = patches["post_grad_custom_post_pass"] = IrcorePostGradPass(fusions, _user_passes(user))
+    post_grad = patches["post_grad_custom_post_pass"] = IrcorePostGradPass(
+        fusions, _user_passes(user), leave_to_inductor
+    )
     ops = _ircore_ops_in(gm)
     version = STATE.version
     lists = {name: dispatch.effective_priority(get_op(name), None)[0] for name in ops}

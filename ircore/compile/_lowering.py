@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import operator
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -137,7 +138,14 @@ def replacement(op: IrOp, entry: dispatch.Entry) -> tuple[Any, bool]:
     return _torch_ops.traced_form_of(op, impl, entry.fn)
 
 
-def lower(graph: Graph) -> tuple[dict[str, tuple[str, str]], int]:
+def largest_tensor(vals: tuple[Any, ...]) -> int:
+    """The element count of the largest tensor among a call's argument values (0 if none)."""
+    return max((v.numel() for v in vals if isinstance(v, torch.Tensor)), default=0)
+
+
+def lower(
+    graph: Graph, leave_to_inductor: Mapping[str, int] | None = None
+) -> tuple[dict[str, tuple[str, str]], int]:
     """Replace every ircore node; returns ``{node name: (op, provider)}`` and how many are left.
 
     Each node gets what the eager rule chooses for its fake values (``dispatch.first_supported``
@@ -145,6 +153,10 @@ def lower(graph: Graph) -> tuple[dict[str, tuple[str, str]], int]:
     ``dispatch.lowering_plan``). A provider's op whose fake fails on them (it would fail the
     compile) is passed over with a WARNING naming it, and the walk goes on to the next
     implementation that accepts the call (``native`` at the latest).
+
+    ``leave_to_inductor`` (op name -> element count): a node of such an op whose largest tensor
+    argument has at most that many elements gets ``native`` (the plan's own native entry), so that
+    Inductor fuses it with its neighbours instead of launching a provider's kernel for it.
 
     Run :func:`functionalize_maybe_inplace` first: ``maybe_inplace`` nodes are lowered as the
     functional op they become.
@@ -162,6 +174,9 @@ def lower(graph: Graph) -> tuple[dict[str, tuple[str, str]], int]:
         vals = tuple(value(a) for a in args)
         match: Any = pattern.match(node)  # a Match (a one-node pattern matches its own target)
         entries = dispatch.lowering_plan(op)
+        limit = (leave_to_inductor or {}).get(op.name)
+        if limit is not None and largest_tensor(vals) <= limit:
+            entries = tuple(e for e in entries if e.provider == dispatch.NATIVE)
         while True:
             entry = dispatch.first_supported(op.name, entries, vals)[0]
             fn, functionalized = replacement(op, entry)

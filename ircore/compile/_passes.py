@@ -7,7 +7,7 @@ import hashlib
 import json
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +62,15 @@ def lowering_state() -> dict[str, Any]:
 class IrcorePostGradPass(_Base):
     """User passes -> fusions -> topological sort -> lowering -> dead-code elimination."""
 
-    def __init__(self, fusions: Any = None, user_passes: Sequence[Any] = ()) -> None:
+    def __init__(
+        self,
+        fusions: Any = None,
+        user_passes: Sequence[Any] = (),
+        leave_to_inductor: Mapping[str, int] | None = None,
+    ) -> None:
         self.fusions = fusions
         self.user_passes = tuple(user_passes)
+        self.leave_to_inductor = dict(leave_to_inductor or {})
         #: whether the pass ran on a graph (it does not on one served from the FX graph cache)
         self.ran = False
         #: the :func:`lowering_state` the last cache key (:meth:`uuid`) was computed from
@@ -88,7 +94,7 @@ class IrcorePostGradPass(_Base):
             from torch._inductor.pattern_matcher import stable_topological_sort
 
             stable_topological_sort(graph)
-        chosen, left = _lowering.lower(graph)
+        chosen, left = _lowering.lower(graph, self.leave_to_inductor)
         graph.eliminate_dead_code()
         _report.record_graph(counts, chosen, left, time.perf_counter() - start)
 
@@ -105,6 +111,7 @@ class IrcorePostGradPass(_Base):
             "source": _source_hash(),
             "fusions": effective_fusions(self.fusions),
             "lowering": self.key_state,
+            "leave_to_inductor": self.leave_to_inductor,
             "user_passes": users,
         }
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
