@@ -646,6 +646,24 @@ def test_norm_quant_candidates_start_whole_and_chunk_less_than_the_row() -> None
     assert qk.norm_candidates(1024, 1024, 2) == [qk.heuristic(1024, 1024, 2)]  # one group: the row
 
 
+def _gpu_norm_quant_cases(tokens: int, k: int) -> list[tuple[str, tuple, int | None]]:
+    """(op, arguments, group) of the six fused norm + quant ops on bf16 CUDA inputs of ``tokens``
+    x ``k``: static (hardware cast and the bits' encoding), per token, group (column-major
+    TMA-aligned ue8m0 scales and row-major ones)."""
+    x = (torch.randn(tokens, k, device="cuda") * 4).to(torch.bfloat16)
+    r = torch.randn(tokens, k, device="cuda").to(torch.bfloat16)
+    w = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
+    s = torch.full((1,), 0.02, device="cuda")
+    return [
+        ("rms_norm_static_fp8_quant", (x, w, 1e-6, s, _FP8[0]), None),
+        ("fused_add_rms_norm_static_fp8_quant", (x, r, w, 1e-6, s, _FP8[1]), None),
+        ("rms_norm_dynamic_quant_fp8", (x, w, 1e-6, True, _FP8[0]), None),
+        ("fused_add_rms_norm_dynamic_quant_fp8", (x, r, w, 1e-6, True, _FP8[0], s), None),
+        ("rms_norm_group_quant_fp8", (x, w, 1e-6, [1, 128], True, True, _FP8[0], 4), 128),
+        ("fused_add_rms_norm_group_quant_fp8", (x, r, w, 1e-6, [1, 128], False, False, _FP8[0]), 128),
+    ]
+
+
 @pytest.mark.gpu
 @_needs_cuda
 @pytest.mark.parametrize("tokens", [1, 33, 2048])
@@ -656,18 +674,7 @@ def test_gpu_every_norm_quant_chunk_matches_reference(tokens: int) -> None:
     from ircore_triton import quant_kernels
 
     for k in (4096, 14336):
-        x = (torch.randn(tokens, k, device="cuda") * 4).to(torch.bfloat16)
-        r = torch.randn(tokens, k, device="cuda").to(torch.bfloat16)
-        w = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
-        s = torch.full((1,), 0.02, device="cuda")
-        for name, args, group in (
-            ("rms_norm_static_fp8_quant", (x, w, 1e-6, s, _FP8[0]), None),
-            ("fused_add_rms_norm_static_fp8_quant", (x, r, w, 1e-6, s, _FP8[1]), None),
-            ("rms_norm_dynamic_quant_fp8", (x, w, 1e-6, True, _FP8[0]), None),
-            ("fused_add_rms_norm_dynamic_quant_fp8", (x, r, w, 1e-6, True, _FP8[0], s), None),
-            ("rms_norm_group_quant_fp8", (x, w, 1e-6, [1, 128], True, True, _FP8[0], 4), 128),
-            ("fused_add_rms_norm_group_quant_fp8", (x, r, w, 1e-6, [1, 128], False, False, _FP8[0]), 128),
-        ):
+        for name, args, group in _gpu_norm_quant_cases(tokens, k):
             fn, op = getattr(quant_kernels, name), ircore.get_op(name)
             configs = quant_kernels.norm_candidates(k, group, 2)
             whole = fn(*args, config=configs[0])
@@ -690,18 +697,7 @@ def test_gpu_norm_quant_persistent_launch_gives_the_whole_rows_bits(tokens: int)
     from ircore_triton.kernels import QuantConfig
 
     for k in (8192, 14336):
-        x = (torch.randn(tokens, k, device="cuda") * 4).to(torch.bfloat16)
-        r = torch.randn(tokens, k, device="cuda").to(torch.bfloat16)
-        w = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
-        s = torch.full((1,), 0.02, device="cuda")
-        for name, args, group in (
-            ("rms_norm_static_fp8_quant", (x, w, 1e-6, s, _FP8[0]), None),
-            ("fused_add_rms_norm_static_fp8_quant", (x, r, w, 1e-6, s, _FP8[1]), None),
-            ("rms_norm_dynamic_quant_fp8", (x, w, 1e-6, True, _FP8[0]), None),
-            ("fused_add_rms_norm_dynamic_quant_fp8", (x, r, w, 1e-6, True, _FP8[0], s), None),
-            ("rms_norm_group_quant_fp8", (x, w, 1e-6, [1, 128], True, True, _FP8[0], 4), 128),
-            ("fused_add_rms_norm_group_quant_fp8", (x, r, w, 1e-6, [1, 128], False, False, _FP8[0]), 128),
-        ):
+        for name, args, group in _gpu_norm_quant_cases(tokens, k):
             fn = getattr(quant_kernels, name)
             h = quant_kernels.heuristic(k, group, 2)
             ref = _bits(fn(*args, config=h))
@@ -720,16 +716,8 @@ def test_gpu_norm_quant_rstd_split_gives_the_whole_rows_bits(tokens: int) -> Non
     from ircore_triton import quant_kernels
 
     for k in (4096, 14336):
-        x = (torch.randn(tokens, k, device="cuda") * 4).to(torch.bfloat16)
-        r = torch.randn(tokens, k, device="cuda").to(torch.bfloat16)
-        w = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
-        s = torch.full((1,), 0.02, device="cuda")
-        for name, args, group in (
-            ("rms_norm_static_fp8_quant", (x, w, 1e-6, s, _FP8[0]), None),
-            ("fused_add_rms_norm_static_fp8_quant", (x, r, w, 1e-6, s, _FP8[1]), None),
-            ("rms_norm_group_quant_fp8", (x, w, 1e-6, [1, 128], True, True, _FP8[0], 4), 128),
-            ("fused_add_rms_norm_group_quant_fp8", (x, r, w, 1e-6, [1, 128], False, False, _FP8[0]), 128),
-        ):
+        # the static and group forms: per-token scales need the whole row's amax (not split)
+        for name, args, group in (c for c in _gpu_norm_quant_cases(tokens, k) if "dynamic" not in c[0]):
             fn = getattr(quant_kernels, name)
             ref = _bits(fn(*args, config=quant_kernels.heuristic(k, group, 2)))
             for c in quant_kernels.norm_split_candidates(k, group, tokens, 2):
