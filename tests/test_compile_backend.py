@@ -112,6 +112,11 @@ def test_leave_to_inductor_lowers_small_calls_to_native_and_large_ones_to_the_pr
     # at most 2 * H elements: native (traced for Inductor), whatever the priority; above: opaque
     assert sorted(ircore.compile.report().last_lowering.values()) == ["native", "opaque"]
     assert impls.CALLS == ["opaque"]  # the large call only
+    # dynamic shapes: no size is known, so nothing is left to Inductor (and nothing guarded on it)
+    torch._dynamo.reset()
+    dynamic = ircore.compile(f, leave_to_inductor={"rms_norm": 2 * H}, fullgraph=True, dynamic=True)
+    torch.testing.assert_close(dynamic(small, large, w), expected)
+    assert sorted(ircore.compile.report().last_lowering.values()) == ["opaque", "opaque"]
 
 
 @pytest.mark.slow

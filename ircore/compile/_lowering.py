@@ -138,9 +138,13 @@ def replacement(op: IrOp, entry: dispatch.Entry) -> tuple[Any, bool]:
     return _torch_ops.traced_form_of(op, impl, entry.fn)
 
 
-def largest_tensor(vals: tuple[Any, ...]) -> int:
-    """The element count of the largest tensor among a call's argument values (0 if none)."""
-    return max((v.numel() for v in vals if isinstance(v, torch.Tensor)), default=0)
+def known_at_most(vals: tuple[Any, ...], limit: int) -> bool:
+    """Whether every tensor among a call's argument values is known to have at most ``limit``
+    elements: a size that is symbolic (``dynamic=True``) is not, and nothing is guarded on it
+    (the graph serves every size, so the priority's choice stands)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return all(statically_known_true(v.numel() <= limit) for v in vals if isinstance(v, torch.Tensor))
 
 
 def lower(
@@ -154,9 +158,10 @@ def lower(
     compile) is passed over with a WARNING naming it, and the walk goes on to the next
     implementation that accepts the call (``native`` at the latest).
 
-    ``leave_to_inductor`` (op name -> element count): a node of such an op whose largest tensor
-    argument has at most that many elements gets ``native`` (the plan's own native entry), so that
-    Inductor fuses it with its neighbours instead of launching a provider's kernel for it.
+    ``leave_to_inductor`` (op name -> element count): a node of such an op whose tensor
+    arguments are known to have at most that many elements each gets ``native`` (the plan's own
+    native entry), so that Inductor fuses it with its neighbours instead of launching a
+    provider's kernel for it.
 
     Run :func:`functionalize_maybe_inplace` first: ``maybe_inplace`` nodes are lowered as the
     functional op they become.
@@ -166,6 +171,7 @@ def lower(
     by_target = ircore_ops_by_target()
     pattern = CallFunctionVarArgs(list(by_target))
     chosen: dict[str, tuple[str, str]] = {}
+    small = leave_to_inductor or {}
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target not in by_target:
             continue
@@ -174,8 +180,8 @@ def lower(
         vals = tuple(value(a) for a in args)
         match: Any = pattern.match(node)  # a Match (a one-node pattern matches its own target)
         entries = dispatch.lowering_plan(op)
-        limit = (leave_to_inductor or {}).get(op.name)
-        if limit is not None and largest_tensor(vals) <= limit:
+        limit = small.get(op.name)
+        if limit is not None and known_at_most(vals, limit):
             entries = tuple(e for e in entries if e.provider == dispatch.NATIVE)
         while True:
             entry = dispatch.first_supported(op.name, entries, vals)[0]
