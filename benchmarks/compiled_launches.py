@@ -45,7 +45,8 @@ _CUSTOM = re.compile(r"\btorch\.ops\.(\w+)\.(\w+)\.default\(")
 def count_launches(code: str) -> Counter[str]:
     """Launches in the ``call`` function of one Inductor output module, by kind and name."""
     body = code[code.find("def call(") :] if "def call(" in code else ""
-    body = body[: body.find("\ndef ", 1)] if "\ndef " in body[1:] else body
+    end = body.find("\ndef ")  # the next function: the module's benchmark harness
+    body = body if end < 0 else body[:end]
     counts: Counter[str] = Counter()
     kernels = len(_KERNEL.findall(body))
     if kernels:
