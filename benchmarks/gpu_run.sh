@@ -332,7 +332,8 @@ if want gpu-tests; then
   # faulthandler_timeout: a test running past 150 s prints every thread's stack (on 2026-12-05 a
   # triton test ran to the 440 s cap with no sign of where)
   GPU_ONLY=(env PYTHONPATH="$ROOT/benchmarks:$PYTHONPATH" python3 -m pytest -q -p no:cacheprovider -p _pytest_instafail -m gpu -rfE --tb=short --durations=15 -o faulthandler_timeout=150)
-  # GPU_TESTS_SUITES picks the suites (default both providers, then the core's).
+  # GPU_TESTS_SUITES picks the suites (default both providers, then the core's; triton_tuned below).
+  # E2E_BATCHES (e2e-llama, e2e-moe): the decode batch sizes, e.g. 1 (default 1,16,64).
   cap=${GPU_TESTS_CAP_S:-330}
   suites=${GPU_TESTS_SUITES:-vllm_c triton core}
   note "gpu-tests: $suites GPU tests, the providers' side by side (cap ${cap}s each)"
@@ -342,6 +343,9 @@ if want gpu-tests; then
   # triton in four shards: its conformance kit on CUDA tunes every key it meets (Triton JIT-compiles
   # each candidate: the kit alone ran past 150 s on 2026-12-05, and the shard holding it reached its
   # 480 s cap at about 85%)
+  # triton_tuned: only the tuned launches' GPU bit tests (each candidate against the heuristic launch),
+  # for a call that measures the kernels next and has no time for triton's whole suite
+  case " $suites " in *" triton_tuned "*) jobs+=("triton_tuned|$T/test_tuned_launches.py") ;; esac
   case " $suites " in *" triton "*) jobs+=("triton_quant|$T/test_quant_kernels.py" "triton_rope|$T/test_rope_gpu.py"
     "triton_kit|$T/test_conformance.py"
     "triton|$T --ignore=$T/test_quant_kernels.py --ignore=$T/test_rope_gpu.py --ignore=$T/test_conformance.py") ;; esac
@@ -404,12 +408,12 @@ fi
 if want e2e-llama; then  # issues 24, 26, 29: the Llama rows, rope-routed and fp8 variants included
   wave_install
   run_step e2e_llama 360 python3 benchmarks/e2e_transformers.py --device cuda --budget-s "$(left_s "${E2E_BUDGET_S:-300}")" \
-    ${E2E_VARIANTS:+--variants "$E2E_VARIANTS"} --json "$RES/e2e_llama.json" --markdown "$RES/e2e_llama.md"; pack
+    ${E2E_VARIANTS:+--variants "$E2E_VARIANTS"} ${E2E_BATCHES:+--batches "$E2E_BATCHES"} --json "$RES/e2e_llama.json" --markdown "$RES/e2e_llama.md"; pack
 fi
 if want e2e-moe; then  # issue 28: the Qwen3-MoE-shaped model
   wave_install
   run_step e2e_moe 330 python3 benchmarks/e2e_transformers.py --device cuda --model qwen3_moe \
-    --budget-s "$(left_s "${E2E_BUDGET_S:-270}")" ${E2E_MOE_VARIANTS:+--variants "$E2E_MOE_VARIANTS"} \
+    --budget-s "$(left_s "${E2E_BUDGET_S:-270}")" ${E2E_MOE_VARIANTS:+--variants "$E2E_MOE_VARIANTS"} ${E2E_BATCHES:+--batches "$E2E_BATCHES"} \
     --json "$RES/e2e_moe.json" --markdown "$RES/e2e_moe.md"; pack
 fi
 if want e2e-decoder; then  # issue 29: copies per compiled layer and the decoder rows
