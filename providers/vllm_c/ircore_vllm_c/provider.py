@@ -83,6 +83,13 @@ QUANT_OPS = (
     "silu_and_mul_static_quant_fp8",
     "silu_and_mul_group_quant_fp8",
 )
+# Rank 30 for them: behind triton's (20) where both serve (NVIDIA GPUs), alone on the CPU (triton
+# is unavailable there). Measured (benchmarks/README.md, 3e; H100, 2026-12-05, CUDA-graph replay,
+# bf16, T = 1..32768, H = 4096 / 14336): these CUDA kernels slower than triton's at all 144 rows,
+# geomean 1.98x (1.01-6.1x), 30-58% of copy bandwidth at T >= 8192 where triton's reach 65-102%.
+# An eager call's lower launch cost (the reason the other ops rank vllm_c first) buys back at most
+# the few us of the small rows; at T >= 1024 the kernel alone is 1.2-2.8x triton's.
+QUANT_RANK = 30
 IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table(
         "ircore_vllm_c.impls",
@@ -105,7 +112,7 @@ IRCORE_IMPLEMENTATIONS = {
         "ircore_vllm_c.impls",
         QUANT_OPS,
         cache_by_signature=False,
-        rank=DEFAULT_RANK,
+        rank=QUANT_RANK,
         # CUDA: one block per row, its threads fixed by the row length; CPU: one thread per row;
         # each row's reductions are its own (per-tensor dynamic calls depend on the batch by
         # definition: the ops refuse them)

@@ -50,7 +50,7 @@ def vllm_c_not_registered():
 
 
 @pytest.mark.usefixtures("vllm_c_not_registered")
-def test_table_registers_every_op_with_rank_10():
+def test_table_registers_every_op_with_its_rank():
     """The declarative table, read by the core's own registrar: functions, in place, cache, ranks."""
     registrar = Registrar("vllm_c")
     registrar.register_table(provider.IRCORE_IMPLEMENTATIONS)
@@ -69,7 +69,8 @@ def test_table_registers_every_op_with_rank_10():
         # the kernels' predicates read signature facts only; the matmuls' read block_size too,
         # the quant ops' fp8_dtype (a dtype value)
         assert impl.cache_by_signature == (name in kernels)
-    assert registrar.ranks == dict.fromkeys(got, 10)
+    # 10: ahead of triton (20); the quant ops 30, behind it (measured slower on CUDA at every row)
+    assert registrar.ranks == {**dict.fromkeys(kernels + matmuls, 10), **dict.fromkeys(quant, 30)}
 
 
 @pytest.mark.skipif(not hasattr(ircore, "get_op"), reason="this ircore has no get_op")
