@@ -334,6 +334,7 @@ if want gpu-tests; then
   GPU_ONLY=(env PYTHONPATH="$ROOT/benchmarks:$PYTHONPATH" python3 -m pytest -q -p no:cacheprovider -p _pytest_instafail -m gpu -rfE --tb=short --durations=15 -o faulthandler_timeout=150)
   # GPU_TESTS_SUITES picks the suites (default both providers, then the core's; triton_tuned below).
   # E2E_BATCHES (e2e-llama, e2e-moe): the decode batch sizes, e.g. 1 (default 1,16,64).
+  # MATMUL_M (fp8-matmul): its M values, e.g. 1,16,128,2048 (default 1..8192); MATMUL_CAP_S its cap.
   cap=${GPU_TESTS_CAP_S:-330}
   suites=${GPU_TESTS_SUITES:-vllm_c triton core}
   note "gpu-tests: $suites GPU tests, the providers' side by side (cap ${cap}s each)"
@@ -399,7 +400,10 @@ if want quant-kernels; then  # issue 25: the fp8 quant and fused norm/act + quan
 fi
 if want fp8-matmul; then  # issue 26: the fp8 matmuls against torch._scaled_mm
   wave_install
-  run_step matmul_fp8 200 python3 benchmarks/matmul_fp8_gpu.py --json "$RES/matmul_fp8.json"; pack
+  # on 2026-12-05 (H100) 23 of the 50 rows took its 200 s (each row's captures and interleaved rounds):
+  # a row past the budget is not started, and the JSON is rewritten after each row
+  run_step matmul_fp8 ${MATMUL_CAP_S:-300} python3 benchmarks/matmul_fp8_gpu.py --budget-s "$(left_s "$((${MATMUL_CAP_S:-300} - 30))")" \
+    ${MATMUL_M:+--m "$MATMUL_M"} --json "$RES/matmul_fp8.json" --markdown "$RES/matmul_fp8.md"; pack
 fi
 if want fp8-host; then  # issue 26: where an eager FP8 linear's time goes (host cost of each piece against its kernels)
   wave_install

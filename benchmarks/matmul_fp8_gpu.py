@@ -10,7 +10,11 @@ fp32 dequantized native, which exposes a wrong answer (``_scaled_mm`` blockwise 
 ``(K / 128) % 4 != 0`` is silently wrong: its row is marked, and no ircore provider may take it).
 
     python3 benchmarks/matmul_fp8_gpu.py                      # every shape, M = 1..8192
-    python3 benchmarks/matmul_fp8_gpu.py --m 1,16,128 --json out.json
+    python3 benchmarks/matmul_fp8_gpu.py --m 1,16,128 --json out.json --budget-s 150
+
+The JSON and the markdown (``--markdown``) are rewritten after every row, so a run cut short keeps
+what it measured; ``--budget-s`` starts no row past that many seconds. ``native`` (the fp32
+dequantizing reference, slow at large M) is timed only when ``--providers`` names it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +52,9 @@ def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.float() - ref).norm() / ref.norm().clamp(min=1e-30)).item()
 
 
-def block_rows(m: int, name: str, n: int, k: int, gbps: float, rounds: int = 7) -> list[dict[str, Any]]:
+def block_rows(
+    m: int, name: str, n: int, k: int, gbps: float, providers: tuple[str, ...] = ("vllm_c", "triton"), rounds: int = 7
+) -> list[dict[str, Any]]:
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(m, k, device="cuda", generator=g)
     w = torch.randn(n, k, device="cuda", generator=g) * 0.05
@@ -81,7 +88,7 @@ def block_rows(m: int, name: str, n: int, k: int, gbps: float, rounds: int = 7) 
             rows["torch._scaled_mm"] = {"rel_err": _rel(out, ref), "wrong": (k // 128) % 4 != 0}
         except RuntimeError as exc:
             rows["torch._scaled_mm"] = {"error": str(exc).splitlines()[0]}
-    for provider in ("vllm_c", "triton", "native"):
+    for provider in providers:
         try:
             with ircore.priority(block_scaled_mm_fp8=[provider, "native"]):
                 chosen = ircore.explain("block_scaled_mm_fp8", *args).chosen
@@ -135,20 +142,38 @@ def markdown(rows: list[dict[str, Any]], gbps: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--m", default=",".join(map(str, M_VALUES)), help="comma list of M (tokens)")
+    p.add_argument("--providers", default="vllm_c,triton", help="comma list; add native to time the reference")
+    p.add_argument("--budget-s", type=float, default=None, help="start no row after this many seconds")
     p.add_argument("--json", default=None)
+    p.add_argument("--markdown", default=None)
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
+    start = time.perf_counter()
+    providers = tuple(x.strip() for x in a.providers.split(",") if x.strip())
     gbps = copy_gbps()
-    rows = []
+    rows: list[dict[str, Any]] = []
+    skipped = []
     for name, n, k in PROJECTIONS:
         for m in map(int, a.m.split(",")):
-            print(f"  {name} M={m}", file=sys.stderr, flush=True)
-            rows += block_rows(m, name, n, k, gbps)
-    print(markdown(rows, gbps))
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
+            elapsed = time.perf_counter() - start
+            if a.budget_s is not None and elapsed > a.budget_s:
+                skipped.append(f"{name} M={m}")
+                continue
+            print(f"  {name} M={m} ({elapsed:.0f} s)", file=sys.stderr, flush=True)
+            rows += block_rows(m, name, n, k, gbps, providers)
+            # after every row: a run cut short (the device call's cap) keeps what it measured
+            if a.json:
+                Path(a.json).write_text(json.dumps(rows, indent=1))
+            if a.markdown:
+                Path(a.markdown).write_text(markdown(rows, gbps) + "\n")
+    text = markdown(rows, gbps)
+    if skipped:
+        text += f"\n\nNot started (past --budget-s {a.budget_s:.0f} s): {', '.join(skipped)}"
+    print(text)
+    if a.markdown:
+        Path(a.markdown).write_text(text + "\n")
     return 0
 
 
