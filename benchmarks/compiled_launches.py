@@ -33,7 +33,7 @@ import e2e_transformers as e2e  # its model builder and decode step
 
 VARIANTS = (
     "stock compile", "ircore compile", "ircore compile with rope routed", "ircore compile with norms to inductor",
-    "ircore compile with small norms to inductor",
+    "ircore compile with small norms to inductor", "ircore compile with small ops to inductor",
 )  # fmt: skip
 # launches in an Inductor output module's ``call``: its generated kernels (C++ or Triton), the
 # library calls it makes (extern_kernels.mm, ...) and custom ops (torch.ops.<namespace>.<op>)

@@ -36,6 +36,8 @@ Variants (each on the same weights; the KV cache is transformers' ``StaticCache`
                        leave_to_inductor=SMALL_NORMS)``: only norm calls of at most 65536
                        elements left to Inductor (decode at small batches), the providers'
                        kernels for the rest (prefill);
+- ``ircore compile with small ops to inductor``  the same with ``silu_and_mul``'s small calls too
+                       (``SMALL_OPS``);
 - ``stock compile``    ``torch.compile(model.forward, mode=--mode)`` (Inductor);
 - ``ircore compile``   ``apply(model, mlp=True)`` + ``torch.compile(model.forward, backend="ircore",
                        mode=--mode)``; ``--mode`` is ``reduce-overhead`` (CUDA graphs) on CUDA;
@@ -86,13 +88,16 @@ from ircore.integrations.transformers import apply, fp8_model, undo
 
 VARIANTS = ("stock eager", "liger eager", "ircore eager", "ircore eager with rope routed", "ircore compile",
             "ircore compile with rope routed", "ircore compile with norms to inductor",
-            "ircore compile with small norms to inductor", "stock compile", "fp8 transformers", "fp8 ircore eager",
+            "ircore compile with small norms to inductor", "ircore compile with small ops to inductor", "stock compile", "fp8 transformers", "fp8 ircore eager",
             "fp8 ircore compile")
 # what "with norms to inductor" leaves to Inductor (the process-wide priority: the lowering's)
 NORMS_NATIVE = {"rms_norm": ["native"], "fused_add_rms_norm": ["native"]}
 # "with small norms to inductor": ircore.compile(leave_to_inductor=...), norm calls of at most 65536
 # elements (16 tokens of 4096, 32 of 2048; the q/k norms of 16 tokens of 32 heads of 128)
 SMALL_NORMS = {"rms_norm": 65536, "fused_add_rms_norm": 65536}
+# "with small ops to inductor": the same, and silu_and_mul's small calls (an MoE's experts at decode
+# batch 1: top-k rows of 2 x 768; stock Inductor fuses the activation with the experts' transpose)
+SMALL_OPS = {**SMALL_NORMS, "silu_and_mul": 65536}
 CATEGORIES = ("norm", "add", "act")
 _START = time.perf_counter()
 
@@ -387,9 +392,11 @@ def variant_on(variant: str, model: Any, mode: str | None) -> Iterator[Callable[
         ircore.set_priority(NORMS_NATIVE)
     try:
         fn = model.forward
-        if variant.endswith("with small norms to inductor"):
+        small = {"with small norms to inductor": SMALL_NORMS, "with small ops to inductor": SMALL_OPS}
+        leave = next((v for k, v in small.items() if variant.endswith(k)), None)
+        if leave is not None:
             torch._dynamo.reset()
-            fn = ircore.compile(model.forward, leave_to_inductor=SMALL_NORMS, mode=mode, dynamic=False)
+            fn = ircore.compile(model.forward, leave_to_inductor=leave, mode=mode, dynamic=False)
         elif " compile" in variant:
             torch._dynamo.reset()
             backend = "ircore" if ircore_on else "inductor"
