@@ -86,9 +86,9 @@ QUANT_OPS = (
 # Rank 30 for them: behind triton's (20) where both serve (NVIDIA GPUs), alone on the CPU (triton
 # is unavailable there). Measured (benchmarks/README.md, 3e; H100, 2026-12-05, CUDA-graph replay,
 # bf16, T = 1..32768, H = 4096 / 14336): these CUDA kernels slower than triton's at all 144 rows,
-# geomean 1.98x (1.01-6.1x), 30-58% of copy bandwidth at T >= 8192 where triton's reach 65-102%.
+# geomean 1.98x (1.01-6.1x), 30-94% of copy bandwidth at T >= 8192 where triton's reach 54-102%.
 # An eager call's lower launch cost (the reason the other ops rank vllm_c first) buys back at most
-# the few us of the small rows; at T >= 1024 the kernel alone is 1.2-2.8x triton's.
+# the few us of the small rows; at T >= 1024 the kernel alone is 1.04-2.5x triton's.
 QUANT_RANK = 30
 IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table(
