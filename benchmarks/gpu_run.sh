@@ -390,7 +390,8 @@ if want wave2-kernels; then  # issue 24's RoPE and activation rows, issue 28's n
 fi
 if want quant-kernels; then  # issue 25: the fp8 quant and fused norm/act + quant kernels, bf16, graph replay
   wave_install
-  QUANT_OPS=$(python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import kernels_gpu; print(*kernels_gpu.QUANT_OPS)")
+  # QUANT_ONLY: a subset of the ops (e.g. the two static norm forms FlashInfer has), default all twelve
+  QUANT_OPS=${QUANT_ONLY:-$(python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import kernels_gpu; print(*kernels_gpu.QUANT_OPS)")}
   # QUANT_BUDGET_S: every column of every op takes more than the default 270 s (H200, 2026-12-05:
   # eager, triton, Inductor's compile of the fused natives and triton unfused took 510 s); a call of
   # its own with 540 covers eager, triton, vllm_c (measured once its build is done) and compile.

@@ -214,6 +214,10 @@ APPLIES = {
 }
 APPLIES["liger"].add("rotary_pos_emb")
 APPLIES["flashinfer"].add("rotary_embedding")
+# FlashInfer's rmsnorm_quant / fused_add_rmsnorm_quant (a static per-tensor scale, the CUDA JIT norm
+# module): the anchor issue 25 names for the static norm + quant forms
+FLASHINFER_QUANT = {"rms_norm_static_fp8_quant": "rmsnorm_quant", "fused_add_rms_norm_static_fp8_quant": "fused_add_rmsnorm_quant"}
+APPLIES["flashinfer"].update(FLASHINFER_QUANT)
 APPLIES["vllm_c"].update(QUANT_OPS)  # csrc/cuda_quant.cu (e4m3fn)
 APPLIES["triton"].update(QUANT_OPS)  # quant_kernels.py (e4m3fn, e4m3fnuz)
 # the fused norm + quant ops: triton's whole-row launch (impls.<op>_invariant) beside its tuned one
@@ -265,6 +269,7 @@ INPLACE = {
     ("fused_add_rms_norm", "vllm_c_nopdl"),
     ("fused_add_rms_norm", "triton_nopdl"),
     ("rotary_embedding", "flashinfer"),
+    ("fused_add_rms_norm_static_fp8_quant", "flashinfer"),  # residual += x in place
     ("rotary_pos_emb", "liger"),
     # a provider's RoPE kernel may rotate in place (the work buffers are reset before each timing)
     *((op, col) for op in ROPE_OPS for col in ("vllm_c", "triton", "vllm_c_nopdl", "triton_nopdl")),
@@ -871,6 +876,24 @@ class Impls:
             f = self.compiled.get(name)
             if f is None:
                 f = self.compiled[name] = torch.compile(mod[name], fullgraph=True, dynamic=False)
+        elif impl == "flashinfer":  # out = fp8(rms_norm(x) * w / scale), into a tensor we allocate
+            fp8 = getattr(torch, FP8)
+            kernel = getattr(mod, FLASHINFER_QUANT[op])
+            if op == "rms_norm_static_fp8_quant":
+
+                def fi_quant(x, w, scale):
+                    out = torch.empty(x.shape, dtype=fp8, device=x.device)
+                    kernel(out, x, w, scale, EPS)
+                    return (out,)
+
+                return fi_quant
+
+            def fi_add_quant(x, r, w, scale):  # r becomes x + r, as the op's residual output
+                out = torch.empty(x.shape, dtype=fp8, device=x.device)
+                kernel(out, x, r, w, scale, EPS)
+                return out, r
+
+            return fi_add_quant
         elif impl in WHOLE_ROW:  # the registered predicate, the whole-row variant's launch
             f = registered_run(WHOLE_ROW[impl], name, getattr(mod, f"{name}_invariant"))
         else:  # a provider's kernel, through ircore's registration (as _rope_fn)
