@@ -879,21 +879,16 @@ class Impls:
         elif impl == "flashinfer":  # out = fp8(rms_norm(x) * w / scale), into a tensor we allocate
             fp8 = getattr(torch, FP8)
             kernel = getattr(mod, FLASHINFER_QUANT[op])
-            if op == "rms_norm_static_fp8_quant":
+            residual = op.startswith("fused_add")
 
-                def fi_quant(x, w, scale):
-                    out = torch.empty(x.shape, dtype=fp8, device=x.device)
-                    kernel(out, x, w, scale, EPS)
-                    return (out,)
+            # FlashInfer takes (out, x[, r], w, scale, eps): the cell's tensors in their order;
+            # the residual form writes x + r into r, the op's residual output
+            def fi_quant(*ts):
+                out = torch.empty(ts[0].shape, dtype=fp8, device=ts[0].device)
+                kernel(out, *ts, EPS)
+                return (out, ts[1]) if residual else (out,)
 
-                return fi_quant
-
-            def fi_add_quant(x, r, w, scale):  # r becomes x + r, as the op's residual output
-                out = torch.empty(x.shape, dtype=fp8, device=x.device)
-                kernel(out, x, r, w, scale, EPS)
-                return out, r
-
-            return fi_add_quant
+            return fi_quant
         elif impl in WHOLE_ROW:  # the registered predicate, the whole-row variant's launch
             f = registered_run(WHOLE_ROW[impl], name, getattr(mod, f"{name}_invariant"))
         else:  # a provider's kernel, through ircore's registration (as _rope_fn)
