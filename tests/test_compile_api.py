@@ -170,3 +170,13 @@ def test_leave_to_inductor_errors_name_the_argument_at_the_call(value, message):
     with pytest.raises(ircore.ConfigError) as err:
         ircore.compile(lambda x: x, leave_to_inductor=value)
     assert str(err.value).startswith("ircore.compile(leave_to_inductor=...): ") and message in str(err.value)
+
+
+def test_leave_to_inductor_errors_name_the_function_called():
+    # the backend and the pass, used without ircore.compile, say which of them was given the value
+    with pytest.raises(ircore.ConfigError, match=r"^ircore\.compile\.backend\(leave_to_inductor=\.\.\.\): unknown op"):
+        ircore.compile.backend(None, [], leave_to_inductor={"rms_nrom": 64})
+    with pytest.raises(
+        ircore.ConfigError, match=r"^ircore\.compile\.post_grad_pass\(leave_to_inductor=\.\.\.\): unknown op"
+    ):
+        ircore.compile.post_grad_pass(leave_to_inductor={"rms_nrom": 64})

@@ -66,7 +66,7 @@ def backend(
     from ircore.compile._backend import compile_graph
     from ircore.compile._settings import normalize_leave_to_inductor
 
-    small = normalize_leave_to_inductor(leave_to_inductor, "ircore.compile(leave_to_inductor=...)")
+    small = normalize_leave_to_inductor(leave_to_inductor, "ircore.compile.backend(leave_to_inductor=...)")
     return compile_graph(
         gm, example_inputs, mode=mode, options=options, fusions=fusions, leave_to_inductor=small
     )
