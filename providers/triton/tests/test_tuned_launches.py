@@ -350,6 +350,14 @@ def _bits(outs) -> list[torch.Tensor]:
     return [o.view(torch.uint8 if o.element_size() == 1 else torch.int32) for o in outs]
 
 
+def _assert_each_gives(ref: list[torch.Tensor], fn, args: tuple, configs, what: str) -> None:
+    """Each launch of ``fn`` in ``configs`` gives ``ref`` (the reference launch's :func:`_bits`):
+    every output's bits and strides."""
+    for c in configs:
+        for a, b in zip(_bits(fn(*args, config=c)), ref, strict=True):
+            assert a.stride() == b.stride() and torch.equal(a, b), f"{what} {c}"
+
+
 def _quant_x(shape: tuple[int, ...], pad: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
     """Values past fp8's range and below its subnormals, a NaN in one group, rows padded by
     ``pad`` columns (a row stride); on the test's device."""
@@ -394,11 +402,7 @@ def test_every_quant_split_gives_the_whole_rows_bits(case: tuple) -> None:
     assert configs[0] == quant_kernels.heuristic(k, group, 2) and len(configs) >= 2
     whole = fn(*args)  # the interpreter's launch: the heuristic's
     assert_close_to_reference(ircore.get_op(name), whole, args)
-    ref = _bits(whole)
-    for c in configs:
-        got = _bits(fn(*args, config=c))
-        for a, b in zip(got, ref):
-            assert a.stride() == b.stride() and torch.equal(a, b), f"{name} {c}"
+    _assert_each_gives(_bits(whole), fn, args, configs, name)
 
 
 def test_quant_candidates_split_only_what_the_row_need_not_hold() -> None:
@@ -441,9 +445,7 @@ def test_gpu_every_quant_split_gives_the_whole_rows_bits(tokens: int) -> None:
         ):
             fn = getattr(quant_kernels, name)
             configs = quant_kernels.candidates(k, group, tokens, 2)
-            ref = _bits(fn(*args, config=configs[0]))
-            for c in configs[1:]:
-                assert all(torch.equal(a, b) for a, b in zip(_bits(fn(*args, config=c)), ref)), f"{name} {c}"
+            _assert_each_gives(_bits(fn(*args, config=configs[0])), fn, args, configs[1:], name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -556,11 +558,8 @@ def test_every_norm_quant_persistent_launch_gives_the_whole_rows_bits(case: tupl
     args = _nq_args(case)
     h = quant_kernels.heuristic(shape[-1], group, dtype.itemsize)
     fn = getattr(quant_kernels, name)
-    whole = _bits(fn(*args, config=h))
-    for p in (1, 2, 4):
-        got = _bits(fn(*args, config=QuantConfig(h.block, h.num_warps, p)))
-        for a, b in zip(got, whole):
-            assert a.stride() == b.stride() and torch.equal(a, b), f"{name} persist {p}"
+    persistent = [QuantConfig(h.block, h.num_warps, p) for p in (1, 2, 4)]
+    _assert_each_gives(_bits(fn(*args, config=h)), fn, args, persistent, name)
 
 
 # The rstd pre-pass + row split of the norm forms with static or group scales
@@ -582,10 +581,7 @@ def test_every_norm_quant_rstd_split_gives_the_whole_rows_bits(case: tuple) -> N
     whole = _bits(fn(*args, config=quant_kernels.heuristic(k, group, dtype.itemsize)))
     configs = quant_kernels.norm_split_candidates(k, group, 1, 2)
     assert configs and all(c.rstd_pass and c.block < quant_kernels.row_block(k, group) for c in configs)
-    for c in _distinct_for_device(configs):
-        got = _bits(fn(*args, config=c))
-        for a, b in zip(got, whole):
-            assert a.stride() == b.stride() and torch.equal(a, b), f"{name} {c}"
+    _assert_each_gives(whole, fn, args, _distinct_for_device(configs), name)
 
 
 def test_norm_quant_rstd_split_candidates_only_at_few_rows_and_never_per_token() -> None:
@@ -700,10 +696,8 @@ def test_gpu_norm_quant_persistent_launch_gives_the_whole_rows_bits(tokens: int)
         for name, args, group in _gpu_norm_quant_cases(tokens, k):
             fn = getattr(quant_kernels, name)
             h = quant_kernels.heuristic(k, group, 2)
-            ref = _bits(fn(*args, config=h))
-            for p in (1, 2):
-                got = _bits(fn(*args, config=QuantConfig(h.block, h.num_warps, p)))
-                assert all(torch.equal(a, b) for a, b in zip(got, ref)), f"{name} {k} persist {p}"
+            persistent = [QuantConfig(h.block, h.num_warps, p) for p in (1, 2)]
+            _assert_each_gives(_bits(fn(*args, config=h)), fn, args, persistent, f"{name} {k}")
 
 
 @pytest.mark.gpu
@@ -720,9 +714,7 @@ def test_gpu_norm_quant_rstd_split_gives_the_whole_rows_bits(tokens: int) -> Non
         for name, args, group in (c for c in _gpu_norm_quant_cases(tokens, k) if "dynamic" not in c[0]):
             fn = getattr(quant_kernels, name)
             ref = _bits(fn(*args, config=quant_kernels.heuristic(k, group, 2)))
-            for c in quant_kernels.norm_split_candidates(k, group, tokens, 2):
-                got = _bits(fn(*args, config=c))
-                assert all(torch.equal(a, b) for a, b in zip(got, ref)), f"{name} {k} {c}"
+            _assert_each_gives(ref, fn, args, quant_kernels.norm_split_candidates(k, group, tokens, 2), f"{name} {k}")
 
 
 @pytest.mark.gpu
