@@ -379,7 +379,8 @@ fi
 if want wave2-kernels; then  # issue 24's RoPE and activation rows, issue 28's norm rows; bf16, graph replay
   wave_install
   KG=(python3 benchmarks/kernels_gpu.py --no-do-bench --dtypes bf16)
-  # WAVE2_PARTS picks the groups (default all three: rope act norms), for a call short of device time.
+  # WAVE2_PARTS picks the groups (default all three: rope act norms; gated-sweep only when named),
+  # for a call short of device time.
   parts=" ${WAVE2_PARTS:-rope act norms} "
   [[ $parts == *" rope "* ]] && run_step kernels_rope 200 "${KG[@]}" --ops rotary_embedding rotary_pos_emb fused_qk_norm_rope --hidden 4096 \
     --budget-s "$(left_s 180)" --json "$RES/kernels_rope.json" --markdown "$RES/kernels_rope.md"; pack
@@ -387,6 +388,11 @@ if want wave2-kernels; then  # issue 24's RoPE and activation rows, issue 28's n
     swigluoai_and_mul --hidden 14336 --budget-s "$(left_s 180)" --json "$RES/kernels_act.json" --markdown "$RES/kernels_act.md"; pack
   [[ $parts == *" norms "* ]] && run_step kernels_norms 200 "${KG[@]}" --ops rms_norm_gated rms_norm_gated_grouped layer_norm layer_norm_nobias \
     --hidden 4096 8192 --budget-s "$(left_s 180)" --json "$RES/kernels_norms.json" --markdown "$RES/kernels_norms.md"; pack
+  # gated-sweep (not in the default): every rms_norm_gated candidate beside Inductor at GATED_ROWS x
+  # GATED_HIDDEN (default 1024 x 8192, the row the H100 run missed), first as the benchmark times them
+  # (back-to-back replays on the same tensors), then cycling over 4 copies (each call past the L2).
+  [[ $parts == *" gated-sweep "* ]] && run_step gated_sweep 200 sh -c "for r in 1 4; do python3 providers/triton/bench_gpu.py \
+    --sweep --ops rms_norm_gated --rows ${GATED_ROWS:-1024} --hidden ${GATED_HIDDEN:-8192} --inductor --rotate \$r --top 40; done"
 fi
 if want quant-kernels; then  # issue 25: the fp8 quant and fused norm/act + quant kernels, bf16, graph replay
   wave_install

@@ -17,6 +17,8 @@ Every row is first checked against an fp32 PyTorch reference. The first call of 
     # or: python providers/triton/bench_gpu.py [--rows 1 16 ...] [--hidden 4096 8192]
     #     python providers/triton/bench_gpu.py --sweep --ops rms_norm --rows 1024 --hidden 8192
     #     python providers/triton/bench_gpu.py --sweep --ops rms_norm_gated --rows 1024 32768 --hidden 8192
+    #     python providers/triton/bench_gpu.py --sweep --ops rms_norm_gated --rows 1024 --hidden 8192 \
+    #         --inductor --rotate 4   # beside Inductor, each call's tensors not in the L2
 """
 
 from __future__ import annotations
@@ -220,7 +222,14 @@ def format_sweep(op: str, t: int, h: int, dtype: torch.dtype, rows: list[dict[st
 
 
 def sweep_gated(
-    t: int, h: int, dtype: torch.dtype, group: int | None = None, calls: int = 50, device: str = "cuda"
+    t: int,
+    h: int,
+    dtype: torch.dtype,
+    group: int | None = None,
+    calls: int = 50,
+    device: str = "cuda",
+    inductor: bool = False,
+    rotate: int = 1,
 ) -> list[dict[str, Any]]:
     """Graph-replay time of every rms_norm_gated candidate the autotune has for (t, h), fastest
     first: Qwen3-Next's form (``group`` None: the whole row, the gate after the norm) or Mamba2's
@@ -228,9 +237,14 @@ def sweep_gated(
     NVIDIA forms (``hw_math`` True, what runs) and the portable ones (the A/B of
     ``norm_kernels._silu`` / ``_round_to``), whose outputs must be the same bits.
 
-    Keys: config, hw_math, us, gbps, tuned (the autotune's pick), tuner_us (what the autotune
-    measured for it), same_bits (hw_math True only: equal to the portable launch's output),
-    error (a config that failed to compile or launch)."""
+    ``inductor``: also the op's native compiled by Inductor (the benchmark's anchor), timed alike.
+    ``rotate``: the captured calls cycle over that many copies of x, gate and y, so that where
+    ``rotate`` copies exceed the L2 each call reads from memory, not from the L2 the previous
+    replay left (1: every call on the same tensors, as the benchmark times them).
+
+    Keys: config ("inductor" for the anchor), hw_math, us, gbps, tuned (the autotune's pick),
+    tuner_us (what the autotune measured for it), same_bits (hw_math True only: equal to the
+    portable launch's output), error (a config that failed to compile or launch)."""
     gen = torch.Generator(device=device).manual_seed(t * 7 + h)
     x = torch.randn(t, h, device=device, generator=gen).to(dtype)
     g = (2 * torch.randn(t, h, device=device, generator=gen)).to(dtype)
@@ -246,24 +260,54 @@ def sweep_gated(
     whole_vectors = gs % (16 // es) == 0
     cands = norm_kernels._gated_candidates(1 << (gs - 1).bit_length(), es, t * (h // gs), sms, whole_vectors)
     nbytes = 3 * t * h * es + h * w.element_size()
+    sets = [(x, g)] + [(x.clone(), g.clone()) for _ in range(rotate - 1)]
+    outs = [torch.empty_like(x) for _ in sets]
+
+    def cycling(call: Any) -> Any:
+        """``call(i)`` on set 0 first, then on the next set at each call."""
+        i = [0]
+
+        def fn() -> None:
+            call(i[0] % len(sets))
+            i[0] += 1
+
+        return fn
+
+    def timed(config: Any, hw: bool, call: Any) -> tuple[dict[str, Any], torch.Tensor | None]:
+        try:
+            call(0)
+            first = outs[0].clone()
+            us = _graph_us(cycling(call), calls)
+        except Exception as exc:  # a config that does not compile or launch on this GPU
+            error = f"{type(exc).__name__}: {exc}"[:200]
+            return {"config": config, "hw_math": hw, "us": float("inf"), "error": error}, None
+        return {"config": config, "hw_math": hw, "us": us, "gbps": nbytes / (us * 1e-6) / 1e9}, first
+
     out: list[dict[str, Any]] = []
+    if inductor:
+        from ircore.ops import rms_norm_gated
+
+        compiled = torch.compile(
+            lambda a, b, c: rms_norm_gated.native(a, b, c, EPS, group, nbg, True), dynamic=False
+        )
+
+        def run_compiled(i: int) -> None:
+            compiled(*sets[i], w)
+
+        row, _ = timed("inductor", False, run_compiled)
+        out.append(row)
     for cfg in cands:
         ys = {}
         for hw in (True, False):
-            y = torch.empty_like(x)
-            fn = lambda cfg=cfg, y=y, hw=hw: norm_kernels._run_gated(  # noqa: E731
-                cfg, x, g, w, y, t, h // gs, gs, EPS, nbg, True, hw
-            )
-            try:
-                fn()
-                ys[hw] = y.clone()
-                us = _graph_us(fn, calls)
-            except Exception as exc:  # a config that does not compile or launch on this GPU
-                error = f"{type(exc).__name__}: {exc}"[:200]
-                out.append({"config": cfg, "hw_math": hw, "us": float("inf"), "error": error})
-                continue
-            row = {"config": cfg, "hw_math": hw, "us": us, "gbps": nbytes / (us * 1e-6) / 1e9}
-            out.append({**row, "tuned": cfg == tuned and hw, "tuner_us": tuner_us.get(cfg) if hw else None})
+
+            def run(i: int, cfg: Any = cfg, hw: bool = hw) -> None:
+                norm_kernels._run_gated(cfg, *sets[i], w, outs[i], t, h // gs, gs, EPS, nbg, True, hw)
+
+            row, y = timed(cfg, hw, run)
+            if y is not None:
+                ys[hw] = y
+                row = {**row, "tuned": cfg == tuned and hw, "tuner_us": tuner_us.get(cfg) if hw else None}
+            out.append(row)
         if len(ys) == 2:
             same = torch.equal(ys[True].view(torch.uint8), ys[False].view(torch.uint8))
             for row in out:
@@ -273,14 +317,25 @@ def sweep_gated(
 
 
 def format_gated_sweep(
-    t: int, h: int, dtype: torch.dtype, group: int | None, rows: list[dict[str, Any]], copy_bw_gbps: float
+    t: int,
+    h: int,
+    dtype: torch.dtype,
+    group: int | None,
+    rows: list[dict[str, Any]],
+    copy_bw_gbps: float,
+    rotate: int = 1,
 ) -> str:
     form = "whole row, gate after the norm" if group is None else f"groups of {group}, gate first"
-    lines = [f"# sweep rms_norm_gated {str(dtype).removeprefix('torch.')} {t}x{h} ({form}): {len(rows)} runs"]
+    l2 = f", cycling over {rotate} copies of the tensors" if rotate > 1 else ""
+    name = str(dtype).removeprefix("torch.")
+    lines = [f"# sweep rms_norm_gated {name} {t}x{h} ({form}{l2}): {len(rows)} runs"]
     for i, d in enumerate(rows):
         c = d["config"]
-        what = f"w{c.num_warps} m{c.block_m}{' late' if c.late_loads else ''}"
-        what += " hw_math" if d["hw_math"] else " portable"
+        if c == "inductor":
+            what = "Inductor (compiled native)"
+        else:
+            what = f"w{c.num_warps} m{c.block_m}{' late' if c.late_loads else ''}"
+            what += " hw_math" if d["hw_math"] else " portable"
         if "error" in d:
             lines.append(f"#   {what:28} {d['error']}")
             continue
@@ -326,6 +381,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sweep", action="store_true", help="norm ops: time every config (see sweep_norm)")
     p.add_argument("--top", type=int, default=6, help="with --sweep: configs shown per row")
     p.add_argument("--group", type=int, default=None, help="with --sweep of rms_norm_gated: group size")
+    p.add_argument("--inductor", action="store_true", help="with --sweep of rms_norm_gated: also Inductor's")
+    p.add_argument(
+        "--rotate",
+        type=int,
+        default=1,
+        help="with --sweep of rms_norm_gated: cycle the captured calls over N copies of the tensors "
+        "(N copies larger than the L2: each call reads from memory)",
+    )
     args = p.parse_args(argv)
     bw = copy_gbps()
     print(f"{torch.cuda.get_device_name()}; copy bandwidth {bw:.0f} GB/s (read+write)")
@@ -335,8 +398,9 @@ def main(argv: list[str] | None = None) -> None:
             if op == "rms_norm_gated":
                 for h in args.hidden:
                     for t in args.rows:
-                        rows = sweep_gated(t, h, dtype, args.group)
-                        print(format_gated_sweep(t, h, dtype, args.group, rows, bw), flush=True)
+                        kw = {"inductor": args.inductor, "rotate": args.rotate}
+                        rows = sweep_gated(t, h, dtype, args.group, **kw)
+                        print(format_gated_sweep(t, h, dtype, args.group, rows, bw, args.rotate), flush=True)
                 continue
             if op == "silu_and_mul":
                 continue
