@@ -110,7 +110,8 @@ def test_a_good_provider_wheel_passes(tmp_path, capsys):
             "no entry point in the group 'ircore.providers' (read from entry_points.txt): ircore would never "
             'find it; declare [project.entry-points."ircore.providers"] <name> = "<package.module>"',
         ),
-        (ENTRY_POINTS, {"Summary": None}, "no Summary"),
+        (ENTRY_POINTS, {"Summary": None}, 'no Summary: set description = "..." in [project]'),
+        (ENTRY_POINTS, {"Requires-Python": None}, 'no Requires-Python: set requires-python = ">=3.10" in [project]'),
         (ENTRY_POINTS, {"License-Expression": None}, "no license: set license in [project]"),
         (ENTRY_POINTS, {"License-File": "COPYING"}, "License-File COPYING is not in the wheel"),
         (
@@ -120,7 +121,7 @@ def test_a_good_provider_wheel_passes(tmp_path, capsys):
         ),
     ],
     ids=[
-        "ep-attr", "ep-name", "ep-reserved", "unbounded", "no-pin", "no-entry-point", "summary", "license",
+        "ep-attr", "ep-name", "ep-reserved", "unbounded", "no-pin", "no-entry-point", "summary", "requires-python", "license",
         "license-file", "classifiers",
     ],
 )

@@ -240,13 +240,22 @@ def core_requirement_problems(
     return problems
 
 
+# each core metadata field every distribution needs -> the pyproject.toml key that writes it
+_METADATA_FIELDS = {
+    "Name": "name",
+    "Version": "version",
+    "Summary": 'description = "..."',
+    "Requires-Python": 'requires-python = ">=3.10"',
+}
+
+
 def metadata_problems(artifact: Artifact) -> list[str]:
     """The metadata every published distribution needs."""
     md = artifact.metadata
     problems = []
-    for key in ("Name", "Version", "Summary", "Requires-Python"):
+    for key, field in _METADATA_FIELDS.items():
         if not (md.get(key) or "").strip():
-            problems.append(f"no {key}")
+            problems.append(f"no {key}: set {field} in [project]")
     payload = md.get_payload()
     readme = (payload if isinstance(payload, str) else "").strip() or (md.get("Description") or "").strip()
     if not readme or not md.get("Description-Content-Type"):
