@@ -4,11 +4,13 @@ Builds a small Llama and a small Qwen3 from their configs (random weights: nothi
 downloaded) and generates from one prompt three ways:
 
 1. stock transformers;
-2. ircore eager: ``apply(model, mlp=True)`` routes every RMSNorm to ``ircore.ops.rms_norm`` and
-   every MLP to one merged gate/up matmul plus ``ircore.ops.silu_and_mul``;
+2. ircore eager: ``apply(model, mlp=True, rope=True)`` routes every RMSNorm to
+   ``ircore.ops.rms_norm``, every MLP to one merged gate/up matmul plus ``ircore.ops.silu_and_mul``
+   and the rotary embedding to ``ircore.ops.rotary_pos_emb``;
 3. compiled: ``torch.compile(model.forward, backend="ircore")``, which also fuses each residual
-   add with the RMSNorm after it into ``fused_add_rms_norm`` and replaces every ircore op by the
-   kernel the eager rule picks.
+   add with the RMSNorm after it into ``fused_add_rms_norm`` (and Qwen3's QK-norm + RoPE into
+   ``fused_qk_norm_rope``) and replaces every ircore op by the kernel the eager rule picks;
+4. ``undo(model)``: the stock model again.
 
 and shows that the greedy tokens are the same, which providers ran, how many add+norm pairs were
 fused, and how long each took (a second run: the first warms up; the compiled path's first
@@ -33,7 +35,7 @@ import torch
 import transformers
 
 import ircore
-from ircore.integrations.transformers import apply, fp8_model
+from ircore.integrations.transformers import apply, fp8_model, undo
 
 PROMPT_TOKENS, NEW_TOKENS = 16, 8
 SIZE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -99,12 +101,12 @@ def show_model(name: str) -> None:
     stock, seconds = generate(model, prompt)
     row("stock transformers", stock, seconds, None)
 
-    summary = apply(model, mlp=True)
+    summary = apply(model, mlp=True, rope=True)
     tokens, seconds = generate(model, prompt)
     row("ircore eager", tokens, seconds, stock)
     with CountRuns() as runs:
         generate(model, prompt, warm_up=False)
-    print(f"      apply(model, mlp=True): {'; '.join(str(summary).splitlines())}")
+    print(f"      apply(model, mlp=True, rope=True): {'; '.join(str(summary).splitlines())}")
     print(f"      kernels that ran: {counts(runs)}")
 
     ircore.compile.reset_report()
@@ -117,7 +119,15 @@ def show_model(name: str) -> None:
     lowered = {f"{op} -> {p}": n for op, c in report.lowered.items() for p, n in c.items()}
     print(f"      fused {report.fusions['add_rms_norm']} add+norm pairs into fused_add_rms_norm "
           f"(2 per layer: {layers} layers, the final norm included)")
+    if report.fusions.get("hf_qk_norm_rope"):
+        n = report.fusions["hf_qk_norm_rope"]
+        print(f"      fused {n} QK-norm + RoPE blocks into fused_qk_norm_rope (1 per layer)")
     print(f"      lowered: {counts(lowered)}; ircore nodes left: {report.left}")
+
+    del model.forward  # the compiled wrapper; then the model's own modules again
+    undo(model)
+    tokens, seconds = generate(model, prompt)
+    row("undo(model): stock again", tokens, seconds, stock)
 
 
 def fp8_reference_forward(self: Any, x: torch.Tensor) -> torch.Tensor:

@@ -107,7 +107,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from ircore.providers.hookspecs import API_VERSION, hookimpl, hookspec
 
 # Subpackages reachable as attributes without importing them first (``ircore.testing.isolated``).
-_SUBMODULES = ("compile", "kit", "testing")
+_SUBMODULES = ("compile", "config", "kit", "testing")
 
 
 def __getattr__(name: str) -> Any:

@@ -23,7 +23,7 @@ import torch
 import ircore
 from ircore import _signature, dispatch
 from ircore._state import STATE
-from ircore.config import ENV_VARS, find_config_file
+from ircore.config import find_config_file, unknown_environment
 from ircore.errors import IrcoreError
 from ircore.providers._discovery import discover
 from ircore.providers._manager import MANAGER
@@ -199,7 +199,7 @@ def _doctor_report() -> dict[str, Any]:
         config_file = find_config_file()
     except IrcoreError as exc:
         config_file, config_error = None, config_error or str(exc)
-    env = {var: os.environ[var] for var in [*ENV_VARS.values(), "IRCORE_CONFIG"] if var in os.environ}
+    env = {var: value for var, value in sorted(os.environ.items()) if var.startswith("IRCORE_")}
     providers = _providers()
     return {
         "ircore": ircore.__version__,
@@ -213,6 +213,7 @@ def _doctor_report() -> dict[str, Any]:
         "signature_helper": "loaded" if _signature.signature is not None else _signature.unavailable_reason,
         "config_file": str(config_file) if config_file else None,
         "environment": env,
+        "unknown_environment": unknown_environment(os.environ),
         "config_error": config_error,
         # tracing records the chosen implementations instead of torch.ops.ircore.* (docs/compiling.md)
         "trace_implementations": STATE.tracing_implementations,
@@ -250,6 +251,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         "environment: "
         + (", ".join(f"{k}={v}" for k, v in report["environment"].items()) or "no IRCORE_* variables set")
     )
+    if report["unknown_environment"]:
+        ignored = ", ".join(report["unknown_environment"])
+        print(f"ignored (read by neither ircore nor an installed provider): {ignored}")
     if report["config_error"]:
         print(f"configuration error: {report['config_error']}")
     if report["trace_implementations"]:

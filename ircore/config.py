@@ -223,25 +223,41 @@ def parse_values(raw: Mapping[str, Any], source: ConfigSource) -> ConfigSource:
 
 
 # Read elsewhere: the config file's path, the kernel build cache (providers), the switch that turns
-# the compiled call-signature helper off (ircore._signature).
-_OTHER_ENV_VARS = ("IRCORE_CONFIG", "IRCORE_CACHE_DIR", "IRCORE_NO_SIGNATURE")
+# the compiled call-signature helper off (ircore._signature), release builds' switch (no kernel
+# build in setup.py).
+_OTHER_ENV_VARS = ("IRCORE_CONFIG", "IRCORE_CACHE_DIR", "IRCORE_NO_SIGNATURE", "IRCORE_NO_BUILD")
+
+
+def unknown_environment(environ: Mapping[str, str]) -> list[str]:
+    """The ``IRCORE_*`` variables neither ircore nor an installed provider reads: a provider owns
+    ``IRCORE_<NAME>_*`` for its entry-point name (``IRCORE_VLLM_C_PDL``, ``IRCORE_TRITON_AUTOTUNE``;
+    its README says which), found from the installed metadata without importing it."""
+    unknown = [v for v in environ if v.startswith("IRCORE_") and v not in ENV_VARS.values()]
+    unknown = [v for v in unknown if v not in _OTHER_ENV_VARS]
+    if unknown:  # the entry-point scan only when there is something to place
+        prefixes = tuple(f"IRCORE_{name.upper()}_" for name in STATE.providers.discovered())
+        unknown = [v for v in unknown if not v.startswith(prefixes)]
+    return sorted(unknown)
 
 
 def read_environment(environ: Mapping[str, str] | None = None) -> ConfigSource:
     environ = os.environ if environ is None else environ
     raw = {key: environ[var] for key, var in ENV_VARS.items() if var in environ}
-    unknown = sorted(
-        v
-        for v in environ
-        if v.startswith("IRCORE_") and v not in ENV_VARS.values() and v not in _OTHER_ENV_VARS
-    )
+    unknown = unknown_environment(environ)
     if unknown:
+        import difflib
         import logging
 
+        known = [*ENV_VARS.values(), *_OTHER_ENV_VARS]
+        named = []
+        for var in unknown:
+            close = difflib.get_close_matches(var, known, n=1)
+            named.append(f"{var} (did you mean {close[0]}?)" if close else var)
         logging.getLogger("ircore").warning(
-            "ignoring unknown environment variable(s) %s; known: %s",
-            ", ".join(unknown),
-            ", ".join([*ENV_VARS.values(), *_OTHER_ENV_VARS]),
+            "ignoring unknown environment variable(s) %s; ircore reads %s, and each installed "
+            "provider IRCORE_<PROVIDER>_* (its README lists them)",
+            ", ".join(named),
+            ", ".join(known),
         )
     return parse_values(raw, ConfigSource("environment"))
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple, Protocol
@@ -584,16 +586,33 @@ StepObserver = Callable[[Entry, bool, str], None]
 _GRAD_REASON = "an argument requires grad and grad mode is on: only native has autograd"
 
 
+_IRCORE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_TORCH_DIR = os.sep + "torch" + os.sep
+
+
+def _raised_at(exc: BaseException) -> str:
+    """``file:line`` of the deepest frame of ``exc``'s traceback outside ircore and torch: the
+    provider's line that raised (or called what raised)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    for frame in reversed(frames):
+        if not frame.filename.startswith(_IRCORE_DIR) and _TORCH_DIR not in frame.filename:
+            return f"{frame.filename}:{frame.lineno}"
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+
+
 def _predicate_raised(op_name: str, provider: str, exc: BaseException) -> None:
     key = (op_name, provider)
     if key not in STATE.warned_predicates:
         STATE.warned_predicates.add(key)
         _log.warning(
-            "provider %r: supports_args of %s raised %s: %s; treating it as 'not supported'",
+            "provider %r: supports_args of %s raised %s: %s (at %s); treating it as 'not supported' "
+            "(logged once): a predicate must return False for arguments its kernel does not take, "
+            "never raise",
             provider,
             op_name,
             type(exc).__name__,
             exc,
+            _raised_at(exc),
         )
 
 

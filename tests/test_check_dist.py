@@ -79,7 +79,8 @@ def test_a_good_provider_wheel_passes(tmp_path, capsys):
             "[ircore.providers]\nx = ircore_x:provider\n",
             {},
             "[ircore.providers] x = ircore_x:provider: entry point value 'ircore_x:provider' must be a module, "
-            "not a module:attribute reference: write 'ircore_x' (pkg.provider, not pkg.provider:attr); ircore "
+            "not a module:attribute reference: write 'ircore_x.provider' if 'provider' is a module of 'ircore_x', "
+            "else 'ircore_x' (pkg.provider, not pkg.provider:attr); ircore "
             "imports that module and reads its hooks or its IRCORE_IMPLEMENTATIONS table",
         ),
         (
@@ -152,7 +153,8 @@ def test_an_sdist_is_read_from_pkg_info_and_pyproject_and_json_lists_everything(
     assert code == 1
     assert json.loads(out)["artifacts"][0]["problems"] == [
         "ircore_provider_x-1.0.tar.gz: [ircore.providers] x = ircore_x:main: entry point value 'ircore_x:main' "
-        "must be a module, not a module:attribute reference: write 'ircore_x' (pkg.provider, not "
+        "must be a module, not a module:attribute reference: write 'ircore_x.main' if 'main' is a module of "
+        "'ircore_x', else 'ircore_x' (pkg.provider, not "
         "pkg.provider:attr); ircore imports that module and reads its hooks or its IRCORE_IMPLEMENTATIONS table",
         f"ircore_provider_x-1.0.tar.gz: Requires-Dist ircore needs both a lower and an upper bound, {PIN_EXAMPLE}",
     ]

@@ -321,6 +321,9 @@ def test_a_read_of_a_donated_tensor_after_maybe_inplace_is_refused():
     x, r, w = torch.randn(4, H), torch.randn(4, H), torch.randn(H)
     with pytest.raises(Exception, match="DonatedInputError") as err:
         torch.compile(reuse, backend="ircore", fullgraph=True)(x, r, w)
+    # Dynamo wraps what a backend raises (docs/compiling.md says so): the error is its inner_exception
+    assert isinstance(err.value, torch._dynamo.exc.BackendCompilerFailed)
+    assert isinstance(err.value.inner_exception, ircore.DonatedInputError)
     message = str(err.value)
     assert "ircore.ops.fused_add_rms_norm.maybe_inplace (node 'fused_add_rms_norm_maybe_inplace' at File" in message
     assert "donates its argument 'x' (h): it writes the results into it. The code then reads it (node 'add' at" in message

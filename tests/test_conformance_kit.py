@@ -42,6 +42,7 @@ def test_outputs_that_differ_from_the_compiled_ops_fake_are_caught():
     message = str(err.value)
     assert "[6x64 transposed (last-dim stride 6)]" in message
     assert "strides (1, 6), but torch.ops.ircore_kit_strided.rms_norm" in message and "strides (64, 1)" in message
+    assert "return contiguous outputs (what the core's op declares)" in message
 
 
 def test_a_fake_that_fails_is_caught_before_torch_compile_is():
@@ -80,6 +81,31 @@ def test_group_scales_in_the_wrong_layout_are_caught():
         check_provider("kit_rows", seeds=(0,), dtypes=(torch.float32,))
     message = str(err.value)
     assert "output dynamic_group_quant_fp8[1] has strides" in message and "column-major group" in message
+    assert "return that layout (the fake ircore builds declares it" in message
+
+
+def test_group_scales_in_the_wrong_layout_without_a_fake_are_told_the_ops_layout():
+    """The same kernel without a fake: the compiled op's fake (ircore's, the op's layouts) differs
+    from what it returns, and the message says to return the op's layout, not 'contiguous'."""
+    op = ircore.ops.dynamic_group_quant_fp8
+
+    def row_major(
+        x: torch.Tensor,
+        group_shape: list[int],
+        column_major: bool,
+        use_ue8m0: bool,
+        fp8_dtype: torch.dtype,
+        scale_alignment: int = 1,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        q, scales = op.native(x, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment)
+        return q.contiguous(), scales.contiguous()
+
+    op.register_impl("kit_rows_nofake", row_major)
+    with pytest.raises(AssertionError) as err:
+        check_provider("kit_rows_nofake", seeds=(0,), dtypes=(torch.float32,))
+    message = str(err.value)
+    assert "but torch.ops.ircore_kit_rows_nofake.dynamic_group_quant_fp8" in message
+    assert "return output 1 in that layout, strides (1, " in message and "contiguous" not in message
 
 
 def test_group_scales_in_the_ops_layout_need_no_fake():

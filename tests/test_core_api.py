@@ -19,10 +19,11 @@ from ircore.testing import assert_close_to_reference, isolated
 from .impls import rms_norm_a
 
 
-def test_testing_and_kit_are_attributes_of_ircore_without_importing_them_first():
+def test_testing_kit_and_config_are_attributes_of_ircore_without_importing_them_first():
     code = (
         "import sys, ircore\n"
         "assert 'ircore.testing' not in sys.modules and 'ircore.kit' not in sys.modules\n"
+        "ircore.config.reset_api_settings()  # as docs/configuration.md writes it, first thing\n"
         "print(ircore.testing.isolated.__module__, ircore.kit.ImplSpec.__name__)\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

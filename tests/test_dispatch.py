@@ -214,6 +214,9 @@ def test_predicate_that_raises_is_skipped_with_a_warning(caplog):
     torch.testing.assert_close(out, rms_norm.native(x, None, 1e-6))
     assert impls.CALLS == []
     assert "supports_args of rms_norm raised RuntimeError: predicate bug" in caplog.text
+    line = broken.__code__.co_firstlineno + 1
+    assert f"(at {__file__}:{line}); treating it as 'not supported'" in caplog.text  # where, and what to do
+    assert "must return False for arguments its kernel does not take" in caplog.text
     ex = ircore.explain("rms_norm", x, None, 1e-6)
     assert ex.chosen == "native" and "raised RuntimeError" in ex.steps[0].reason
 

@@ -408,10 +408,16 @@ def test_cli_doctor_exit_code(penv):
     for name in ("boom_import", "bad_schema", "dup"):
         assert f"  {name} (" in run.stdout
     assert "RuntimeError: cannot load libboom.so" in run.stdout
-    run = penv.cli("doctor", "--json", env={"IRCORE_PROVIDERS": "good"})
+    # a provider owns IRCORE_<NAME>_* (good: IRCORE_GOOD_*); anything else is reported as ignored
+    env = {"IRCORE_PROVIDERS": "good", "IRCORE_GOOD_FLAG": "1", "IRCORE_PRIORTY": "x"}
+    run = penv.cli("doctor", "--json", env=env)
     assert run.returncode == 0, run.stdout
     report = json.loads(run.stdout)
     assert report["broken"] == [] and report["environment"]["IRCORE_PROVIDERS"] == "good"
+    unknown = report["unknown_environment"]  # (also the fixtures' own IRCORE_FIXTURE_IMPORT_LOG)
+    assert report["environment"]["IRCORE_GOOD_FLAG"] == "1"
+    assert "IRCORE_PRIORTY" in unknown and "IRCORE_GOOD_FLAG" not in unknown and "IRCORE_PROVIDERS" not in unknown
+    assert "IRCORE_PRIORTY (did you mean IRCORE_PRIORITY?)" in run.stderr and "IRCORE_GOOD_FLAG" not in run.stderr
     assert report["platform_kind"] == "cpu"
 
 

@@ -164,7 +164,8 @@ def test_entry_point_naming_an_attribute_is_invalid_and_never_imported(listed):
     assert _state(listed, "ep_attr") == (
         "invalid",
         "entry point value 'ircore_fixture_ep_attr:provider' must be a module, not a module:attribute "
-        "reference: write 'ircore_fixture_ep_attr' (pkg.provider, not pkg.provider:attr); ircore imports "
+        "reference: write 'ircore_fixture_ep_attr.provider' if 'provider' is a module of 'ircore_fixture_ep_attr', "
+        "else 'ircore_fixture_ep_attr' (pkg.provider, not pkg.provider:attr); ircore imports "
         "that module and reads its hooks or its IRCORE_IMPLEMENTATIONS table",
     )
     assert "ircore_fixture_ep_attr" not in listed[1].imported

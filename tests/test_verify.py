@@ -282,3 +282,16 @@ def test_verify_command_reports_kernels_that_exit_and_goes_on(tmp_path_factory):
     assert "FAILED exits.rms_norm [1x8] cpu float32 seed=0: raised GeneratorExit" in text
     assert re.search(r"^\d+ of \d+ cases failed on cpu; 0 passed", lines[-1]), lines[-1]
     assert "Traceback" not in run.stderr
+
+
+def test_the_dtype_option_takes_the_dtypes_the_ops_have_tolerances_for():
+    """float64 is a float dtype but no op declares a tolerance for it: refused as a usage error
+    (exit 2), not run to fail every case (exit 1)."""
+    import argparse
+
+    from ircore.tools.common import parse_dtype
+
+    assert [parse_dtype(t) for t in ("fp32", "half", "bfloat16")] == [torch.float32, torch.float16, torch.bfloat16]
+    for text in ("float64", "int8", "nosuch"):
+        with pytest.raises(argparse.ArgumentTypeError, match=rf"--dtype '{text}': expected float32, float16 or bfloat16"):
+            parse_dtype(text)

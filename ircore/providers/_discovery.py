@@ -114,9 +114,14 @@ def value_problem(value: str) -> str | None:
     module, sep, attr = value.partition(":")
     module, attr = module.strip(), attr.strip()
     if sep:
+        # nothing of the distribution is imported here, so whether ``attr`` is a submodule is not
+        # known: both readings are offered, the submodule first (the usual slip: pkg:provider)
+        write = repr(module)
+        if attr.isidentifier():
+            write = f"{f'{module}.{attr}'!r} if {attr!r} is a module of {module!r}, else {write}"
         return (
             f"entry point value {value!r} must be a module, not a module:attribute reference: write "
-            f"{module!r} (pkg.provider, not pkg.provider:attr); ircore imports that module and reads "
+            f"{write} (pkg.provider, not pkg.provider:attr); ircore imports that module and reads "
             "its hooks or its IRCORE_IMPLEMENTATIONS table"
         )
     if not _MODULE_PATH.match(module):

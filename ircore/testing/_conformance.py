@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch._prims_common import make_contiguous_strides_for
 
 from ircore import _signature, _torch_ops, dispatch
 from ircore.errors import CONTAINED, IrcoreError, ProviderError
@@ -231,11 +232,17 @@ def _fake_problem(op: IrOp, impl: Impl, args: tuple, out: Any) -> str | None:
         got = (tuple(real.shape), real.dtype, real.stride())
         said = (tuple(fake.shape), fake.dtype, fake.stride())
         if got[:2] != said[:2] or not _torch_ops.same_strides(got[0], got[2], said[2]):
+            if _torch_ops.same_strides(said[0], said[2], make_contiguous_strides_for(said[0])):
+                fix = (
+                    "return contiguous outputs (what the core's op declares), or give ImplSpec(fake=...) "
+                    "that says what the kernel returns"
+                )
+            else:  # a layout of the op's own (column-major group scales): the contract, not a choice
+                fix = f"return output {i} in that layout, strides {said[2]} (the op's: its native's)"
             return (
                 f"output {i} is {got[1]} of shape {got[0]}, strides {got[2]}, but torch.ops.{name} "
                 f"(what compiled graphs hold for it) says {said[1]} of shape {said[0]}, strides {said[2]}: "
-                "a compiled graph would fail or misread it; return contiguous outputs (what the core's "
-                "op declares), or give ImplSpec(fake=...) that says what the kernel returns"
+                f"a compiled graph would fail or misread it; {fix}"
             )
     return None
 
@@ -258,8 +265,8 @@ def _layout_problem(op: IrOp, args: tuple, out: Any) -> str | None:
         return (
             f"output {op.name}[{i}] has strides {real.stride()} where the op returns {native.stride()} "
             f"(shape {tuple(native.shape)}: a layout of the op's contract, such as column-major group "
-            "scales, which their readers depend on); return that layout, and declare it in "
-            "ImplSpec(fake=...)"
+            "scales, which their readers depend on); return that layout (the fake ircore builds "
+            "declares it: a fake=, if you give one, must declare it too)"
         )
     return None
 

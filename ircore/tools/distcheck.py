@@ -253,9 +253,9 @@ def metadata_problems(artifact: Artifact) -> list[str]:
     """The metadata every published distribution needs."""
     md = artifact.metadata
     problems = []
-    for key, field in _METADATA_FIELDS.items():
+    for key, pyproject_key in _METADATA_FIELDS.items():
         if not (md.get(key) or "").strip():
-            problems.append(f"no {key}: set {field} in [project]")
+            problems.append(f"no {key}: set {pyproject_key} in [project]")
     payload = md.get_payload()
     readme = (payload if isinstance(payload, str) else "").strip() or (md.get("Description") or "").strip()
     if not readme or not md.get("Description-Content-Type"):
