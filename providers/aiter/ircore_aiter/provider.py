@@ -42,7 +42,13 @@ CALL_FORMS = {
 }
 #: Checked where the release has it (the quant ops' predicates decline every call where it does
 #: not): read at AITER's head of 2026, not verified in the 0.1.7 wheel.
-OPTIONAL_CALL_FORMS = {"static_per_tensor_quant": ("out", "input", "scale")}
+#: The fp8 GEMMs: read at AITER's head and at every tag from v0.1.7.post2 to v0.1.20.post1 with
+#: these parameters (scaled_mm.py); optional all the same, as the quant kernel.
+OPTIONAL_CALL_FORMS = {
+    "static_per_tensor_quant": ("out", "input", "scale"),
+    "gemm_a8w8_blockscale": ("XQ", "WQ", "x_scale", "w_scale", "dtype"),
+    "gemm_a8w8": ("XQ", "WQ", "x_scale", "w_scale", "bias", "dtype"),
+}
 
 NORM_OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
 #: In place through AITER's HIP sbhd RoPE kernels (see impls.py).
@@ -57,12 +63,16 @@ FUSED_QUANT_OPS = (
     "fused_add_rms_norm_static_fp8_quant",
     "silu_and_mul_static_quant_fp8",
 )
-OPS = NORM_OPS + ROPE_OPS + QUANT_OPS + FUSED_QUANT_OPS
+#: The fp8 matmuls through AITER's CK GEMMs (see scaled_mm.py: the arch's fp8, bf16/fp16 outputs,
+#: 128 x 128 blocks, the layouts the kernels read).
+MATMUL_OPS = ("scaled_mm_fp8", "block_scaled_mm_fp8")
+OPS = NORM_OPS + ROPE_OPS + QUANT_OPS + FUSED_QUANT_OPS + MATMUL_OPS
 #: Ahead of vllm_c (10) and triton (20) on the GPUs this provider runs on. The norms first (vLLM
 #: puts AITER's rmsnorm first on ROCm under CUDA graphs); silu_and_mul after the norms' rank
 #: but still ahead of triton. Not measured by ircore (no ROCm machine).
 #: The rotary ops as silu_and_mul: ahead of triton, behind nothing measured. The quant ops too
-#: (one HIP kernel pass, plus a torch reduction for per-tensor dynamic; not measured).
+#: (one HIP kernel pass, plus a torch reduction for per-tensor dynamic; not measured). The fp8
+#: matmuls too: ahead of triton's (20); not measured.
 RANKS = {
     "rms_norm": 5,
     "fused_add_rms_norm": 5,
@@ -74,6 +84,8 @@ RANKS = {
     "rms_norm_static_fp8_quant": 15,
     "fused_add_rms_norm_static_fp8_quant": 15,
     "silu_and_mul_static_quant_fp8": 15,
+    "scaled_mm_fp8": 15,
+    "block_scaled_mm_fp8": 15,
 }
 
 # cache_by_signature: the predicates read devices, dtypes, dims, contiguity, unit last stride
@@ -91,6 +103,9 @@ IRCORE_IMPLEMENTATIONS = {
     **ircore.impl_table("ircore_aiter.impls", QUANT_OPS, cache_by_signature=False, rank=RANKS),
     # The fused predicates read the same facts plus the weight's and residual's contiguity.
     **ircore.impl_table("ircore_aiter.impls", FUSED_QUANT_OPS, cache_by_signature=False, rank=RANKS),
+    # The matmul predicates read block_size's values and out_dtype, a dtype value: not signature
+    # facts. No batch-invariance claim (CK's split-K and tiles are chosen per shape, M included).
+    **ircore.impl_table("ircore_aiter.scaled_mm", MATMUL_OPS, cache_by_signature=False, rank=RANKS),
 }
 
 

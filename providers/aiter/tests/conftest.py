@@ -27,6 +27,7 @@ from tests.provider_env import REPO, ProviderEnv, simulated_active, standin_env
 PROJECT = Path(__file__).resolve().parents[1]
 STANDINS = PROJECT / "tests" / "standins"
 GFX942 = {"kind": "rocm", "gcn_arch": "gfx942:sramecc+:xnack-", "device_name": "stand-in MI300X"}
+GFX950 = {"kind": "rocm", "gcn_arch": "gfx950", "device_name": "stand-in MI355X"}
 
 
 class CheckoutEnv(ProviderEnv):
@@ -51,3 +52,24 @@ def rocm(penv):
     """ircore and its providers as on a ROCm gfx942 machine, AITER being the stand-in."""
     with simulated_active("aiter", **GFX942) as platform:
         yield platform
+
+
+@pytest.fixture
+def gfx942(rocm):
+    """The AITER stand-in on the module's simulated gfx942 (AITER's fp8 there: e4m3fnuz)."""
+    import aiter as standin
+
+    assert standin.__doc__.startswith("STAND-IN for AMD's AITER")
+    assert os.environ.get("GPU_ARCHS", "gfx942") == "gfx942"
+    return standin
+
+
+@pytest.fixture
+def gfx950(penv, monkeypatch):
+    """The AITER stand-in on a simulated gfx950 (AITER's fp8 there: e4m3fn), for one test:
+    entering it costs a provider load, so tests put their gfx950 cases under one."""
+    monkeypatch.setenv("GPU_ARCHS", "gfx950")  # what the stand-in's dtypes.fp8 follows, as AITER's
+    with simulated_active("aiter", **GFX950):
+        import aiter as standin
+
+        yield standin

@@ -70,7 +70,8 @@ def test_active_on_gfx942_and_gfx950(penv):
         assert result["reason"].startswith(
             "implements rms_norm, fused_add_rms_norm, silu_and_mul, rotary_embedding, "
             "rotary_embedding_query_only, static_quant_fp8, dynamic_quant_fp8, rms_norm_static_fp8_quant, "
-            "fused_add_rms_norm_static_fp8_quant, silu_and_mul_static_quant_fp8 on ROCm"
+            "fused_add_rms_norm_static_fp8_quant, silu_and_mul_static_quant_fp8, scaled_mm_fp8, "
+            "block_scaled_mm_fp8 on ROCm"
         )
         assert "aiter" in result["imported"]
 

@@ -9,36 +9,14 @@ comparison, which fails one fp8 ulp beyond the op's 224), and that what they dec
 AITER entry points they do not use, would give wrong ones.
 """
 
-import os
-
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import ircore
 from ircore.ops._quant import E4M3FN, E4M3FNUZ
-from ircore.testing import assert_close_to_reference, check_provider, simulated_active
+from ircore.testing import assert_close_to_reference, check_provider
 from tests.layouts import BF16, FP16, FP32, randn, weight
-
-GFX950 = {"kind": "rocm", "gcn_arch": "gfx950", "device_name": "stand-in MI355X"}
-
-
-@pytest.fixture
-def gfx942(rocm):
-    import aiter as standin
-
-    assert standin.__doc__.startswith("STAND-IN for AMD's AITER")
-    assert os.environ.get("GPU_ARCHS", "gfx942") == "gfx942"
-    return standin
-
-
-@pytest.fixture
-def gfx950(penv, monkeypatch):
-    monkeypatch.setenv("GPU_ARCHS", "gfx950")  # what the stand-in's dtypes.fp8 follows, as AITER's
-    with simulated_active("aiter", **GFX950):
-        import aiter as standin
-
-        yield standin
 
 
 def _scale(value: float = 0.01) -> torch.Tensor:

@@ -34,6 +34,8 @@ or an error here as it would on the GPU:
   the kernels: the fp8 maximum is ``finfo(out.dtype).max`` (**240** for e4m3fnuz, not vLLM's
   224), ``x * (1/scale)`` saturated to it; dynamic scales ``amax / max`` with **no floor** (an
   all-zero row or tensor gets scale 0 and NaN values, 0 * inf);
+- fp8 GEMMs (``gemm_a8w8_blockscale``, ``gemm_a8w8``): in ``aiter/ops/gemm_op_a8w8.py``, as in
+  AITER, re-exported here;
 - a launch with no rows fails, as an empty grid does on HIP.
 
 ``IRCORE_STANDIN_AITER_FORM`` picks the release modelled: ``0.1.7`` (default), ``head``
@@ -413,3 +415,7 @@ def rope_cached_positions_2c_fwd_inplace(
     rope_cached_positions_2c_fwd_impl(
         input_x, input_y, input_x, input_y, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first
     )
+
+
+# AITER's ``from .ops.gemm_op_a8w8 import *``: last, the module uses _guard, CALLS and _arch_fp8.
+from aiter.ops.gemm_op_a8w8 import gemm_a8w8, gemm_a8w8_blockscale  # noqa: E402, F401
