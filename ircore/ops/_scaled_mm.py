@@ -225,13 +225,14 @@ def quantize_groups(
     return dynamic_group_quant_fp8.native(x.float(), [1, group], False, False, fp8_dtype)
 
 
-def _per_row(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    scale = (x.abs().amax(dim, keepdim=True) / fp8_max(E4M3)).clamp(min=min_scale(E4M3))
-    return quantize_fp8(x, scale), scale.float()
+def _per_row(x: torch.Tensor, dim: int, fp8_dtype: torch.dtype = E4M3) -> tuple[torch.Tensor, torch.Tensor]:
+    scale = (x.abs().amax(dim, keepdim=True) / fp8_max(fp8_dtype)).clamp(min=min_scale(fp8_dtype))
+    return quantize_fp8(x, scale, fp8_dtype), scale.float()
 
 
 def _scaled_mm_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Iterator[Sample]:
-    """``dtype`` is the output dtype; operands are e4m3fn (e4m3fnuz once, where torch has it)."""
+    """``dtype`` is the output dtype; operands are e4m3fn, and e4m3fnuz once (AMD's gfx942 fp8:
+    an adapter that decodes it as e4m3fn, or the reverse, is off by a factor of 2)."""
     gen = _samples.generator(seed + 7, device)
     for m, k, n in ((1, 32, 16), (5, 64, 48), (16, 128, 32), (0, 32, 16)):
         x = _samples.randn((m, k), _F32, device, gen)
@@ -251,6 +252,9 @@ def _scaled_mm_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Iterat
     (a, sa), (wq, sw) = _per_row(x, 1), _per_row(w, 1)
     yield Sample((a, wq.t(), sa, sw.reshape(1, 48), dtype, bias), "5x64x48 per-row, bias")
     yield Sample((a, wq.t().contiguous(), sa, sw.reshape(1, 48), dtype, None), "5x64x48 b row-major")
+    fnuz = torch.float8_e4m3fnuz
+    (a, sa), (wq, sw) = _per_row(x, 1, fnuz), _per_row(w, 1, fnuz)
+    yield Sample((a, wq.t(), sa, sw.reshape(1, 48), dtype, None), "5x64x48 per-row x per-column, e4m3fnuz")
 
 
 def _block_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Iterator[Sample]:
@@ -271,6 +275,11 @@ def _block_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Iterator[S
     a, sa = quantize_groups(x, 128)
     b, sb = quantize_blocks(_samples.randn((128, 128), _F32, device, gen), (128, 128))
     yield Sample((a, b, sa, sb, [128, 128], dtype), "2x128x128 all-zero activations")
+    fnuz = torch.float8_e4m3fnuz
+    x = _samples.randn((4, 256), _F32, device, gen)
+    w = _samples.randn((128, 256), _F32, device, gen, scale=0.05)
+    (a, sa), (b, sb) = quantize_groups(x, 128, fnuz), quantize_blocks(w, (128, 128), fnuz)
+    yield Sample((a, b, sa, sb, [128, 128], dtype), "4x256x128 blocks 128x128, e4m3fnuz")
 
 
 def _mnk(shape: tuple[int, ...]) -> tuple[int, int, int]:

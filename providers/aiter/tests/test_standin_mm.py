@@ -198,11 +198,13 @@ def test_a_release_without_the_gemms_declines(gfx950, monkeypatch):
 
 # ------------------------------------------------------------------ gfx942
 def test_gfx942_takes_e4m3fnuz_only(gfx942):
-    """gfx942's fp8 is e4m3fnuz: accepted and right (the op's samples are e4m3fn, so the kit checks
-    nothing here); e4m3fn declined by both predicates."""
+    """gfx942's fp8 is e4m3fnuz: accepted and right; e4m3fn declined by both predicates. The kit
+    checks the op's one e4m3fnuz sample of each matmul (bf16 out) and nothing else here."""
     for fp8, accepted in ((E4M3FNUZ, True), (E4M3FN, False)):
         assert_dispatched("block_scaled_mm_fp8", _block(fp8=fp8), "aiter", accepted, f"block {fp8}")
         assert_dispatched("scaled_mm_fp8", _scaled(fp8=fp8), "aiter", accepted, f"scaled {fp8}")
+    report = check_provider("aiter", dtypes=(BF16,), seeds=(0,), ops=MATMULS)
+    assert report.checked == {"block_scaled_mm_fp8": 1, "scaled_mm_fp8": 1}, report
 
 
 def test_gfx942_blockscale_reads_e4m3fn_as_e4m3fnuz(gfx942):
