@@ -75,7 +75,7 @@ def _optional_xpu_c(name: str) -> torch._ops.OpOverload | None:
         return None
     if not torch._C._dispatch_has_kernel_for_dispatch_key(f"_xpu_C::{name}", "XPU"):
         return None
-    return packet.default  # type: ignore[no-any-return]
+    return packet.default
 
 
 #: None where this release or build lacks the kernel (its predicate then declines every call).
@@ -129,4 +129,4 @@ def scaled_mm_fp8(
         return out if bias is None else out + bias
     sa = scale_a.reshape(-1, 1).expand(m, 1).contiguous()
     sb = scale_b.reshape(1, -1).expand(1, n).contiguous()
-    return FP8_GEMM(a, b, out_dtype, sa, sb, None if bias is None else bias.contiguous())  # type: ignore[misc, no-any-return]
+    return FP8_GEMM(a, b, out_dtype, sa, sb, None if bias is None else bias.contiguous())  # type: ignore[misc]
