@@ -1,7 +1,8 @@
 """The module named by this distribution's ``ircore.providers`` entry point.
 
 Cheap to import and safe anywhere: ``vllm_xpu_kernels._C`` (which needs a torch +xpu build and
-Intel's Level Zero loader) is imported only by :func:`ircore_check_platform` on an XPU platform.
+Intel's Level Zero loader) and ``vllm_xpu_kernels._xpu_C`` (its oneDNN GEMMs) are imported only
+by :func:`ircore_check_platform` on an XPU platform.
 The implementations in :mod:`ircore_xpu.impls` are loaded by ircore after that check passed.
 """
 
@@ -66,6 +67,12 @@ OPTIONAL_CALL_FORMS = {
     ),
 }
 
+#: ``torch.ops._xpu_C.<op>`` (the extension ``vllm_xpu_kernels._xpu_C``, optional: a build
+#: without it, or a release without the op, still serves everything else; scaled_mm.py).
+XPU_C_CALL_FORMS = {
+    "fp8_gemm": ("A", "B", "out_dtype", "A_scale_", "B_scale_", "bias_"),
+}
+
 NORM_OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul")
 ACT_OPS = ("gelu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul")
 #: Both rotary ops call ``torch.ops._C.rotary_embedding`` (in place; key=None for query-only);
@@ -84,8 +91,11 @@ FUSED_QUANT_OPS = (
     "silu_and_mul_static_quant_fp8",
     "silu_and_mul_group_quant_fp8",
 )
-OPS = NORM_OPS + ACT_OPS + ROPE_OPS + QUANT_OPS + FUSED_QUANT_OPS
-#: Ahead of triton (20) on Intel GPUs: hand-written SYCL kernels. Not measured by ircore.
+#: The fp8 matmul through _xpu_C.fp8_gemm (oneDNN), optional per build and release (scaled_mm.py).
+MATMUL_OPS = ("scaled_mm_fp8",)
+OPS = NORM_OPS + ACT_OPS + ROPE_OPS + QUANT_OPS + FUSED_QUANT_OPS + MATMUL_OPS
+#: Ahead of triton (20) on Intel GPUs: hand-written SYCL kernels (scaled_mm_fp8: oneDNN's GEMM).
+#: Not measured by ircore.
 DEFAULT_RANK = 10
 
 # cache_by_signature: the predicates read devices, dtypes, dims, contiguity and unit last
@@ -125,6 +135,9 @@ _ROWS = {
         rank=DEFAULT_RANK,
         fakes=tuple(op for op in FUSED_QUANT_OPS if "group_quant" in op),
     ),
+    # The matmul predicate reads strides other than the last and out_dtype, a dtype value: not
+    # signature facts. No batch-invariance claim (oneDNN picks its kernels per shape).
+    **ircore.impl_table("ircore_xpu.scaled_mm", MATMUL_OPS, cache_by_signature=False, rank=DEFAULT_RANK),
 }
 IRCORE_IMPLEMENTATIONS = {op: _ROWS[op] for op in OPS}  # in OPS's order (ircore list names them so)
 
@@ -168,4 +181,12 @@ def ircore_check_platform(platform: Platform) -> str | None:
         problem = op is not None and call_form_problem(f"torch.ops._C.{name}", op, expected)
         if problem:
             return f"{problem} ({SUPPORTED})"
+    # Optional: a build without _xpu_C (XPU_SPECIFIC_KERNELS_ENABLED off) serves everything else,
+    # and scaled_mm_fp8's predicate declines every call (scaled_mm.py).
+    if not isinstance(import_vendor("vllm_xpu_kernels._xpu_C", needs="vllm-xpu-kernels"), str):
+        for name, expected in XPU_C_CALL_FORMS.items():
+            op = torch_op("_xpu_C", name)
+            problem = op is not None and call_form_problem(f"torch.ops._xpu_C.{name}", op, expected)
+            if problem:
+                return f"{problem} ({SUPPORTED})"
     return None

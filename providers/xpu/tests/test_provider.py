@@ -65,7 +65,8 @@ def test_active_on_an_intel_gpu(penv):
         "swigluoai_and_mul, rotary_embedding, rotary_embedding_query_only, fused_qk_norm_rope, static_quant_fp8, "
         "dynamic_quant_fp8, dynamic_group_quant_fp8, rms_norm_static_fp8_quant, fused_add_rms_norm_static_fp8_quant, "
         "rms_norm_dynamic_quant_fp8, fused_add_rms_norm_dynamic_quant_fp8, rms_norm_group_quant_fp8, "
-        "fused_add_rms_norm_group_quant_fp8, silu_and_mul_static_quant_fp8, silu_and_mul_group_quant_fp8 on XPU "
+        "fused_add_rms_norm_group_quant_fp8, silu_and_mul_static_quant_fp8, silu_and_mul_group_quant_fp8, "
+        "scaled_mm_fp8 on XPU "
         "(stand-in Intel(R) Data Center GPU Max 1550)"
     )
 
@@ -131,6 +132,24 @@ def test_changed_call_form_is_reported_not_called(penv):
         "unavailable",
         "torch.ops._C.rms_norm takes (input, result, weight, epsilon); this provider calls it as "
         "(result, input, weight, epsilon) (supported: vllm-xpu-kernels 0.1.x)",
+    )
+
+
+@pytest.mark.slow
+def test_build_without_xpu_C_serves_the_rest(penv):
+    """vllm_xpu_kernels._xpu_C is optional (XPU_SPECIFIC_KERNELS_ENABLED): without it the provider
+    is active, and scaled_mm_fp8's predicate declines every call (test_standin_matmul.py)."""
+    result = penv.scenario("xpu", XPU, env={"IRCORE_STANDIN_XPU_VARIANT": "no-xpu-c"})
+    assert result["state"] == "active", result
+
+
+@pytest.mark.slow
+def test_changed_xpu_C_call_form_is_reported_not_called(penv):
+    result = penv.scenario("xpu", XPU, env={"IRCORE_STANDIN_XPU_VARIANT": "xpu-c-changed"})
+    assert (result["state"], result["reason"]) == (
+        "unavailable",
+        "torch.ops._xpu_C.fp8_gemm takes (A, B, A_scale_, B_scale_, out_dtype, bias_); this provider calls "
+        "it as (A, B, out_dtype, A_scale_, B_scale_, bias_) (supported: vllm-xpu-kernels 0.1.x)",
     )
 
 
