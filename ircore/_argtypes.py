@@ -131,8 +131,9 @@ def value_checker(
     A ``Tensor`` parameter (unless named in ``any_layout``) takes a dense, strided tensor: not a
     sparse, nested or MKL-DNN one, which implementations would each fail on differently. An
     ``int`` or ``float`` parameter given an int takes one that fits in 64 bits (the schema's
-    ``int``; what a ``float`` parameter's implementations convert an int through). Run after
-    the type check: a wrong type is that check's error.
+    ``int``; what a ``float`` parameter's implementations convert an int through), and so does
+    each element of a ``list[int]`` (the schema's ``int[]``). Run after the type check: a wrong
+    type is that check's error.
     """
     hints = typing.get_type_hints(native)
     tensors = [
@@ -141,6 +142,7 @@ def value_checker(
         if hints.get(name) in (torch.Tensor, torch.Tensor | None) and name not in any_layout
     ]
     numbers = [(i, name, hints[name]) for i, name in enumerate(names) if hints.get(name) in _NUMBERS]
+    int_lists = [(i, name) for i, name in enumerate(names) if hints.get(name) == list[int]]
 
     def check_values(*args: object) -> None:
         for i, name in tensors:
@@ -160,6 +162,16 @@ def value_checker(
                     if arg.bit_length() <= 1024:
                         why += f" ({float(arg)!r})"
                 bad_argument(op, name, f"is {_int_text(arg)}, outside {_INT_RANGE}: {why}")
+        for i, name in int_lists:
+            for j, value in enumerate(args[i]):  # type: ignore[arg-type]  # a list or tuple: checked
+                if _out_of_range(value):
+                    assert isinstance(value, int)
+                    bad_argument(
+                        op,
+                        name,
+                        f"has element {j} = {_int_text(value)}, outside {_INT_RANGE}: expected ints that "
+                        "fit in 64 bits (the schema's int[])",
+                    )
 
     return check_values
 
@@ -186,7 +198,10 @@ _FAST_TESTS: dict[Any, str] = {
     bool: "{a} is True or {a} is False",
     str: "{a}.__class__ is str",
     torch.dtype: "{a}.__class__ is _ir_D",
-    list[int]: "({a}.__class__ is list or {a}.__class__ is tuple) and all(_v.__class__ is int for _v in {a})",
+    list[int]: (
+        "({a}.__class__ is list or {a}.__class__ is tuple) "
+        "and all(_v.__class__ is int and _ir_MIN <= _v <= _ir_MAX for _v in {a})"
+    ),
 }
 _ANY_LAYOUT_TESTS: dict[Any, str] = {
     torch.Tensor: "{a}.__class__ is _ir_T or {a}.__class__ is _ir_P",

@@ -472,6 +472,11 @@ def _generic_bad_cases(op):
         yield f"{name} int 65 bits", _replacing(op, i, lambda _: 2**64), (
             f"argument {name!r} is 18446744073709551616, {outside}: expected an int that fits in 64 bits"
         )
+    for i, name in _params_of(op, list[int]):
+        yield f"{name} list int 65 bits", _replacing(op, i, lambda v: [*v[:-1], 2**64]), (
+            f"argument {name!r} has element {len(_good_args(op)[i]) - 1} = "
+            f"18446744073709551616, {outside}: expected ints that fit in 64 bits (the schema's int[])"
+        )
 
 
 def _routes(op, args: tuple, label: str) -> dict:
