@@ -163,7 +163,8 @@ def value_checker(
                         why += f" ({float(arg)!r})"
                 bad_argument(op, name, f"is {_int_text(arg)}, outside {_INT_RANGE}: {why}")
         for i, name in int_lists:
-            for j, value in enumerate(args[i]):  # type: ignore[arg-type]  # a list or tuple: checked
+            values: Sequence[object] = args[i]  # type: ignore[assignment]  # a list or tuple: checked
+            for j, value in enumerate(values):
                 if _out_of_range(value):
                     assert isinstance(value, int)
                     bad_argument(

@@ -125,6 +125,8 @@ class OpLike(Protocol):
 
     def invariance_of(self, provider: str, args: tuple[Any, ...] | None = None) -> str: ...
 
+    def refuses_in_mode(self, args: tuple[Any, ...]) -> bool: ...
+
     def wants_grad(self, args: tuple[Any, ...]) -> bool: ...
 
     def inputs_overlap(self, args: tuple[Any, ...]) -> bool: ...
@@ -752,7 +754,7 @@ class Step(NamedTuple):
     """One provider considered for a call, and what became of it."""
 
     provider: str
-    outcome: str  # "chosen", "skipped", "not reached", "not in priority"
+    outcome: str  # "chosen", "skipped", "not reached", "not in priority", "refuses"
     reason: str
 
 
@@ -760,17 +762,21 @@ class Explanation(NamedTuple):
     """The answer of :func:`explain`: which implementation runs for a call, and why."""
 
     op: str
-    chosen: str
+    #: the implementation that runs; None where nothing runs: the call raises (``raises``)
+    chosen: str | None
     priority: tuple[str, ...]
     source: str
     steps: tuple[Step, ...]
     #: what tracing such a call records: torch.ops.ircore.<op>, or with trace_implementations on
     #: the chosen implementation's op (see IrOp.traced_call)
     traced: str = ""
+    #: the error the call raises instead of running (batch-invariant mode with nothing that
+    #: qualifies: ``BatchInvariantError``), else ""
+    raises: str = ""
 
     def __str__(self) -> str:
         lines = [
-            f"{self.op}: runs {self.chosen}",
+            f"{self.op}: " + (f"raises {self.raises}" if self.raises else f"runs {self.chosen}"),
             f"  priority: {', '.join(self.priority)}  (from {self.source})",
         ]
         lines += [f"  {s.provider:<12} {s.outcome:<15} {s.reason}" for s in self.steps]
@@ -786,6 +792,7 @@ class Explanation(NamedTuple):
             "source": self.source,
             "steps": [s._asdict() for s in self.steps],
             "traced": self.traced,
+            "raises": self.raises,
         }
 
 
@@ -812,10 +819,14 @@ def explain(op: OpLike, args: tuple[Any, ...]) -> Explanation:
         verdicts[entry.provider] = (accepted, why)
 
     plan = plan_for(op, scope)
-    chosen = first_supported(op.name, plan.entries, args, op.wants_grad(args), on_step)[0].provider
+    entry = first_supported(op.name, plan.entries, args, op.wants_grad(args), on_step)[0]
+    chosen: str | None = entry.provider
     invariant = batch_invariant_active(scope)
+    raises = ""
     if invariant:
         source += "; batch-invariant mode on"
+        if chosen == NATIVE and op.refuses_in_mode(args):  # the walk ends at native's refusal
+            raises = "BatchInvariantError (batch-invariant mode: no implementation qualifies for this call)"
     steps: list[Step] = []
     reached = False
     for name in names:
@@ -825,11 +836,16 @@ def explain(op: OpLike, args: tuple[Any, ...]) -> Explanation:
             accepted, why = verdicts[name]
             if invariant:
                 why += f" (batch-invariant mode: {op.invariance_of(name, args)})"
-            steps.append(Step(name, "chosen" if accepted else "skipped", why))
+            outcome = "chosen" if accepted else "skipped"
+            if accepted and raises:
+                outcome, why = "refuses", f"raises BatchInvariantError ({op.invariance_of(name, args)})"
+            steps.append(Step(name, outcome, why))
             reached = accepted
         else:
             steps.append(Step(name, "skipped", _why_not_in_plan(op, name, invariant)))
     steps += [
         Step(name, "not in priority", f"not listed by {source}") for name in op.impls if name not in names
     ]
-    return Explanation(op.name, chosen, names, source, tuple(steps))
+    if raises:
+        chosen = None
+    return Explanation(op.name, chosen, names, source, tuple(steps), raises=raises)

@@ -530,6 +530,14 @@ class IrOp(Generic[P, R]):
             return f"its batch_invariant claim raised {type(exc).__name__}: {exc}"
         return "its claim holds for this call" if held else "its batch_invariant claim rejects this call"
 
+    def refuses_in_mode(self, args: tuple[Any, ...]) -> bool:
+        """Whether native's entry in batch-invariant mode refuses this call (:meth:`refuse_variant`):
+        native claims no invariance, or the op declares the call batch-dependent."""
+        claim: Any = self.batch_invariant
+        if claim is not True and not callable(claim):
+            return True
+        return bool(self.batch_dependent is not None and self.batch_dependent(*args))
+
     def refuse_variant(self, *args: Any) -> Any:
         """What batch-invariant mode runs where no implementation qualifies: an error, never a
         batch-variant result."""
@@ -547,12 +555,18 @@ class IrOp(Generic[P, R]):
                 "change the call as said, or run it outside the mode"
             )
         names = dispatch.effective_priority(self, dispatch.SCOPE.get())[0]
-        why = "; ".join(f"{p}: {self.invariance_of(p, args)}" for p in names if p != dispatch.NATIVE)
+        whys = [f"{p}: {self.invariance_of(p, args)}" for p in names if p != dispatch.NATIVE]
+        # implementations the priority leaves out: one that qualifies is the likely fix
+        whys += [
+            f"{p}: {self.invariance_of(p, args)}, but not in the op's priority list {list(names)}"
+            for p in sorted(self.impls)
+            if p not in names and p != dispatch.NATIVE
+        ]
         raise BatchInvariantError(
             f"ircore op {self.name!r}: batch-invariant mode is on (ircore.batch_invariant() or the "
             f"batch_invariant setting) and no implementation claims batch invariance for this call "
             f"({shown}). {self.invariance_of(dispatch.NATIVE)}"
-            + (f"; {why}" if why else "; no provider implements it")
+            + (f"; {'; '.join(whys)}" if whys else "; no provider implements it")
             + ". Needed: a provider implementation whose ImplSpec declares batch_invariant (True, or "
             "a predicate accepting these arguments), installed and in the op's priority list; or "
             "run this call outside the mode"
@@ -799,7 +813,9 @@ class IrOp(Generic[P, R]):
         explanation = dispatch.explain(self, self.bind_args(args, kwargs))
         return explanation._replace(traced=self._traced_as(explanation.chosen))
 
-    def _traced_as(self, chosen: str) -> str:
+    def _traced_as(self, chosen: str | None) -> str:
+        if chosen is None:
+            return "nothing: the call raises"
         if not STATE.tracing_implementations:
             return f"torch.ops.ircore.{self.name} (trace_implementations is off)"
         impl = self.impls.get(chosen)

@@ -128,8 +128,13 @@ def test_batch_dependent_calls_are_refused_whatever_the_claims(miss_path):
                 message = str(info.value)
                 assert "'dynamic_quant_fp8'" in message and "per_token=False" in message, message
                 assert "depends on the whole batch" in message and "per_token=True" in message, message
-            explained = str(ircore.explain(op, x, False, fn))
-            assert "this call depends on the whole batch" in explained, explained
+            explained = ircore.explain(op, x, False, fn)
+            assert "this call depends on the whole batch" in str(explained), explained
+            # explain agrees with the call: nothing runs, it raises (it said "runs native")
+            assert explained.chosen is None and explained.raises.startswith("BatchInvariantError"), explained
+            assert str(explained).startswith("dynamic_quant_fp8: raises BatchInvariantError")
+            assert [s.outcome for s in explained.steps] == ["skipped", "refuses"], explained
+            assert ircore.explain(op, x, True, fn).chosen == "anyrows"
     assert ran == [False, True]
     assert op.invariance_of("anyrows", (x, False, fn)).startswith("this call depends on the whole batch")
     assert op.invariance_of("anyrows", (x, True, fn)) == "claims batch invariance"
@@ -249,6 +254,31 @@ def test_no_qualifying_implementation_raises_naming_op_call_and_need(miss_path):
                 "myprov: claims no batch invariance" in message
                 and "ImplSpec declares batch_invariant" in message
             )
+
+
+def test_the_refusal_names_a_qualifying_implementation_the_priority_leaves_out(miss_path):
+    """A provider that claims invariance but is not in the op's priority list is the likely fix:
+    the error says so (it said 'no provider implements it'); native's own reason is given."""
+
+    @ircore.register_op(batch_invariant="a reason of native's")
+    def ircore_test_left_out(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    def doubled(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    ircore_test_left_out.register_impl("steady", doubled, batch_invariant=True)
+    x = torch.randn(3, 8)
+    with ircore.batch_invariant(), ircore.priority(ircore_test_left_out=["native"]):
+        with pytest.raises(BatchInvariantError) as info:
+            ircore_test_left_out(x)
+        explained = ircore.explain(ircore_test_left_out, x)
+        assert explained.chosen is None and explained.to_dict()["raises"].startswith("BatchInvariantError")
+        assert ("steady", "not in priority") in [(s.provider, s.outcome) for s in explained.steps]
+    message = str(info.value)
+    assert "native is not batch-invariant: a reason of native's" in message
+    assert "steady: claims batch invariance, but not in the op's priority list ['native']" in message
+    assert "no provider implements it" not in message
 
 
 def test_eager_keywords_maybe_inplace_are_invariant():

@@ -274,6 +274,9 @@ BAD = [
     ("static_quant_fp8", (X.long(), ONE, FN), "x", "has dtype torch.int64"),
     ("static_quant_fp8", (torch.randn(4, 0), ONE, FN), "x", "empty last dimension"),
     ("static_quant_fp8", (X, torch.ones(5), FN), "scale", "does not broadcast over x's last two dimensions (M, K) = (4, 64)"),
+    # the silu form's scale fits its output (K/2 wide): the message says whose dimensions those are
+    ("silu_and_mul_static_quant_fp8", (X, torch.ones(64), FN), "scale",
+     "does not broadcast over the output's last two dimensions (x's, the last one halved) (M, K) = (4, 32)"),
     ("static_quant_fp8", (X, torch.ones(3, 64), FN), "scale", "sizes divide M and K"),
     ("static_quant_fp8", (X, torch.ones(2, 2, 2), FN), "scale", "does not broadcast"),
     ("static_quant_fp8", (X, torch.ones(1, dtype=torch.int32), FN), "scale", "has dtype torch.int32"),

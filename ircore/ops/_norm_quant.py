@@ -108,9 +108,14 @@ def _static_fast(
 
 
 def _static_checks(
-    op: str, x: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype, num_token_padding: int | None
+    op: str,
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    num_token_padding: int | None,
+    of: str = "x's last two dimensions",
 ) -> None:
-    _quant.check_static_scale(op, x, scale)
+    _quant.check_static_scale(op, x, scale, of)
     _quant.check_fp8_dtype(op, fp8_dtype)
     _quant.check_padding(op, num_token_padding)
 
@@ -764,7 +769,8 @@ def _check_silu_static(
     op = "silu_and_mul_static_quant_fp8"
     _checks.check_types(op, x, scale, fp8_dtype, num_token_padding)
     _check_gate(op, x)
-    _static_checks(op, _half(x), scale, fp8_dtype, num_token_padding)
+    of = "the output's last two dimensions (x's, the last one halved)"
+    _static_checks(op, _half(x), scale, fp8_dtype, num_token_padding, of)
 
 
 def _silu_static_reference(

@@ -191,9 +191,12 @@ def check_padding(op: str, num_token_padding: int | None) -> None:
         )
 
 
-def check_static_scale(op: str, x: torch.Tensor, scale: torch.Tensor) -> None:
+def check_static_scale(
+    op: str, x: torch.Tensor, scale: torch.Tensor, of: str = "x's last two dimensions"
+) -> None:
     """A float scale on x's device whose vLLM normalisation (:func:`prep_static_scale`) broadcasts
-    over ``x.shape[-2:]`` by groups."""
+    over ``x.shape[-2:]`` by groups. ``of``: whose dimensions ``x``'s are, for the message (the
+    silu forms pass their output's shape)."""
     if scale.dtype not in _FLOAT:
         _checks.bad_argument(op, "scale", f"has dtype {scale.dtype}; expected float32 (or float16, bfloat16)")
     if scale.device != x.device:
@@ -208,7 +211,7 @@ def check_static_scale(op: str, x: torch.Tensor, scale: torch.Tensor) -> None:
         _checks.bad_argument(
             op,
             "scale",
-            f"has shape {tuple(scale.shape)}, which does not broadcast over x's last two dimensions "
+            f"has shape {tuple(scale.shape)}, which does not broadcast over {of} "
             f"(M, K) = ({m}, {k}); expected one element (per tensor), ({k},) per channel, ({m},) or "
             f"({m}, 1) per token, or 2-D (M/gm, K/gn) group scales whose sizes divide M and K "
             "(a 1-D scale of length K is per channel even when M == K)",
