@@ -225,6 +225,19 @@ def quantize_groups(
     return dynamic_group_quant_fp8.native(x.float(), [1, group], False, False, fp8_dtype)
 
 
+def row_and_column_scales(
+    scale_a: torch.Tensor, scale_b: torch.Tensor, m: int, n: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``scaled_mm_fp8``'s scales in the one form a rowwise GEMM reads (cuBLASLt's rowwise
+    ``_scaled_mm``, AITER's ``gemm_a8w8``, oneDNN's ``fp8_gemm``): ``scale_a`` as a contiguous
+    ``[M, 1]``, ``scale_b`` as a contiguous ``[1, N]``, a per-tensor scale expanded (a copy of
+    M or N floats)."""
+    return (
+        scale_a.reshape(-1, 1).expand(m, 1).contiguous(),
+        scale_b.reshape(1, -1).expand(1, n).contiguous(),
+    )
+
+
 def _per_row(x: torch.Tensor, dim: int, fp8_dtype: torch.dtype = E4M3) -> tuple[torch.Tensor, torch.Tensor]:
     scale = (x.abs().amax(dim, keepdim=True) / fp8_max(fp8_dtype)).clamp(min=min_scale(fp8_dtype))
     return quantize_fp8(x, scale, fp8_dtype), scale.float()

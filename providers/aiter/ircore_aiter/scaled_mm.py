@@ -44,6 +44,7 @@ import aiter
 import torch
 from torch import Tensor
 
+from ircore.ops._scaled_mm import row_and_column_scales
 from ircore_aiter.impls import _DEVICE, _aligned, _arch_fp8
 
 __all__ = [
@@ -156,6 +157,5 @@ def scaled_mm_fp8(
     m, n = a.shape[0], b.shape[1]
     if not m:
         return _empty(a, n, out_dtype)
-    sa = scale_a.reshape(-1, 1).expand(m, 1).contiguous()
-    sb = scale_b.reshape(1, -1).expand(1, n).contiguous()
+    sa, sb = row_and_column_scales(scale_a, scale_b, m, n)
     return _ROWWISE(_aligned(a), _aligned(b.t()), sa, sb, None, out_dtype)  # type: ignore[misc, no-any-return]

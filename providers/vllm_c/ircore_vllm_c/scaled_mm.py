@@ -36,6 +36,8 @@ the native does. It claims no batch invariance (provider.py says why).
 
 import torch
 
+from ircore.ops._scaled_mm import row_and_column_scales
+
 from . import kernels
 
 __all__ = [
@@ -137,8 +139,7 @@ def scaled_mm_fp8(
     m, n = a.shape[0], b.shape[1]
     if _scalar(scale_a) and _scalar(scale_b) and bias is None:
         return torch._scaled_mm(a, b, scale_a.reshape(1), scale_b.reshape(1), out_dtype=out_dtype)
-    sa = scale_a.reshape(-1, 1).expand(m, 1).contiguous()
-    sb = scale_b.reshape(1, -1).expand(1, n).contiguous()
+    sa, sb = row_and_column_scales(scale_a, scale_b, m, n)
     return torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype)
 
 

@@ -59,6 +59,7 @@ import torch
 from torch import Tensor
 
 from ircore.ops._quant import E4M3FN
+from ircore.ops._scaled_mm import row_and_column_scales
 from ircore_xpu.impls import _DEVICE
 
 __all__ = ["FP8_GEMM", "scaled_mm_fp8", "scaled_mm_fp8_supports"]
@@ -127,6 +128,5 @@ def scaled_mm_fp8(
     if not (m and k and n):
         out = torch.zeros((m, n), dtype=out_dtype, device=a.device)
         return out if bias is None else out + bias
-    sa = scale_a.reshape(-1, 1).expand(m, 1).contiguous()
-    sb = scale_b.reshape(1, -1).expand(1, n).contiguous()
+    sa, sb = row_and_column_scales(scale_a, scale_b, m, n)
     return FP8_GEMM(a, b, out_dtype, sa, sb, None if bias is None else bias.contiguous())  # type: ignore[misc]
