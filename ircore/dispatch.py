@@ -21,14 +21,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple, Protocol
 
 from ircore import _ownership, _signature
 from ircore._state import SCOPE, STATE, PriorityLayer, Scope
-from ircore.errors import CONTAINED, PriorityError, ProviderError
+from ircore.errors import CONTAINED, PriorityError, ProviderError, raised_at
 
 __all__ = [
     "DEFAULT_RANK",
@@ -589,17 +588,16 @@ _GRAD_REASON = "an argument requires grad and grad mode is on: only native has a
 
 
 _IRCORE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_TORCH_DIR = os.sep + "torch" + os.sep
 
 
 def _raised_at(exc: BaseException) -> str:
-    """``file:line`` of the deepest frame of ``exc``'s traceback outside ircore and torch: the
-    provider's line that raised (or called what raised)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    for frame in reversed(frames):
-        if not frame.filename.startswith(_IRCORE_DIR) and _TORCH_DIR not in frame.filename:
-            return f"{frame.filename}:{frame.lineno}"
-    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+    """``file:line`` of the predicate's line that raised (or called what raised): the deepest
+    frame outside ircore and torch, else the deepest frame."""
+    import torch  # loaded: a predicate ran on tensors
+
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    tb = exc.__traceback__
+    return raised_at(tb, (_IRCORE_DIR, torch_dir)) or raised_at(tb) or "?"
 
 
 def _predicate_raised(op_name: str, provider: str, exc: BaseException) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import traceback
+from types import TracebackType
+
 __all__ = [
     "IrcoreError",
     "OpDeclarationError",
@@ -97,3 +100,14 @@ class BatchInvariantError(IrcoreError, RuntimeError):
     Raised instead of running a batch-variant kernel; the message names the op, the call, why
     each implementation does not qualify and what would.
     """
+
+
+def raised_at(tb: TracebackType | None, skip: tuple[str, ...] = ()) -> str | None:
+    """``file:line`` of the deepest frame of ``tb`` whose file starts with none of ``skip`` (folders:
+    ircore's own, the loader's libraries, torch) and is no frozen importlib module: the line of a
+    provider's code that raised, or called what raised, for messages that say where; None when
+    every frame is skipped."""
+    for frame in reversed(traceback.extract_tb(tb)):
+        if not frame.filename.startswith("<frozen") and not frame.filename.startswith(skip):
+            return f"{frame.filename}:{frame.lineno}"
+    return None

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import importlib
 import os
-import traceback
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from types import TracebackType
 from typing import Any
 
 import pluggy
+
+from ircore.errors import raised_at
 
 
 class ProviderState(str, Enum):
@@ -66,21 +66,12 @@ _IGNORED_DIRS = tuple(
 )
 
 
-def _where(tb: TracebackType | None) -> str:
-    """``file:line`` of the deepest frame outside ircore, pluggy and importlib: the provider's."""
-    location = "?"
-    for frame in traceback.extract_tb(tb):
-        name = frame.filename
-        if name.startswith("<frozen") or name.startswith(_IGNORED_DIRS):
-            continue
-        location = f"{name}:{frame.lineno}"
-    return location
-
-
 def describe_failure(exc: BaseException, during: str) -> str:
-    """A failed provider's reason: the exception, its message's first line, where and when."""
+    """A failed provider's reason: the exception, its message's first line, where (the deepest
+    frame outside ircore, pluggy and importlib: the provider's) and when."""
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {message} (at {_where(exc.__traceback__)}, {during})"
+    where = raised_at(exc.__traceback__, _IGNORED_DIRS) or "?"
+    return f"{type(exc).__name__}: {message} (at {where}, {during})"
 
 
 def records_by_name(
