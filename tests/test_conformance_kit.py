@@ -60,23 +60,26 @@ def test_a_fake_that_fails_is_caught_before_torch_compile_is():
     assert "NotImplementedError: no meta kernel" in message
 
 
+def _row_major_group_quant(
+    x: torch.Tensor,
+    group_shape: list[int],
+    column_major: bool,
+    use_ue8m0: bool,
+    fp8_dtype: torch.dtype,
+    scale_alignment: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """dynamic_group_quant_fp8's values with row-major scales whatever ``column_major`` asks."""
+    q, scales = ircore.ops.dynamic_group_quant_fp8.native(
+        x, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment
+    )
+    return q.contiguous(), scales.contiguous()
+
+
 def test_group_scales_in_the_wrong_layout_are_caught():
     """A group quant kernel that returns row-major scales for column_major=True, with a fake that
     says so (so the fake check passes): the values are right, the layout is not."""
     op = ircore.ops.dynamic_group_quant_fp8
-
-    def row_major(
-        x: torch.Tensor,
-        group_shape: list[int],
-        column_major: bool,
-        use_ue8m0: bool,
-        fp8_dtype: torch.dtype,
-        scale_alignment: int = 1,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        q, scales = op.native(x, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment)
-        return q.contiguous(), scales.contiguous()
-
-    op.register_impl("kit_rows", row_major, fake=row_major)
+    op.register_impl("kit_rows", _row_major_group_quant, fake=_row_major_group_quant)
     with pytest.raises(AssertionError) as err:
         check_provider("kit_rows", seeds=(0,), dtypes=(torch.float32,))
     message = str(err.value)
@@ -87,20 +90,7 @@ def test_group_scales_in_the_wrong_layout_are_caught():
 def test_group_scales_in_the_wrong_layout_without_a_fake_are_told_the_ops_layout():
     """The same kernel without a fake: the compiled op's fake (ircore's, the op's layouts) differs
     from what it returns, and the message says to return the op's layout, not 'contiguous'."""
-    op = ircore.ops.dynamic_group_quant_fp8
-
-    def row_major(
-        x: torch.Tensor,
-        group_shape: list[int],
-        column_major: bool,
-        use_ue8m0: bool,
-        fp8_dtype: torch.dtype,
-        scale_alignment: int = 1,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        q, scales = op.native(x, group_shape, column_major, use_ue8m0, fp8_dtype, scale_alignment)
-        return q.contiguous(), scales.contiguous()
-
-    op.register_impl("kit_rows_nofake", row_major)
+    ircore.ops.dynamic_group_quant_fp8.register_impl("kit_rows_nofake", _row_major_group_quant)
     with pytest.raises(AssertionError) as err:
         check_provider("kit_rows_nofake", seeds=(0,), dtypes=(torch.float32,))
     message = str(err.value)
