@@ -531,10 +531,11 @@ class IrOp(Generic[P, R]):
         return "its claim holds for this call" if held else "its batch_invariant claim rejects this call"
 
     def refuses_in_mode(self, args: tuple[Any, ...]) -> bool:
-        """Whether native's entry in batch-invariant mode refuses this call (:meth:`refuse_variant`):
-        native claims no invariance, or the op declares the call batch-dependent."""
-        claim: Any = self.batch_invariant
-        if claim is not True and not callable(claim):
+        """Whether native's entry in batch-invariant mode (:meth:`invariant_entry`) refuses this
+        call: the entry is :meth:`refuse_variant` (native claims no invariance), or it refuses the
+        calls the op declares batch-dependent and this is one."""
+        entry = self.invariant_entry(dispatch.NATIVE)
+        if entry is not None and entry.call == self.refuse_variant:
             return True
         return bool(self.batch_dependent is not None and self.batch_dependent(*args))
 
