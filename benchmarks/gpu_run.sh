@@ -392,7 +392,7 @@ if want wave2-kernels; then  # issue 24's RoPE and activation rows, issue 28's n
   # GATED_HIDDEN (default 1024 x 8192, the row the H100 run missed), first as the benchmark times them
   # (back-to-back replays on the same tensors), then cycling over 4 copies (each call past the L2).
   [[ $parts == *" gated-sweep "* ]] && run_step gated_sweep 200 sh -c "for r in 1 4; do python3 providers/triton/bench_gpu.py \
-    --sweep --ops rms_norm_gated --rows ${GATED_ROWS:-1024} --hidden ${GATED_HIDDEN:-8192} --inductor --rotate \$r --top 40; done"
+    --sweep --ops rms_norm_gated --rows ${GATED_ROWS:-1024} --hidden ${GATED_HIDDEN:-8192} --inductor --rotate \$r; done"
 fi
 if want quant-kernels; then  # issue 25: the fp8 quant and fused norm/act + quant kernels, bf16, graph replay
   wave_install
