@@ -160,6 +160,18 @@ def test_an_sdist_is_read_from_pkg_info_and_pyproject_and_json_lists_everything(
     ]
 
 
+def test_an_op_librarys_attribute_entry_point_is_described_as_an_op_library(tmp_path):
+    # an op library's module is imported to declare ops: no hooks, no table to read
+    pyproject = '[project]\nname = "ircore-ops-x"\n[project.entry-points."ircore.ops"]\nx = "ircore_ops_x:ops"\n'
+    artifact = distcheck.read_artifact(sdist(tmp_path, pyproject, **{"Requires-Dist": "ircore>=0.1,<1"}))
+    assert distcheck.entry_point_problems(artifact) == [
+        "[ircore.ops] x = ircore_ops_x:ops: entry point value 'ircore_ops_x:ops' must be a module, not a "
+        "module:attribute reference: write 'ircore_ops_x.ops' if 'ops' is a module of 'ircore_ops_x', else "
+        "'ircore_ops_x' (pkg.provider, not pkg.provider:attr); ircore imports that module and lets its import "
+        "declare the ops (ircore.register_op)"
+    ]
+
+
 def test_an_sdist_without_requires_dist_in_pkg_info_is_read_from_its_pyproject(tmp_path):
     pyproject = (
         '[project]\nname = "ircore-provider-x"\ndependencies = ["ircore>=0.1"]\n'

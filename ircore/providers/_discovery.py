@@ -99,17 +99,24 @@ def refusal(
     excluded = incompatibility(candidates[0], core_version)
     if excluded:
         return ProviderState.INCOMPATIBLE, excluded
-    bad_value = value_problem(candidates[0].module)
+    bad_value = value_problem(candidates[0].module, kind)
     if bad_value:
         return ProviderState.INVALID, bad_value
     return None
 
 
-def value_problem(value: str) -> str | None:
-    """Why an entry point's value cannot name a provider's module, or None.
+#: what ircore does with the module an entry point names, by the kind of distribution
+_WHAT_IMPORT_DOES = {
+    "provider": "reads its hooks or its IRCORE_IMPLEMENTATIONS table",
+    "op library": "lets its import declare the ops (ircore.register_op)",
+}
 
-    The value is the module ircore imports and reads hooks (or a table) from: ``pkg.provider``,
-    never ``pkg.provider:attr`` (an attribute would be ignored).
+
+def value_problem(value: str, kind: str = "provider") -> str | None:
+    """Why an entry point's value cannot name a provider's (or an op library's) module, or None.
+
+    The value is the module ircore imports (and, for a provider, reads hooks or a table from):
+    ``pkg.provider``, never ``pkg.provider:attr`` (an attribute would be ignored).
     """
     module, sep, attr = value.partition(":")
     module, attr = module.strip(), attr.strip()
@@ -121,8 +128,8 @@ def value_problem(value: str) -> str | None:
             write = f"{f'{module}.{attr}'!r} if {attr!r} is a module of {module!r}, else {write}"
         return (
             f"entry point value {value!r} must be a module, not a module:attribute reference: write "
-            f"{write} (pkg.provider, not pkg.provider:attr); ircore imports that module and reads "
-            "its hooks or its IRCORE_IMPLEMENTATIONS table"
+            f"{write} (pkg.provider, not pkg.provider:attr); ircore imports that module and "
+            f"{_WHAT_IMPORT_DOES[kind]}"
         )
     if not _MODULE_PATH.match(module):
         return (

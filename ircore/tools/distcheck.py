@@ -37,7 +37,12 @@ from packaging.version import Version
 
 from ircore._version import __version__
 from ircore.errors import IrcoreError
-from ircore.providers._discovery import ENTRY_POINT_GROUP, name_problem, value_problem
+from ircore.providers._discovery import (
+    ENTRY_POINT_GROUP,
+    OPS_ENTRY_POINT_GROUP,
+    name_problem,
+    value_problem,
+)
 from ircore.tools.common import EXIT_OK, EXIT_PROBLEMS
 
 if sys.version_info >= (3, 11):
@@ -64,7 +69,7 @@ __all__ = [
 CORE = "ircore"
 PROVIDER_GROUP = ENTRY_POINT_GROUP
 #: Out-of-tree op libraries: a module that declares ops, loaded before providers.
-OPS_GROUP = "ircore.ops"
+OPS_GROUP = OPS_ENTRY_POINT_GROUP
 COMPILED_SUFFIXES = (".so", ".pyd", ".dll", ".dylib")
 LOWER_OPS, UPPER_OPS = (">=", ">", "~=", "=="), ("<", "<=", "~=", "==")
 
@@ -296,7 +301,7 @@ def entry_point_problems(artifact: Artifact) -> list[str]:
             if p
         ]
     for name, value in ops.items():
-        problem = value_problem(value)
+        problem = value_problem(value, "op library")
         if problem:
             problems.append(f"[{OPS_GROUP}] {name} = {value}: {problem}")
     if not providers and not ops and artifact.name != CORE:
