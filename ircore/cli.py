@@ -267,7 +267,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         )
     )
     active = [p["name"] for p in report["providers"] if p["state"] == "active"]
-    print(f"active providers: {', '.join(active) or 'none'}")
+    if not report["providers"] and report["config_error"]:
+        # a configuration ircore cannot read stops it before any provider loads: "none" would mislead
+        installed = ", ".join(sorted({c.name for c in discover()})) or "none"
+        print(f"providers: not loaded, because of the configuration error above (installed: {installed})")
+    else:
+        print(f"active providers: {', '.join(active) or 'none'}")
     for p in report["not_active"]:
         print(f"  {p['name']} ({p['distribution']} {p['version']}): {p['state']}: {p['reason']}")
     for p in report["op_libraries"]:

@@ -419,6 +419,14 @@ def test_cli_doctor_exit_code(penv):
     assert "IRCORE_PRIORTY" in unknown and "IRCORE_GOOD_FLAG" not in unknown and "IRCORE_PROVIDERS" not in unknown
     assert "IRCORE_PRIORTY (did you mean IRCORE_PRIORITY?)" in run.stderr and "IRCORE_GOOD_FLAG" not in run.stderr
     assert report["platform_kind"] == "cpu"
+    # a configuration ircore cannot read stops it before any provider loads: said, not "none active"
+    run = penv.cli("doctor", env={"IRCORE_PRIORITY": "rms_norm"})
+    assert run.returncode == 1
+    assert "configuration error: IRCORE_PRIORITY: cannot read 'rms_norm'" in run.stdout
+    assert "active providers" not in run.stdout
+    line = next(ln for ln in run.stdout.splitlines() if ln.startswith("providers: "))
+    assert line.startswith("providers: not loaded, because of the configuration error above (installed: ")
+    assert "good" in line and "boom_import" in line
 
 
 def test_cli_help_and_version(penv):
