@@ -18,7 +18,7 @@
 # Liger), then both providers' PDL and forced-config GPU tests. (remeasure, ~9 min) triton's GPU
 # tests (SKIP_TESTS=1: not), then benchmarks/kernels_gpu.py over every row, graph replay only
 # (no no-PDL columns).
-# (gpu-tests, wave2-kernels, quant-kernels, fp8-matmul, e2e-llama, e2e-moe, e2e-decoder, invariance, fp8-host) the wave-2
+# (gpu-tests, wave2-kernels, quant-kernels, quant-profile, fp8-matmul, e2e-llama, e2e-moe, e2e-decoder, invariance, fp8-host) the wave-2
 # steps, chainable in one call and capped together by CALL_BUDGET_S (see the end of this file and
 # benchmarks/README.md); their JSON and markdown come back in $OUT/results.tgz.
 # A failing step does not stop the next one; the exit status is the first failure's.
@@ -44,7 +44,7 @@ cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 WHAT=${1:-all}
 WHATS=" ${*:-all} "  # the wave-2 steps below may be chained in one call: gpu-tests wave2-kernels ...
-MODES="all tests tests-triton bench compile transformers session pdl checks tune profile remeasure gpu-tests wave2-kernels quant-kernels fp8-matmul e2e-llama e2e-moe e2e-decoder invariance fp8-host"
+MODES="all tests tests-triton bench compile transformers session pdl checks tune profile remeasure gpu-tests wave2-kernels quant-kernels quant-profile fp8-matmul e2e-llama e2e-moe e2e-decoder invariance fp8-host"
 for w in $WHATS; do
   case " $MODES " in *" $w "*) ;; *) echo "usage: bash benchmarks/gpu_run.sh [MODE ...], MODE one of: $MODES" >&2; exit 2 ;; esac
 done
@@ -407,6 +407,17 @@ if want quant-kernels; then  # issue 25: the fp8 quant and fused norm/act + quan
   run_step kernels_quant $((qb + 30)) python3 benchmarks/kernels_gpu.py --no-do-bench --dtypes bf16 --ops $QUANT_OPS \
     --hidden ${QUANT_HIDDEN:-4096 14336} --budget-s "$(left_s "$qb")" ${QUANT_AB:+--whole-row-ab} ${QUANT_UNFUSED:+--unfused-ab} \
     --json "$RES/kernels_quant.json" --markdown "$RES/kernels_quant.md"; pack
+fi
+if want quant-profile; then  # issue 25: Nsight Compute counters where triton's norm + quant trails Inductor
+  wave_install
+  # the static and dynamic norm forms at 8192 x 14336 (1.10x and 1.05x of Inductor on the H100) and,
+  # for contrast, the static form at 8192 x 4096 (1.00x); one profiled launch each, after tuning
+  run_step ncu_quant 240 sh -c "ncu --profile-from-start off --clock-control none --cache-control all \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
+    --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --csv --page details python3 benchmarks/profile_small_t.py \
+    rms_norm_static_fp8_quant:bf16:8192x14336:compile,triton rms_norm_dynamic_quant_fp8:bf16:8192x14336:compile,triton \
+    rms_norm_static_fp8_quant:bf16:8192x4096:compile,triton > '$RES/ncu_quant.csv'"; pack
 fi
 if want fp8-matmul; then  # issue 26: the fp8 matmuls against torch._scaled_mm
   wave_install
