@@ -385,5 +385,6 @@ def contract_layout(native_out: torch.Tensor) -> bool:
 
 def same_strides(shape: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bool:
     """Strides ``a`` and ``b`` of a tensor of ``shape`` address the same elements: equal in every
-    dimension longer than 1 (a dimension of 1 is never stepped; Inductor's stride asserts skip it)."""
-    return all(n <= 1 or x == y for n, x, y in zip(shape, a, b))
+    dimension longer than 1 (a dimension of 1 is never stepped; Inductor's stride asserts skip it),
+    or any strides where the tensor has no elements (none is addressed; the asserts skip those too)."""
+    return 0 in shape or all(n <= 1 or x == y for n, x, y in zip(shape, a, b))

@@ -189,6 +189,22 @@ def test_ragged_last_group_and_tma_aligned_column_major_scales():
     assert scales[:, 3].tolist() == pytest.approx((x[:, 192:].abs().amax(-1) / 448).tolist())
     _, rows = ircore.ops.dynamic_group_quant_fp8(x, (64,), False, False, FN, 4)
     assert rows.stride() == (4, 1) and torch.equal(rows, scales)  # row-major ignores the alignment
+    # no rows: no scale rows either, in whichever implementation runs (vllm_c allocated one)
+    q0, none = ircore.ops.dynamic_group_quant_fp8(x[:0], [1, 64], True, False, FN, 4)
+    assert q0.shape == (0, 200) and none.shape == (0, 4)
+
+
+def test_an_output_without_elements_has_no_layout_to_match():
+    # as Inductor's stride asserts: strides of an empty tensor address nothing, so any will do
+    from torch._C._dynamo.guards import assert_size_stride
+
+    from ircore._torch_ops import same_strides
+
+    assert same_strides((0, 4), (1, 0), (4, 1))
+    assert_size_stride(torch.empty_strided((0, 4), (1, 0)), (0, 4), (4, 1))  # passes
+    assert not same_strides((5, 4), (1, 8), (4, 1))
+    with pytest.raises(AssertionError):
+        assert_size_stride(torch.empty_strided((5, 4), (1, 8)), (5, 4), (4, 1))
 
 
 def test_ue8m0_scale_of_an_exact_power_of_two_stays_put():

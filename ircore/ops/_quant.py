@@ -475,6 +475,11 @@ def group_samples(dtype: torch.dtype, device: str, seed: int = 0) -> Iterator[Sa
         "2x3x128 g64 column-major",
     )
     yield Sample((_samples.randn((0, 128), dtype, device, gen), [1, 128], False, False, E4M3FN, 1), "0x128")
+    # no rows, scales column-major with the TMA-aligned stride: still (0, G), as the fake says
+    yield Sample(
+        (_samples.randn((0, 128), dtype, device, gen), [1, 64], True, False, E4M3FN, 4),
+        "0x128 g64 column-major, TMA-aligned stride",
+    )
 
 
 def make_group_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, seed: int = 0) -> tuple:

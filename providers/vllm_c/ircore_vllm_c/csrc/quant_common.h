@@ -27,7 +27,8 @@ inline at::Tensor new_q(const at::Tensor& x, int64_t k, at::ScalarType fp8_dtype
 // layout_scales): row-major x.shape[:-1] + (groups,); column-major, strides (..., 1, M); with
 // scale_alignment > 1 on 2-D x, column-major with the column stride M rounded up to a multiple
 // of 16 / scale_alignment (DeepGEMM's TMA alignment). Returns the tensor and the column stride
-// the kernels address it by (m unless aligned).
+// the kernels address it by (m unless aligned). m is the kernels' M, at least 1 for their row
+// arithmetic; the aligned layout takes x's own M, so no rows give (0, groups), as the fake says.
 inline std::pair<at::Tensor, int64_t> group_scales_out(const at::Tensor& x, int64_t m,
                                                        int64_t groups, bool column_major,
                                                        int64_t scale_alignment) {
@@ -36,9 +37,10 @@ inline std::pair<at::Tensor, int64_t> group_scales_out(const at::Tensor& x, int6
   const auto fopt = x.options().dtype(at::ScalarType::Float);
   if (!column_major) return {at::empty(ss, fopt), m};
   if (scale_alignment > 1 && x.dim() == 2) {
+    const int64_t rows = x.size(0);
     const int64_t step = 16 / scale_alignment;
-    const int64_t col = (m + step - 1) / step * step;
-    return {at::empty_strided({m, groups}, {1, col}, fopt), col};
+    const int64_t col = (rows + step - 1) / step * step;  // the native's tma_aligned(M)
+    return {at::empty_strided({rows, groups}, {1, col}, fopt), col};
   }
   std::swap(ss[ss.size() - 1], ss[ss.size() - 2]);
   return {at::empty(ss, fopt).transpose(-2, -1), m};  // strides (..., 1, M)
