@@ -30,8 +30,9 @@ FUSED = (
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's bytes (NaN equals NaN, -0 differs from 0): for bitwise comparisons."""
-    return t.contiguous().view(torch.uint8)
+    """The tensor's bytes (NaN equals NaN, -0 differs from 0): for bitwise comparisons. Flat, so
+    an empty tensor with a zero stride (no rows of column-major scales) has bytes too: none."""
+    return t.contiguous().reshape(-1).view(torch.uint8)
 
 
 def same_bits(a: object, b: object) -> bool:
