@@ -403,9 +403,12 @@ if want quant-kernels; then  # issue 25: the fp8 quant and fused norm/act + quan
   # its own with 540 covers eager, triton, vllm_c (measured once its build is done) and compile.
   # QUANT_AB=1: also triton's whole-row launch of the fused norm + quant ops (their chunked walk's A/B).
   # QUANT_UNFUSED=1: also each fused op as triton's two unfused kernels (issue 25's fused-vs-unfused target).
+  # QUANT_PROVIDERS / QUANT_ANCHORS: subsets of the columns (e.g. "triton" and "compile flashinfer").
   qb=${QUANT_BUDGET_S:-270}
+  # shellcheck disable=SC2086  # the op, hidden, provider and anchor lists split on spaces
   run_step kernels_quant $((qb + 30)) python3 benchmarks/kernels_gpu.py --no-do-bench --dtypes bf16 --ops $QUANT_OPS \
     --hidden ${QUANT_HIDDEN:-4096 14336} --budget-s "$(left_s "$qb")" ${QUANT_AB:+--whole-row-ab} ${QUANT_UNFUSED:+--unfused-ab} \
+    ${QUANT_PROVIDERS:+--providers $QUANT_PROVIDERS} ${QUANT_ANCHORS:+--anchors $QUANT_ANCHORS} \
     --json "$RES/kernels_quant.json" --markdown "$RES/kernels_quant.md"; pack
 fi
 if want quant-profile; then  # issue 25: Nsight Compute counters where triton's norm + quant trails Inductor
