@@ -166,6 +166,33 @@ def test_fp8_linears_ircore_cannot_stand_for_are_left_alone_with_the_reason():
     assert apply(model, fp8=False).left_alone == {}  # fp8=False: FP8 linears are not looked at
 
 
+def test_an_fp8_moes_experts_are_refused_by_fp8_model_and_left_alone_by_apply():
+    # transformers makes an MoE's experts FP8Experts; ircore routes dense FP8Linear layers only
+    from transformers import FineGrainedFP8Config, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from transformers.integrations.finegrained_fp8 import replace_with_fp8_linear
+
+    config = Qwen3MoeConfig(**{**SMALL, "num_hidden_layers": 1}, moe_intermediate_size=128, num_experts=4,
+                            num_experts_per_tok=2)  # fmt: skip
+    with pytest.raises(ValueError, match=r"1 module\(s\) of kind FP8Experts \(first: 'model.layers.0.mlp.experts'\)"):
+        fp8_model(Qwen3MoeForCausalLM(config).eval())
+    # the way the message gives: the experts stay bf16 (routed by mlp=True), the linears FP8
+    model = fp8_model(Qwen3MoeForCausalLM(config).eval(), modules_to_not_convert=("lm_head", "experts"))
+    summary = apply(model, mlp=True)
+    assert len(summary.fp8_linear) == 4 and summary.experts == ["model.layers.0.mlp.experts"]
+    with torch.no_grad():
+        assert model(torch.randint(0, 256, (1, 5))).logits.isfinite().all()
+    undo(model)
+    stock = Qwen3MoeForCausalLM(config).eval()
+    only = ["lm_head"]
+    replace_with_fp8_linear(stock, modules_to_not_convert=only,
+                            quantization_config=FineGrainedFP8Config(modules_to_not_convert=only))  # fmt: skip
+    for mlp in (False, True):  # listed with its reason whether or not MLPs are routed
+        summary = apply(stock, mlp=mlp)
+        assert summary.experts == []
+        assert summary.left_alone["model.layers.0.mlp.experts"].startswith("FP8 MoE experts (FP8Experts)")
+        undo(stock)
+
+
 @pytest.mark.slow
 def test_under_the_ircore_backend_each_norm_and_its_projections_quant_fuse():
     """One norm, read by q/k/v (or gate/up), each quantizing it: one fused norm + group quant."""

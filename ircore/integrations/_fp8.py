@@ -26,6 +26,18 @@ def is_fp8_linear(module: nn.Module) -> bool:
     return type(module).__name__ == "FP8Linear"
 
 
+def is_fp8_experts(module: nn.Module) -> bool:
+    """transformers' ``FP8Experts``: an FP8 MoE's fused experts, which ircore does not route."""
+    return type(module).__name__ == "FP8Experts"
+
+
+#: why an FP8 MoE's experts keep transformers' forward (``apply``'s ``summary.left_alone``)
+FP8_EXPERTS_LEFT = (
+    "FP8 MoE experts (FP8Experts): ircore routes dense FP8Linear layers only; these keep "
+    "transformers' forward, which needs the Hub's finegrained-fp8 kernel"
+)
+
+
 def fp8_linear_problem(module: nn.Module) -> str | None:
     """Why ircore cannot stand for this ``FP8Linear``, or None."""
     weight = getattr(module, "weight", None)
@@ -125,4 +137,14 @@ def fp8_model(
         module.weight_scale_inv = nn.Parameter(scale, requires_grad=False)
         if bias is not None:
             module.bias = nn.Parameter(bias.clone(), requires_grad=False)
+    # what transformers made that is not a dense linear (an MoE's FP8Experts) stays on the meta
+    # device, unfilled: a model that cannot run, so refuse it here rather than at its forward
+    empty = sorted({n.rsplit(".", 1)[0] for n, t in model.named_parameters() if t.device.type == "meta"})
+    if empty:
+        kinds = sorted({type(model.get_submodule(n)).__name__ for n in empty})
+        raise ValueError(
+            f"fp8_model: {len(empty)} module(s) of kind {', '.join(kinds)} (first: {empty[0]!r}) were "
+            "made FP8 by transformers but only dense linears are filled here; keep an MoE's experts "
+            "in the model's dtype with modules_to_not_convert=('lm_head', 'experts')"
+        )
     return model

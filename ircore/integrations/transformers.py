@@ -55,7 +55,14 @@ from ircore.integrations._forwards import (
     patch_of,
     rope_function,
 )
-from ircore.integrations._fp8 import fp8_linear_forward, fp8_linear_problem, fp8_model, is_fp8_linear
+from ircore.integrations._fp8 import (
+    FP8_EXPERTS_LEFT,
+    fp8_linear_forward,
+    fp8_linear_problem,
+    fp8_model,
+    is_fp8_experts,
+    is_fp8_linear,
+)
 from ircore.integrations._kernels_mapping import IrcoreRepository, IrcoreRMSNorm, kernel_mapping
 from ircore.integrations._kinds import (
     fused_experts,
@@ -561,6 +568,8 @@ def apply(
                 continue
             module.forward = MethodType(fused_mlp_forward(type(module).forward), module)
             summary.fused_mlp.append(name)
+        elif fp8 and is_fp8_experts(module):
+            summary.left_alone[name] = FP8_EXPERTS_LEFT
         elif fp8 and is_fp8_linear(module):
             why = fp8_linear_problem(module)
             if why is not None:
