@@ -176,17 +176,23 @@ def ircore_check_platform(platform: Platform) -> str | None:
         problem = call_form_problem(f"torch.ops._C.{name}", op, expected)
         if problem:
             return f"{problem} ({SUPPORTED})"
-    for name, expected in OPTIONAL_CALL_FORMS.items():
-        op = torch_op("_C", name)
-        problem = op is not None and call_form_problem(f"torch.ops._C.{name}", op, expected)
-        if problem:
-            return f"{problem} ({SUPPORTED})"
+    problem = _optional_forms_problem("_C", OPTIONAL_CALL_FORMS)
     # Optional: a build without _xpu_C (XPU_SPECIFIC_KERNELS_ENABLED off) serves everything else,
     # and scaled_mm_fp8's predicate declines every call (scaled_mm.py).
-    if not isinstance(import_vendor("vllm_xpu_kernels._xpu_C", needs="vllm-xpu-kernels"), str):
-        for name, expected in XPU_C_CALL_FORMS.items():
-            op = torch_op("_xpu_C", name)
-            problem = op is not None and call_form_problem(f"torch.ops._xpu_C.{name}", op, expected)
-            if problem:
-                return f"{problem} ({SUPPORTED})"
+    if problem is None:
+        xpu_c = import_vendor("vllm_xpu_kernels._xpu_C", needs="vllm-xpu-kernels")
+        if not isinstance(xpu_c, str):
+            problem = _optional_forms_problem("_xpu_C", XPU_C_CALL_FORMS)
+    return problem
+
+
+def _optional_forms_problem(namespace: str, forms: dict[str, tuple[str, ...]]) -> str | None:
+    """Why an op of ``forms`` that ``torch.ops.<namespace>`` defines has another call form than
+    the adapters pass, or None: one the release does not define is no problem (its predicate
+    declines)."""
+    for name, expected in forms.items():
+        op = torch_op(namespace, name)
+        problem = op is not None and call_form_problem(f"torch.ops.{namespace}.{name}", op, expected)
+        if problem:
+            return f"{problem} ({SUPPORTED})"
     return None
